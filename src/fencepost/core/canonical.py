@@ -1,0 +1,66 @@
+"""Canonical JSON: one byte string per value, so fingerprints are reproducible.
+
+Rules: object keys sorted, no insignificant whitespace, UTF-8 without escaping, and
+only plain JSON data (dict with str keys, list, str, int, bool, None; floats must be finite).
+Tuples are accepted and encoded as lists. Anything else raises ``TypeError``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+JSONValue = Any  # a plain JSON value: dict[str, JSONValue] | list[JSONValue] | str | int | float | bool | None
+
+
+def _check(value: Any, path: str) -> None:
+    if value is None or isinstance(value, (str, bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise TypeError(f"non-finite number at {path}")
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check(item, f"{path}[{i}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"non-string key {key!r} at {path}")
+            _check(item, f"{path}.{key}")
+        return
+    raise TypeError(f"value of type {type(value).__name__} at {path} is not plain JSON data")
+
+
+def canonical_json(value: JSONValue) -> str:
+    """Return the canonical JSON text of ``value``.
+
+    Args:
+        value: plain JSON data (see module docstring).
+    Returns:
+        The canonical text (``str``); encode as UTF-8 for hashing.
+    Raises:
+        TypeError: if ``value`` holds anything that is not plain JSON data.
+    """
+    _check(value, "$")
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def canonical_bytes(value: JSONValue) -> bytes:
+    """Return ``canonical_json(value)`` encoded as UTF-8 bytes."""
+    return canonical_json(value).encode("utf-8")
+
+
+def parse_json(text: str) -> JSONValue:
+    """Parse JSON text, refusing NaN/Infinity literals (they have no canonical form).
+
+    Raises:
+        ValueError: on malformed JSON or a non-finite literal.
+    """
+
+    def _refuse(literal: str) -> Any:
+        raise ValueError(f"non-finite number literal {literal!r} in JSON")
+
+    return json.loads(text, parse_constant=_refuse)

@@ -1,0 +1,156 @@
+"""The store contract: a ``Store`` opens units of work, a ``Transaction`` offers the operations.
+
+Every backend implements the same two abstract classes; the operations themselves are written once
+(``OutboxOps``, ``RehearsalOps``) against ``Transaction._run``, which executes a named query of the
+backend's dialect. Driver errors are translated into ``fencepost.core.errors`` at this boundary.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from fencepost.core.clock import Clock, SystemClock
+from fencepost.core.errors import SchemaNotReady, StoreUnavailable
+from fencepost.store.outbox_ops import OutboxOps
+from fencepost.store.rehearsal_ops import RehearsalOps
+
+T = TypeVar("T")
+
+
+class StoreBusy(StoreUnavailable):
+    """A transient contention error (SQLite busy, PostgreSQL serialization failure or deadlock).
+
+    ``Store.transact`` retries these within a bounded wait; only then do they surface.
+    """
+
+
+@dataclass(frozen=True)
+class Result:
+    rows: list[dict[str, Any]]
+    rowcount: int
+
+
+class Transaction(OutboxOps, RehearsalOps, ABC):
+    """One open unit of work. Valid only inside ``Store.transaction()``."""
+
+    backend: str
+
+    @abstractmethod
+    def _run(self, name: str, params: dict[str, Any]) -> Result:
+        """Execute the named query with ``params``; return rows as dicts and the rowcount."""
+
+    @abstractmethod
+    def now(self) -> datetime:
+        """The store's clock: the lease authority (SQLite: the store's Clock; PostgreSQL: the server)."""
+
+
+@dataclass(frozen=True)
+class MigrationStep:
+    version: int
+    name: str
+    sql: str
+    checksum: str
+
+
+class Store(ABC):
+    """A control database. Thread-safe: each thread gets its own connection.
+
+    Attributes:
+        backend: ``"sqlite"`` or ``"postgres"``.
+        display_url: the URL with any password and path removed, safe to print.
+        clock: the lease clock on SQLite; informational on PostgreSQL (the server's clock rules).
+        busy_wait_seconds: bound on retrying transient contention inside ``transact``.
+    """
+
+    backend: str
+    display_url: str
+
+    def __init__(self, clock: Clock | None = None, busy_wait_seconds: float = 30.0) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self.busy_wait_seconds = busy_wait_seconds
+
+    # ── units of work ──
+    @abstractmethod
+    def transaction(self, *, write: bool = True, name: str | None = None) -> Any:
+        """Context manager yielding a ``Transaction``.
+
+        ``write=True`` takes the write reservation first (SQLite ``BEGIN IMMEDIATE``); commits on normal
+        exit, rolls back on any exception. Raises ``StoreBusy``/``StoreUnavailable`` on driver errors.
+        ``name`` labels the commit boundary: crash points ``<name>:before-commit`` and
+        ``<name>:after-commit`` fire around COMMIT (``fencepost.core.crashpoints``).
+        """
+
+    def transact(self, fn: Callable[[Transaction], T], *, write: bool = True, name: str | None = None) -> T:
+        """Run ``fn(tx)`` in one transaction, retrying it whole on ``StoreBusy``.
+
+        ``fn`` must be free of side effects outside the transaction, since it may run more than once.
+        Retries back off with jitter (5 ms doubling to 250 ms) until ``busy_wait_seconds`` elapse, then
+        the last ``StoreBusy`` is raised.
+        """
+        deadline = time.monotonic() + self.busy_wait_seconds
+        delay = 0.005
+        while True:
+            try:
+                with self.transaction(write=write, name=name) as tx:
+                    return fn(tx)
+            except StoreBusy:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 0.25)
+
+    def read(self, fn: Callable[[Transaction], T]) -> T:
+        """Run a read-only ``fn(tx)`` on one consistent snapshot."""
+        return self.transact(fn, write=False)
+
+    # ── schema ──
+    @abstractmethod
+    def migrations(self) -> list[MigrationStep]:
+        """Every migration of this backend, in order."""
+
+    @abstractmethod
+    def schema_version(self) -> int:
+        """The highest applied migration version (0 when unmigrated)."""
+
+    @abstractmethod
+    def migrate(self) -> list[MigrationStep]:
+        """Apply pending migrations in order, each in its own transaction; return those applied.
+
+        Raises:
+            SchemaNotReady: an applied migration's checksum differs from the shipped file, or the
+                database is newer than this fencepost.
+        """
+
+    @property
+    def expected_version(self) -> int:
+        return max((m.version for m in self.migrations()), default=0)
+
+    def require_schema(self) -> None:
+        """Refuse to work on an unmigrated, older or newer schema (seed: migration remains required).
+
+        Raises:
+            SchemaNotReady: with one line that names ``fencepost migrate``.
+        """
+        found, expected = self.schema_version(), self.expected_version
+        if found == expected:
+            return
+        if found > expected:
+            raise SchemaNotReady(
+                f"the control database schema is version {found}, newer than this fencepost "
+                f"understands ({expected}); upgrade fencepost"
+            )
+        what = "unmigrated" if found == 0 else f"at schema version {found}"
+        raise SchemaNotReady(
+            f"the control database is {what}; this fencepost needs version {expected}: "
+            "run `fencepost migrate` first"
+        )
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close every connection this store opened."""

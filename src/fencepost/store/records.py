@@ -1,0 +1,130 @@
+"""Typed rows returned by the store. Frozen dataclasses; instants are aware UTC datetimes.
+
+No record ever carries a lease token except ``Lease``, whose token is hidden from ``repr``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus, RunStatus
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A fenced claim: ``(owner, token, until)`` plus the public delivery number.
+
+    ``token`` is private: it is never logged, returned by the API or shown (``repr=False``).
+    ``delivery`` equals the command's ``delivery_count`` at claim time and is the public face of the
+    fencing token in evidence and heartbeat history.
+    """
+
+    command_id: str
+    owner: str
+    token: str = field(repr=False)
+    delivery: int
+    until: datetime
+
+
+@dataclass(frozen=True)
+class ClaimedCommand:
+    """A command handed to a worker with its lease."""
+
+    id: str
+    kind: str
+    payload: dict[str, Any]
+    lease: Lease
+
+    @property
+    def delivery(self) -> int:
+        return self.lease.delivery
+
+
+@dataclass(frozen=True)
+class CommandRecord:
+    """Public view of an outbox row (no token)."""
+
+    id: str
+    kind: str
+    payload: dict[str, Any]
+    status: CommandStatus
+    available_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    lease_owner: str | None
+    lease_until: datetime | None
+    last_heartbeat_at: datetime | None
+    delivery_count: int
+    finished_at: datetime | None
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class LeaseEvent:
+    """One row of heartbeat history."""
+
+    seq: int
+    command_id: str
+    event: str
+    owner: str | None
+    delivery: int
+    at: datetime
+    lease_until: datetime | None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    id: str
+    package_name: str
+    package_version: str
+    previous_version: str | None
+    content_digest: str
+    manifest: dict[str, Any]
+    status: RunStatus
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class RunFile:
+    path: str
+    sha256: str
+    size: int
+    content: bytes
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """An Attempt joined with the public columns of its outbox command."""
+
+    id: str
+    run_id: str
+    seq: int
+    command_id: str
+    status: AttemptStatus
+    delivery: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+    command_status: CommandStatus
+    lease_owner: str | None
+    lease_until: datetime | None
+    last_heartbeat_at: datetime | None
+    delivery_count: int
+    available_at: datetime
+
+
+@dataclass(frozen=True)
+class ReceiptRecord:
+    id: str
+    attempt_id: str
+    position: int
+    scenario: str
+    status: ReceiptStatus
+    delivery: int | None
+    evidence: str | None
+    evidence_fingerprint: str | None
+    started_at: datetime | None
+    finished_at: datetime | None

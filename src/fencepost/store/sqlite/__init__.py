@@ -1,0 +1,1 @@
+"""SQLite control store: the embedded default."""

@@ -1,0 +1,262 @@
+"""SQLite store: WAL (or DELETE) journal, ``synchronous=FULL``, foreign keys on, ``BEGIN IMMEDIATE`` writes.
+
+Why ``BEGIN IMMEDIATE`` for every write: a deferred transaction that reads and then writes can fail with
+SQLITE_BUSY at its first write, after its reads were used for a decision; taking the write reservation
+first makes the check and the writes one serialized decision, and makes waiting happen at BEGIN, where
+the busy handler (and ``Store.transact``'s bounded retry) can wait without losing work.
+
+Several processes share one file. Each thread gets its own connection. The lease clock is the store's
+``Clock`` (one machine, one clock).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from fencepost.core.clock import from_iso, to_iso
+from fencepost.core.crashpoints import crashpoint
+from fencepost.core.errors import Conflict, FencepostError, SchemaNotReady, StoreUnavailable
+from fencepost.store.base import MigrationStep, Result, Store, StoreBusy, Transaction
+from fencepost.store.migrations import load_migrations
+from fencepost.store.queries import load_queries
+
+_BUSY_CODES = {5, 6, 261, 517, 262}  # SQLITE_BUSY, SQLITE_LOCKED and their extended codes
+_TIME_COLUMNS = ("_at", "_until")
+
+
+def translate_sqlite_error(error: sqlite3.Error) -> FencepostError:
+    """Map a driver error to fencepost's error types (messages never carry a path)."""
+    code = getattr(error, "sqlite_errorcode", None)
+    text = str(error)
+    if code in _BUSY_CODES or "database is locked" in text or "database table is locked" in text:
+        return StoreBusy("the SQLite database stayed busy past the bounded wait")
+    if isinstance(error, sqlite3.IntegrityError):
+        return Conflict(f"constraint failed: {text.removesuffix('constraint failed').strip() or text}")
+    return StoreUnavailable(f"SQLite error: {text}")
+
+
+def _is_time_column(name: str) -> bool:
+    return name == "at" or name == "now" or name.endswith(_TIME_COLUMNS)
+
+
+def _adapt(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return to_iso(value)
+    return value
+
+
+class SQLiteTransaction(Transaction):
+    backend = "sqlite"
+
+    def __init__(self, conn: sqlite3.Connection, store: SQLiteStore) -> None:
+        self._conn = conn
+        self._store = store
+        self._now: datetime | None = None
+
+    def now(self) -> datetime:
+        # One instant per transaction: every row a decision writes carries the same time.
+        if self._now is None:
+            self._now = self._store.clock.now()
+        return self._now
+
+    def _run(self, name: str, params: dict[str, Any]) -> Result:
+        sql = self._store.queries[name]
+        cursor = self._conn.execute(sql, {k: _adapt(v) for k, v in params.items()})
+        raw = cursor.fetchall()
+        rowcount = cursor.rowcount
+        if cursor.description is None:
+            return Result(rows=[], rowcount=rowcount)
+        names = [d[0] for d in cursor.description]
+        rows = []
+        for values in raw:
+            row = dict(zip(names, values, strict=True))
+            for key in names:
+                if isinstance(row[key], str) and _is_time_column(key):
+                    row[key] = from_iso(row[key])
+            rows.append(row)
+        # With RETURNING, sqlite3 reports the rows changed; plain SELECTs report -1.
+        return Result(rows=rows, rowcount=rowcount if rowcount >= 0 else len(rows))
+
+    def execute_raw(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Run ad-hoc SQL (audit checks, tests). Not for application paths."""
+        return self._conn.execute(sql, params).fetchall()
+
+
+class SQLiteStore(Store):
+    """A SQLite control database file shared by every fencepost process on one machine.
+
+    Args:
+        path: database file path.
+        journal_mode: ``"wal"`` (default) or ``"delete"``.
+        synchronous: ``"full"`` (default) or ``"normal"``.
+        busy_timeout_seconds: how long one statement waits on a lock before SQLITE_BUSY (seconds).
+        create: when False, a missing file is reported as unmigrated instead of being created.
+    """
+
+    backend = "sqlite"
+
+    def __init__(self, path: str, *, journal_mode: str = "wal", synchronous: str = "full",
+                 busy_timeout_seconds: float = 5.0, create: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.path = path
+        self.journal_mode = journal_mode
+        self.synchronous = synchronous
+        self.busy_timeout_seconds = busy_timeout_seconds
+        self.create = create
+        self.display_url = f"sqlite ({journal_mode} journal)"
+        self.queries = load_queries("fencepost.store.sqlite")
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+
+    # ── connections ──
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            if self.create:
+                conn = sqlite3.connect(self.path, timeout=self.busy_timeout_seconds, isolation_level=None,
+                                       check_same_thread=False)
+            else:
+                conn = sqlite3.connect(f"file:{self.path}?mode=rw", uri=True, timeout=self.busy_timeout_seconds,
+                                       isolation_level=None, check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_seconds * 1000)}")
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            if mode.lower() != self.journal_mode:
+                conn.execute(f"PRAGMA journal_mode = {self.journal_mode.upper()}")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+            conn.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.OperationalError as error:
+            if not self.create and "unable to open" in str(error):
+                raise SchemaNotReady("no control database exists yet: run `fencepost migrate` first") from None
+            raise translate_sqlite_error(error) from None
+        except sqlite3.Error as error:
+            raise translate_sqlite_error(error) from None
+        with self._all_lock:
+            self._all.append(conn)
+        return conn
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection (opened on first use)."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def transaction(self, *, write: bool = True, name: str | None = None) -> Iterator[SQLiteTransaction]:
+        conn = self.connection()
+        if conn.in_transaction:
+            raise RuntimeError("a transaction is already open on this thread's connection")
+        try:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        except sqlite3.Error as error:
+            raise translate_sqlite_error(error) from None
+        tx = SQLiteTransaction(conn, self)
+        try:
+            yield tx
+            if name:
+                crashpoint(f"{name}:before-commit")
+            conn.execute("COMMIT")
+        except BaseException as error:
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            if isinstance(error, sqlite3.Error):
+                raise translate_sqlite_error(error) from None
+            raise
+        if name:
+            crashpoint(f"{name}:after-commit")
+
+    # ── schema ──
+    def migrations(self) -> list[MigrationStep]:
+        return load_migrations("fencepost.store.sqlite")
+
+    def _applied(self, conn: sqlite3.Connection) -> dict[int, str]:
+        exists = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'fencepost_schema'").fetchone()
+        if not exists:
+            return {}
+        return {int(v): c for v, c in conn.execute("SELECT version, checksum FROM fencepost_schema")}
+
+    def schema_version(self) -> int:
+        try:
+            return max(self._applied(self.connection()), default=0)
+        except sqlite3.Error as error:
+            raise translate_sqlite_error(error) from None
+
+    def migrate(self) -> list[MigrationStep]:
+        conn = self.connection()
+        applied_now = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS fencepost_schema (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+                "checksum TEXT NOT NULL, applied_at TEXT NOT NULL)")
+            conn.execute("COMMIT")
+            for step in self.migrations():
+                # One transaction per migration; the version check inside it makes concurrent
+                # `fencepost migrate` runs safe (the second one finds the step applied and skips it).
+                conn.execute("BEGIN IMMEDIATE")
+                applied = self._applied(conn)
+                if step.version in applied:
+                    conn.execute("COMMIT")
+                    if applied[step.version] != step.checksum:
+                        raise SchemaNotReady(
+                            f"applied migration {step.version:04d}_{step.name} differs from the one shipped "
+                            "with this fencepost; refusing to continue")
+                    continue
+                for statement in split_statements(step.sql):
+                    conn.execute(statement)
+                conn.execute("INSERT INTO fencepost_schema (version, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
+                             (step.version, step.name, step.checksum, to_iso(self.clock.now())))
+                conn.execute("COMMIT")
+                applied_now.append(step)
+            newest = max(self._applied(conn), default=0)
+            if newest > self.expected_version:
+                raise SchemaNotReady(f"the control database schema is version {newest}, newer than this "
+                                     f"fencepost understands ({self.expected_version}); upgrade fencepost")
+        except sqlite3.Error as error:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise translate_sqlite_error(error) from None
+        return applied_now
+
+    def close(self) -> None:
+        with self._all_lock:
+            for conn in self._all:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+            self._all.clear()
+        self._local = threading.local()
+
+
+def split_statements(script: str) -> list[str]:
+    """Split a SQL script into complete statements (trigger bodies stay whole), dropping empty ones."""
+    statements: list[str] = []
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            if _has_sql(buffer):
+                statements.append(buffer.strip())
+            buffer = ""
+    if _has_sql(buffer):
+        raise ValueError("SQL script ends with an incomplete statement")
+    return statements
+
+
+def _has_sql(text: str) -> bool:
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("--") and stripped != ";":
+            return True
+    return False
