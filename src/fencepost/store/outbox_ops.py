@@ -71,8 +71,13 @@ class OutboxOps:
         if limit < 1 or not kinds:
             return []
         params = self._times(lease_seconds)
-        params.update(owner=owner, kinds=canonical_json(sorted(kinds)), kinds_list=sorted(kinds), limit=limit)
-        rows = self._run("claim_commands", params).rows
+        rows: list[dict[str, Any]] = []
+        for kind in sorted(set(kinds)):
+            if len(rows) >= limit:
+                break
+            params.update(owner=owner, kind=kind, kinds=canonical_json([kind]), kinds_list=[kind],
+                          limit=limit - len(rows))
+            rows.extend(self._run("claim_commands", params).rows)
         claimed = []
         for row in rows:
             lease = Lease(command_id=row["id"], owner=row["lease_owner"], token=row["lease_token"],

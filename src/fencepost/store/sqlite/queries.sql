@@ -9,8 +9,9 @@ INSERT INTO commands (id, kind, payload, status, available_at, created_at, updat
 VALUES (:id, :kind, :payload, 'PENDING', :available_at, :now, :now, 0);
 
 -- name: claim_commands
--- One atomic conditional update: due PENDING rows and PROCESSING rows whose lease expired,
--- expired leases first (they waited longest). Each claimed row gets its own fresh random token.
+-- One atomic conditional update for one kind: due PENDING rows and PROCESSING rows whose lease
+-- expired, expired leases first (they waited longest). Each claimed row gets its own fresh random
+-- token. One kind per statement keeps both scans pure index range scans (no sort of all due rows).
 UPDATE commands
 SET status = 'PROCESSING',
     lease_owner = :owner,
@@ -22,12 +23,12 @@ SET status = 'PROCESSING',
 WHERE id IN (
     SELECT id FROM (
         SELECT id FROM commands
-        WHERE status = 'PROCESSING' AND kind IN (SELECT value FROM json_each(:kinds)) AND lease_until <= :now
+        WHERE status = 'PROCESSING' AND kind = :kind AND lease_until <= :now
         ORDER BY lease_until LIMIT :limit)
     UNION ALL
     SELECT id FROM (
         SELECT id FROM commands
-        WHERE status = 'PENDING' AND kind IN (SELECT value FROM json_each(:kinds)) AND available_at <= :now
+        WHERE status = 'PENDING' AND kind = :kind AND available_at <= :now
         ORDER BY available_at LIMIT :limit)
     LIMIT :limit)
 RETURNING id, kind, payload, lease_owner, lease_token, lease_until, delivery_count;
@@ -181,9 +182,10 @@ SET status = 'ABORTED', finished_at = :now
 WHERE attempt_id = :attempt_id AND status IN ('PENDING', 'RUNNING');
 
 -- name: finish_attempt
+-- Terminal outcome of a non-terminal Attempt; the caller fences it with the command's token.
 UPDATE rehearsal_attempts
 SET status = :status, finished_at = :now, error = :error
-WHERE id = :id AND status = 'RUNNING' AND delivery = :delivery;
+WHERE id = :id AND status IN ('PENDING', 'RUNNING');
 
 -- name: abort_attempt
 UPDATE rehearsal_attempts

@@ -1,0 +1,1 @@
+"""Receipts' evidence: sealing and integrity verification, semantic comparison, the release gate."""

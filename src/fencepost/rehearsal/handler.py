@@ -1,0 +1,158 @@
+"""The worker-side handler of the ``rehearsal.attempt`` command kind.
+
+Seed: "Heartbeat And Takeover". A delivery never resumes mid-way: its first fenced write restarts the
+Attempt and discards provisional Receipts, a new sandbox is created from the frozen Run, and all six
+scenarios run from the beginning. Every Receipt transition is one fenced transaction that locks the
+Attempt first and renews (or finishes) the command last.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from fencepost.core.errors import LeaseLost
+from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus
+from fencepost.evidence.receipts import seal
+from fencepost.outbox.context import CommandContext
+from fencepost.rehearsal.package import PackageSpec, package_from_run
+from fencepost.rehearsal.sandbox import Sandbox
+from fencepost.rehearsal.scenarios import SCENARIOS, ScenarioEnv, ScenarioFailed
+from fencepost.rehearsal.target import LocalFileTarget
+from fencepost.store.base import Transaction
+
+KIND = "rehearsal.attempt"
+log = logging.getLogger("fencepost.rehearsal")
+
+
+def _require(ok: bool, what: str) -> None:
+    # A conditional write that matched nothing means the Attempt changed under us (abort, takeover):
+    # treat it as a lost lease so the whole transaction rolls back and the work stops.
+    if not ok:
+        raise LeaseLost(f"rehearsal state changed under the lease: {what}")
+
+
+class AttemptHandler:
+    """Runs the six scenarios of one Attempt.
+
+    Args:
+        work_dir: where sandboxes live (``<work_dir>/sandboxes/<attempt>/d<delivery>-<rand>``).
+        target: the external delivery target.
+        keep_sandboxes: keep sandbox files after the delivery ends (for debugging).
+    """
+
+    def __init__(self, work_dir: Path, target: LocalFileTarget | None = None, keep_sandboxes: bool = False) -> None:
+        self.work_dir = work_dir
+        self.target = target or LocalFileTarget(work_dir / "target")
+        self.keep_sandboxes = keep_sandboxes
+
+    def handle(self, ctx: CommandContext) -> None:
+        attempt_id = str(ctx.command.payload["attempt_id"])
+        delivery = ctx.delivery
+
+        def start(tx: Transaction) -> str | None:
+            tx.lock_attempt(attempt_id)
+            run_id = tx.start_attempt(attempt_id, delivery)
+            if run_id is not None:
+                _require(tx.receipt_running(attempt_id, 1, delivery), "receipt 1 not PENDING after reset")
+            return run_id
+
+        run_id = ctx.fenced(start, name="rehearsal.start")
+        if run_id is None:
+            raise RuntimeError(f"Attempt {attempt_id} is already terminal while its command is still open")
+        run, files = ctx.store.read(lambda tx: (tx.get_run(run_id), tx.run_files(run_id)))
+        assert run is not None
+        package = package_from_run(run.manifest, files)
+        sandbox = Sandbox(self.work_dir / "sandboxes" / attempt_id / f"d{delivery}-{secrets.token_hex(4)}",
+                          package.functions, lambda: ctx.lost)
+        try:
+            self._scenarios(ctx, attempt_id, package, sandbox)
+        finally:
+            if self.keep_sandboxes:
+                sandbox.close()
+            else:
+                sandbox.destroy()
+
+    def _scenarios(self, ctx: CommandContext, attempt_id: str, package: PackageSpec, sandbox: Sandbox) -> None:
+        delivery = ctx.delivery
+        env = ScenarioEnv(package=package, sandbox=sandbox, target=self.target, attempt_id=attempt_id)
+        sandbox_id = "sbx_" + secrets.token_hex(8)
+        last = len(SCENARIOS)
+        for position, (code, scenario) in enumerate(SCENARIOS, start=1):
+            ctx.check()
+            env.extras = {}
+            started = time.monotonic()
+            error: str | None = None
+            try:
+                result = scenario(env)
+                status = ReceiptStatus.SUCCEEDED
+            except ScenarioFailed as failure:
+                ctx.check()  # an interrupted statement after lease loss is not a scenario failure
+                result, error, status = failure.result, failure.message, ReceiptStatus.FAILED
+            evidence: dict[str, Any] = {
+                "scenario": code, "position": position, "status": str(status),
+                "package": {"name": package.name, "version": package.version,
+                            "content_digest": package.content_digest},
+                "result": result,
+                "execution": {"worker": ctx.lease.owner, "delivery": delivery, "attempt_id": attempt_id,
+                              "duration_ms": round((time.monotonic() - started) * 1000, 3)},
+                "sandbox": {"id": sandbox_id},
+            }
+            if error is not None:
+                evidence["error"] = {"message": error}
+            evidence.update(env.extras)
+            text, fp = seal(evidence)
+            log.info("scenario finished", extra={"event": "scenario_finished", "attempt_id": attempt_id,
+                                                 "scenario": code, "position": position, "status": str(status),
+                                                 "delivery": delivery})
+            if status is ReceiptStatus.FAILED:
+                self._fail(ctx, attempt_id, position, text, fp, f"scenario {code} failed: {error}")
+                return
+            if position == last:
+                self._succeed(ctx, attempt_id, position, text, fp)
+                return
+            self._advance(ctx, attempt_id, position, text, fp)
+
+    def _advance(self, ctx: CommandContext, attempt_id: str, position: int, text: str, fp: str) -> None:
+        delivery = ctx.delivery
+
+        def unit(tx: Transaction) -> None:
+            tx.lock_attempt(attempt_id)
+            _require(tx.receipt_finish(attempt_id, position, delivery, ReceiptStatus.SUCCEEDED, text, fp),
+                     f"receipt {position} not RUNNING")
+            _require(tx.receipt_running(attempt_id, position + 1, delivery), f"receipt {position + 1} not PENDING")
+
+        ctx.fenced(unit, name="rehearsal.receipt")
+
+    def _succeed(self, ctx: CommandContext, attempt_id: str, position: int, text: str, fp: str) -> None:
+        delivery = ctx.delivery
+
+        def unit(tx: Transaction) -> None:
+            tx.lock_attempt(attempt_id)
+            _require(tx.receipt_finish(attempt_id, position, delivery, ReceiptStatus.SUCCEEDED, text, fp),
+                     f"receipt {position} not RUNNING")
+            _require(tx.finish_attempt(attempt_id, delivery, AttemptStatus.SUCCEEDED), "attempt not RUNNING")
+
+        ctx.fenced(unit, name="rehearsal.succeed", finish=CommandStatus.DELIVERED)
+
+    def _fail(self, ctx: CommandContext, attempt_id: str, position: int, text: str, fp: str, error: str) -> None:
+        delivery = ctx.delivery
+
+        def unit(tx: Transaction) -> None:
+            tx.lock_attempt(attempt_id)
+            _require(tx.receipt_finish(attempt_id, position, delivery, ReceiptStatus.FAILED, text, fp),
+                     f"receipt {position} not RUNNING")
+            tx.abort_open_receipts(attempt_id)
+            _require(tx.finish_attempt(attempt_id, delivery, AttemptStatus.FAILED, error), "attempt not RUNNING")
+
+        ctx.fenced(unit, name="rehearsal.fail", finish=CommandStatus.FAILED, error=error)
+
+    def on_failure(self, tx: Transaction, ctx: CommandContext, error: str) -> None:
+        """An unexpected handler error fails the Attempt with the command (open Receipts become ABORTED)."""
+        attempt_id = str(ctx.command.payload["attempt_id"])
+        tx.lock_attempt(attempt_id)
+        tx.abort_open_receipts(attempt_id)
+        tx.finish_attempt(attempt_id, ctx.delivery, AttemptStatus.FAILED, error)

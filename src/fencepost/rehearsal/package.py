@@ -1,0 +1,336 @@
+"""The plugin package format: a directory with ``fencepost-package.toml`` and SQL files.
+
+Format (documented for users in docs/package-format.md)::
+
+    [package]
+    name = "inventory"                 # [a-z0-9][a-z0-9._-]*, at most 100 chars
+    version = "1.1.0"                  # at most 64 chars
+    previous_version = "1.0.0"         # optional: the version this one upgrades from
+    previous_through = "0002_price"    # required with previous_version: its last migration id
+    migrations_dir = "migrations"      # default; or list [[migrations]] explicitly instead
+    seed = ["seed/items.sql"]          # optional seed data, applied in order
+    uninstall = "sql/drop.sql"         # optional; otherwise down migrations in reverse
+
+    [[migrations]]                     # explicit form (replaces discovery in migrations_dir)
+    id = "0001_init"
+    up = "sql/init.sql"
+    down = "sql/init.down.sql"         # optional
+
+    [sqlite]
+    functions = { BIN2B64 = "base64_encode" }   # host functions registered in the sandbox
+
+    [verify]
+    volatile_columns = ["last_update"]           # columns left out of seeded content digests
+
+Discovery in ``migrations_dir`` accepts ``<id>.up.sql`` (+ ``<id>.down.sql``) files and ``<id>/up.sql``
+(+ ``down.sql``) folders, ordered by id (byte order). Paths are relative to the package directory; ``..``,
+absolute paths and symlinks leaving the package are refused. A frozen package lives in the control
+database (every file's bytes), so later edits on disk never change what an Attempt executes.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from fencepost.core.errors import InvalidInput
+from fencepost.core.fingerprint import fingerprint, sha256_bytes
+from fencepost.store.records import RunFile
+
+MANIFEST_NAME = "fencepost-package.toml"
+MAX_PACKAGE_BYTES = 64 * 1024 * 1024
+MAX_FILES = 2000
+HOST_FUNCTIONS = ("base64_encode", "base64_decode")
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
+_VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}$")
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+_SQL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class MigrationEntry(_Strict):
+    id: str
+    up: str
+    down: str | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if not _ID_RE.match(v):
+            raise ValueError("migration id must be 1-200 chars of letters, digits, '.', '_' or '-'")
+        return v
+
+
+class PackageSection(_Strict):
+    name: str
+    version: str
+    previous_version: str | None = None
+    previous_through: str | None = None
+    migrations_dir: str | None = None
+    seed: list[str] = Field(default_factory=list)
+    uninstall: str | None = None
+    description: str | None = Field(default=None, max_length=500)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError("name must match [a-z0-9][a-z0-9._-]* (at most 100 chars)")
+        return v
+
+    @field_validator("version", "previous_version")
+    @classmethod
+    def _version(cls, v: str | None) -> str | None:
+        if v is not None and not _VERSION_RE.match(v):
+            raise ValueError("version must be 1-64 chars of letters, digits, '.', '+', '_' or '-'")
+        return v
+
+    @model_validator(mode="after")
+    def _previous(self) -> PackageSection:
+        if (self.previous_version is None) != (self.previous_through is None):
+            raise ValueError("previous_version and previous_through go together")
+        if self.previous_version is not None and self.previous_version == self.version:
+            raise ValueError("previous_version must differ from version")
+        return self
+
+
+class SqliteSection(_Strict):
+    functions: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("functions")
+    @classmethod
+    def _functions(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, builtin in v.items():
+            if not _SQL_NAME_RE.match(name):
+                raise ValueError(f"{name!r} is not a valid SQL function name")
+            if builtin not in HOST_FUNCTIONS:
+                raise ValueError(f"{builtin!r} is not a host function (known: {', '.join(HOST_FUNCTIONS)})")
+        return v
+
+
+class VerifySection(_Strict):
+    volatile_columns: list[str] = Field(default_factory=list)
+
+
+class ManifestModel(_Strict):
+    package: PackageSection
+    migrations: list[MigrationEntry] | None = None
+    sqlite: SqliteSection = Field(default_factory=SqliteSection)
+    verify: VerifySection = Field(default_factory=VerifySection)
+
+
+@dataclass(frozen=True)
+class Migration:
+    id: str
+    up: str            # package-relative path
+    down: str | None
+
+
+@dataclass(frozen=True)
+class PackageSpec:
+    """A validated package: normalized manifest plus file bytes, and its content digest."""
+
+    name: str
+    version: str
+    previous_version: str | None
+    previous_through: str | None
+    migrations: tuple[Migration, ...]
+    seed: tuple[str, ...]
+    uninstall: str | None
+    functions: dict[str, str]
+    volatile_columns: tuple[str, ...]
+    files: dict[str, bytes]
+
+    def normalized_manifest(self) -> dict[str, Any]:
+        """The manifest as plain JSON, with discovery resolved (what a Run freezes)."""
+        return {
+            "format": 1, "name": self.name, "version": self.version,
+            "previous_version": self.previous_version, "previous_through": self.previous_through,
+            "migrations": [{"id": m.id, "up": m.up, "down": m.down} for m in self.migrations],
+            "seed": list(self.seed), "uninstall": self.uninstall, "functions": dict(sorted(self.functions.items())),
+            "volatile_columns": list(self.volatile_columns),
+        }
+
+    @property
+    def content_digest(self) -> str:
+        """SHA-256 over the normalized manifest and every file's path and digest."""
+        listing = [{"path": p, "sha256": sha256_bytes(b)} for p, b in sorted(self.files.items())]
+        return fingerprint("package-content/v1", {"manifest": self.normalized_manifest(), "files": listing})
+
+    def run_files(self) -> list[RunFile]:
+        return [RunFile(path=p, sha256=sha256_bytes(b), size=len(b), content=b) for p, b in sorted(self.files.items())]
+
+    def sql(self, path: str) -> str:
+        return self.files[path].decode("utf-8")
+
+    @property
+    def uninstall_method(self) -> str | None:
+        """``"uninstall_script"``, ``"down_migrations"`` or None when the package cannot be uninstalled."""
+        if self.uninstall is not None:
+            return "uninstall_script"
+        if self.migrations and all(m.down is not None for m in self.migrations):
+            return "down_migrations"
+        return None
+
+    def through_index(self) -> int | None:
+        """Number of migrations the previous version shipped, or None without a previous version."""
+        if self.previous_through is None:
+            return None
+        return [m.id for m in self.migrations].index(self.previous_through) + 1
+
+
+def _safe_relative(raw: str, what: str) -> str:
+    if not raw or "\\" in raw or "\x00" in raw:
+        raise InvalidInput(f"{what}: {raw!r} is not a valid relative path")
+    pure = PurePosixPath(raw)
+    if pure.is_absolute() or ".." in pure.parts:
+        raise InvalidInput(f"{what}: {raw!r} must be a path inside the package (no '..', not absolute)")
+    return str(pure)
+
+
+def _read(root: Path, rel: str, what: str, files: dict[str, bytes]) -> None:
+    path = (root / rel)
+    try:
+        resolved = path.resolve(strict=True)
+    except (FileNotFoundError, RuntimeError):
+        raise InvalidInput(f"{what}: file {rel!r} does not exist in the package") from None
+    if root.resolve() not in resolved.parents:
+        raise InvalidInput(f"{what}: {rel!r} leaves the package directory")
+    if not resolved.is_file():
+        raise InvalidInput(f"{what}: {rel!r} is not a file")
+    data = resolved.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{what}: {rel!r} is not UTF-8 text") from None
+    files[rel] = data
+
+
+def _discover(root: Path, directory: str) -> list[MigrationEntry]:
+    base = root / directory
+    if not base.is_dir():
+        raise InvalidInput(f"migrations_dir {directory!r} is not a directory in the package")
+    entries: dict[str, dict[str, str]] = {}
+    for child in sorted(base.iterdir(), key=lambda p: p.name.encode()):
+        rel = f"{directory}/{child.name}"
+        if child.is_dir():
+            if (child / "up.sql").is_file():
+                entries[child.name] = {"up": f"{rel}/up.sql"}
+                if (child / "down.sql").is_file():
+                    entries[child.name]["down"] = f"{rel}/down.sql"
+        elif child.name.endswith(".up.sql"):
+            mid = child.name[: -len(".up.sql")]
+            entries.setdefault(mid, {})["up"] = rel
+        elif child.name.endswith(".down.sql"):
+            mid = child.name[: -len(".down.sql")]
+            entries.setdefault(mid, {})["down"] = rel
+    result = []
+    for mid in sorted(entries, key=lambda s: s.encode()):
+        paths = entries[mid]
+        if "up" not in paths:
+            raise InvalidInput(f"migration {mid!r} has a down file but no up file")
+        result.append(MigrationEntry(id=mid, up=paths["up"], down=paths.get("down")))
+    if not result:
+        raise InvalidInput(f"no migrations found in {directory!r} (expected <id>.up.sql files or <id>/up.sql)")
+    return result
+
+
+def load_package(directory: str | Path) -> PackageSpec:
+    """Read and strictly validate a package directory.
+
+    Args:
+        directory: path of the package directory (holding ``fencepost-package.toml``).
+    Returns:
+        A ``PackageSpec`` with every referenced file's bytes.
+    Raises:
+        InvalidInput: with one line naming the first problem (missing manifest, TOML syntax, unknown or
+            missing key, bad path, missing file, non-UTF-8 SQL, duplicate migration id, size limits).
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        raise InvalidInput(f"package directory {str(directory)!r} does not exist")
+    manifest_path = root / MANIFEST_NAME
+    if not manifest_path.is_file():
+        raise InvalidInput(f"no {MANIFEST_NAME} in the package directory")
+    try:
+        raw = tomllib.loads(manifest_path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise InvalidInput(f"{MANIFEST_NAME} is not valid TOML: {error}") from None
+    try:
+        model = ManifestModel.model_validate(raw)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "manifest"
+        raise InvalidInput(f"{MANIFEST_NAME}: {where}: {first['msg']}") from None
+
+    pkg = model.package
+    if model.migrations is not None and pkg.migrations_dir is not None:
+        raise InvalidInput(f"{MANIFEST_NAME}: give either [[migrations]] or package.migrations_dir, not both")
+    if model.migrations is not None:
+        entries = list(model.migrations)
+    else:
+        entries = _discover(root, _safe_relative(pkg.migrations_dir or "migrations", "migrations_dir"))
+    if not entries:
+        raise InvalidInput(f"{MANIFEST_NAME}: a package needs at least one migration")
+
+    files: dict[str, bytes] = {MANIFEST_NAME: manifest_path.read_bytes()}
+    migrations = []
+    seen: set[str] = set()
+    for entry in entries:
+        if entry.id in seen:
+            raise InvalidInput(f"{MANIFEST_NAME}: duplicate migration id {entry.id!r}")
+        seen.add(entry.id)
+        up = _safe_relative(entry.up, f"migration {entry.id}")
+        _read(root, up, f"migration {entry.id}", files)
+        down = None
+        if entry.down is not None:
+            down = _safe_relative(entry.down, f"migration {entry.id}")
+            _read(root, down, f"migration {entry.id}", files)
+        migrations.append(Migration(entry.id, up, down))
+    seed = []
+    for item in pkg.seed:
+        rel = _safe_relative(item, "seed")
+        _read(root, rel, "seed", files)
+        seed.append(rel)
+    uninstall = None
+    if pkg.uninstall is not None:
+        uninstall = _safe_relative(pkg.uninstall, "uninstall")
+        _read(root, uninstall, "uninstall", files)
+    if pkg.previous_through is not None and pkg.previous_through not in seen:
+        raise InvalidInput(f"{MANIFEST_NAME}: previous_through {pkg.previous_through!r} is not a migration id")
+    if len(files) > MAX_FILES:
+        raise InvalidInput(f"package has {len(files)} files; the limit is {MAX_FILES}")
+    total = sum(len(b) for b in files.values())
+    if total > MAX_PACKAGE_BYTES:
+        raise InvalidInput(f"package is {total} bytes; the limit is {MAX_PACKAGE_BYTES}")
+    return PackageSpec(
+        name=pkg.name, version=pkg.version, previous_version=pkg.previous_version,
+        previous_through=pkg.previous_through, migrations=tuple(migrations), seed=tuple(seed), uninstall=uninstall,
+        functions=dict(model.sqlite.functions), volatile_columns=tuple(model.verify.volatile_columns), files=files)
+
+
+def package_from_run(manifest: dict[str, Any], files: list[RunFile]) -> PackageSpec:
+    """Rebuild the frozen ``PackageSpec`` from a Run's stored manifest and file bytes (never the disk).
+
+    Raises:
+        IntegrityViolation-like ``ValueError``: a stored file's bytes do not match its recorded digest.
+    """
+    blobs = {}
+    for f in files:
+        if sha256_bytes(f.content) != f.sha256:
+            raise ValueError(f"frozen file {f.path!r} does not match its recorded digest")
+        blobs[f.path] = f.content
+    return PackageSpec(
+        name=manifest["name"], version=manifest["version"], previous_version=manifest["previous_version"],
+        previous_through=manifest["previous_through"],
+        migrations=tuple(Migration(m["id"], m["up"], m["down"]) for m in manifest["migrations"]),
+        seed=tuple(manifest["seed"]), uninstall=manifest["uninstall"], functions=dict(manifest["functions"]),
+        volatile_columns=tuple(manifest["volatile_columns"]), files=blobs)
