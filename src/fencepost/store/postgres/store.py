@@ -1,0 +1,386 @@
+"""PostgreSQL store: psycopg 3 with a ``psycopg_pool.ConnectionPool``; the server's clock rules leases.
+
+Why the database clock: workers run on many machines whose clocks drift. A lease is only safe if one
+clock decides when it expires, and the one clock every worker shares is the server's. Each transaction
+reads ``clock_timestamp()`` once (``PostgresTransaction.now``) and every statement of that decision uses
+that instant, so the rows it writes and the lease events it records agree, exactly as on SQLite; lease
+deadlines are computed by the server (``:now + make_interval(secs => :lease_seconds)``). The instant is
+read at the first ``now()`` of the transaction, so a statement that later waits on a row lock judges
+expiry by a slightly earlier instant: it can only see a lease as *less* expired, never steal an active one.
+
+Why READ COMMITTED plus explicit row locks for writes: every decision is a conditional statement that
+re-checks its condition on the newest row version after any lock wait (claims lock with
+``FOR UPDATE SKIP LOCKED``; ``lock_attempt`` with ``FOR UPDATE``; fenced writes name the token), so the
+stronger isolation levels would only add serialization failures. Read-only units of work
+(``write=False``) run REPEATABLE READ READ ONLY: one consistent snapshot, never a serialization failure.
+
+Why connections are in autocommit mode with explicit BEGIN/COMMIT: the crash points
+``<name>:before-commit``/``<name>:after-commit`` must sit exactly around COMMIT, as in the SQLite store.
+
+Driver errors are translated once, here, into ``fencepost.core.errors``. No message ever carries the
+DSN, a password or a lease token: only PostgreSQL's primary message is used (never its DETAIL, which can
+echo a failing row with its token), and it is scrubbed of the DSN and password.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+
+from fencepost.core.clock import Clock
+from fencepost.core.crashpoints import crashpoint
+from fencepost.core.errors import Conflict, FencepostError, SchemaNotReady, StoreUnavailable
+from fencepost.store.base import MigrationStep, Result, Store, StoreBusy, Transaction
+from fencepost.store.migrations import load_migrations
+from fencepost.store.queries import load_queries, to_pyformat
+
+# SQLSTATEs of transient contention: serialization failure, deadlock, lock not available.
+_BUSY_STATES = {"40001", "40P01", "55P03"}
+# First key of the migration advisory lock ("fp" in ASCII); the second is a hash of the schema name, so
+# migrations of different schemas in one database do not wait for each other.
+_MIGRATION_LOCK_CLASS = 0x6670
+_URL_IN_TEXT = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
+
+_MIGRATION_LOCK = b"SELECT pg_advisory_xact_lock(%s, hashtext(coalesce(current_schema(), '')))"
+_CREATE_SCHEMA_TABLE = """
+CREATE TABLE IF NOT EXISTS fencepost_schema (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    checksum   TEXT NOT NULL,
+    applied_at TIMESTAMPTZ NOT NULL
+)"""
+
+
+class _Scrubber:
+    """Removes the DSN, its password and any URL from a driver message and keeps one line."""
+
+    def __init__(self, dsn: str) -> None:
+        self._secrets = [dsn]
+        try:
+            password = conninfo_to_dict(dsn).get("password")
+        except psycopg.Error:
+            password = None
+        if isinstance(password, str) and len(password) >= 3:
+            self._secrets.append(password)
+
+    def __call__(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        text = _URL_IN_TEXT.sub("<url>", text)
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        return lines[0] if lines else "no detail"
+
+
+def _primary_message(error: BaseException, scrub: _Scrubber) -> str:
+    diag = getattr(error, "diag", None)
+    primary = getattr(diag, "message_primary", None) if diag is not None else None
+    return scrub(primary or str(error))
+
+
+def translate_postgres_error(error: BaseException, scrub: _Scrubber) -> FencepostError:
+    """Map a psycopg error to fencepost's error types.
+
+    Args:
+        error: the driver (or pool) exception.
+        scrub: removes the DSN and password from driver text.
+    Returns:
+        ``StoreBusy`` for transient contention and lost connections (serialization failure, deadlock,
+        lock not available, any ``OperationalError``, pool timeout); ``Conflict`` for a constraint or
+        value the database refused (``IntegrityError``, ``DataError``); ``StoreUnavailable`` otherwise.
+    """
+    if isinstance(error, PoolClosed):
+        return StoreUnavailable("the PostgreSQL control store is closed")
+    if isinstance(error, PoolTimeout):
+        return StoreBusy("no PostgreSQL connection became available within the pool timeout")
+    message = _primary_message(error, scrub)
+    if isinstance(error, psycopg.IntegrityError):
+        return Conflict(f"constraint failed: {message}")
+    if isinstance(error, psycopg.DataError):
+        # A value the database refuses (out of range, malformed) is the caller's conflict with the schema,
+        # exactly as the CHECK constraint that catches the same value on SQLite.
+        return Conflict(f"value rejected: {message}")
+    sqlstate = getattr(error, "sqlstate", None)
+    if sqlstate in _BUSY_STATES or isinstance(error, psycopg.OperationalError):
+        return StoreBusy(f"PostgreSQL is busy or unreachable: {message}")
+    return StoreUnavailable(f"PostgreSQL error: {message}")
+
+
+def _utc_row(row: dict[str, Any]) -> dict[str, Any]:
+    for key, value in row.items():
+        if isinstance(value, datetime):
+            row[key] = value.astimezone(UTC)
+        elif isinstance(value, memoryview):
+            row[key] = bytes(value)
+    return row
+
+
+class PostgresTransaction(Transaction):
+    """One open unit of work on one pooled connection. Valid only inside ``PostgresStore.transaction()``.
+
+    After any failed statement PostgreSQL has aborted the transaction; every later statement and the
+    commit then raise the same error type instead of silently committing nothing.
+    """
+
+    backend = "postgres"
+
+    def __init__(self, conn: psycopg.Connection[Any], store: PostgresStore) -> None:
+        self._conn = conn
+        self._store = store
+        self._now: datetime | None = None
+        self.failure: FencepostError | None = None
+
+    def now(self) -> datetime:
+        """The server's ``clock_timestamp()``, read once per transaction (aware UTC ``datetime``)."""
+        # One instant per transaction: every row a decision writes carries the same server time.
+        if self._now is None:
+            self._now = self._run("store_now", {}).rows[0]["now"]
+        assert self._now is not None
+        return self._now
+
+    def _guard(self) -> None:
+        if self.failure is not None:
+            raise type(self.failure)(
+                f"an earlier statement of this transaction failed ({self.failure}); it will be rolled back")
+
+    def _fail(self, error: psycopg.Error) -> FencepostError:
+        self.failure = translate_postgres_error(error, self._store.scrub)
+        return self.failure
+
+    def _run(self, name: str, params: dict[str, Any]) -> Result:
+        self._guard()
+        query = self._store.queries[name]
+        try:
+            with self._conn.cursor(row_factory=dict_row) as cursor:
+                cursor.execute(query, params)
+                rows = [_utc_row(r) for r in cursor.fetchall()] if cursor.description is not None else []
+                return Result(rows=rows, rowcount=cursor.rowcount if cursor.rowcount >= 0 else len(rows))
+        except psycopg.Error as error:
+            raise self._fail(error) from None
+
+    def execute_raw(self, query: str,
+                    params: tuple[Any, ...] | dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """Run ad-hoc SQL (``%s`` placeholders) for audit checks and tests. Not for application paths.
+
+        Returns:
+            The result rows as tuples (empty for statements without a result).
+        Raises:
+            Conflict, StoreBusy, StoreUnavailable: translated driver errors.
+        """
+        self._guard()
+        try:
+            with self._conn.cursor() as cursor:
+                cursor.execute(query.encode("utf-8"), params)
+                return list(cursor.fetchall()) if cursor.description is not None else []
+        except psycopg.Error as error:
+            raise self._fail(error) from None
+
+
+class PostgresStore(Store):
+    """A PostgreSQL control database shared by fencepost processes on any number of machines.
+
+    Args:
+        dsn: a libpq URL or conninfo string (``postgresql://user@host:5432/dbname``). Never shown.
+        clock: accepted for symmetry with SQLite; informational only (the server's clock rules leases).
+        schema: run in this PostgreSQL schema (sets ``search_path``); default: the DSN's search_path.
+        min_size, max_size: connection pool bounds (connections).
+        connect_timeout_seconds: libpq connect timeout (seconds, at least 1).
+        pool_timeout_seconds: how long a unit of work waits for a pooled connection (seconds).
+        lock_timeout_seconds: how long one statement waits on a row lock before ``StoreBusy`` (seconds),
+            the counterpart of SQLite's busy timeout; ``Store.transact`` then retries within its bound.
+        busy_wait_seconds: bound on retrying transient contention inside ``transact`` (seconds).
+    Raises:
+        StoreUnavailable: the URL is malformed or the server cannot be reached (one line, no DSN).
+    """
+
+    backend = "postgres"
+
+    def __init__(self, dsn: str, clock: Clock | None = None, *, schema: str | None = None, min_size: int = 1,
+                 max_size: int = 10, connect_timeout_seconds: float = 5.0, pool_timeout_seconds: float = 30.0,
+                 lock_timeout_seconds: float = 5.0, busy_wait_seconds: float = 30.0) -> None:
+        super().__init__(clock=clock, busy_wait_seconds=busy_wait_seconds)
+        self.display_url = "postgresql"
+        self.schema = schema
+        self.lock_timeout_seconds = lock_timeout_seconds
+        self.scrub = _Scrubber(dsn)
+        self.queries = {name: to_pyformat(text)
+                        for name, text in load_queries("fencepost.store.postgres").items()}
+        self._local = threading.local()
+        try:
+            conninfo_to_dict(dsn)
+        except psycopg.Error:
+            raise StoreUnavailable(
+                "cannot connect to the PostgreSQL control database: the URL is malformed") from None
+        connect_kwargs: dict[str, Any] = {"autocommit": True,
+                                          "connect_timeout": max(1, round(connect_timeout_seconds)),
+                                          "application_name": "fencepost"}
+        # Probe once so that an unreachable server or a wrong URL fails here with one clear line, instead
+        # of a pool retrying (and logging) in the background.
+        try:
+            probe = psycopg.connect(dsn, **connect_kwargs)
+        except psycopg.Error as error:
+            raise StoreUnavailable(
+                f"cannot connect to the PostgreSQL control database: {self._connect_reason(error)}") from None
+        try:
+            self._configure(probe)
+        except psycopg.Error as error:
+            raise translate_postgres_error(error, self.scrub) from None
+        finally:
+            probe.close()
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            dsn, kwargs=connect_kwargs, min_size=min_size, max_size=max_size, open=True,
+            configure=self._configure, timeout=pool_timeout_seconds, name="fencepost")
+
+    def _connect_reason(self, error: psycopg.Error) -> str:
+        # libpq: "connection failed: connection to server at "h", port p failed: FATAL:  <reason>\n\t<hint>"
+        line = self.scrub(str(error))
+        reason = line.rsplit("failed:", 1)[-1].strip() if "failed:" in line else line
+        return reason.removeprefix("FATAL:").strip() or "no detail"
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        """Session settings of every connection: UTC, the schema, the lock timeout."""
+        lock_timeout = f"{max(1, round(self.lock_timeout_seconds * 1000))}ms"
+        statements: list[sql.SQL | sql.Composed] = [
+            sql.SQL("SET TIME ZONE 'UTC'"),
+            sql.SQL("SET lock_timeout = {}").format(sql.Literal(lock_timeout)),
+        ]
+        if self.schema is not None:
+            statements.append(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+        for statement in statements:
+            conn.execute(statement)
+
+    # ── units of work ──
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        try:
+            conn = self._pool.getconn()
+        except psycopg.Error as error:
+            raise translate_postgres_error(error, self.scrub) from None
+        try:
+            yield conn
+        finally:
+            # A connection left broken or inside a transaction is discarded/reset by the pool.
+            self._pool.putconn(conn)
+
+    @contextmanager
+    def transaction(self, *, write: bool = True, name: str | None = None) -> Iterator[PostgresTransaction]:
+        """Open a unit of work: READ COMMITTED for writes, REPEATABLE READ READ ONLY for reads.
+
+        Commits on normal exit and rolls back on any exception; crash points ``<name>:before-commit`` and
+        ``<name>:after-commit`` fire around COMMIT.
+
+        Raises:
+            RuntimeError: a transaction is already open on this thread.
+            StoreBusy: contention or a lost connection (``Store.transact`` retries it).
+            Conflict: a constraint or value refused by the database.
+            StoreUnavailable: any other database error.
+        """
+        if getattr(self._local, "open", False):
+            raise RuntimeError("a transaction is already open on this thread")
+        self._local.open = True
+        try:
+            with self._connection() as conn:
+                tx = PostgresTransaction(conn, self)
+                try:
+                    conn.execute(b"BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE" if write
+                                 else b"BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                except psycopg.Error as error:
+                    raise translate_postgres_error(error, self.scrub) from None
+                try:
+                    yield tx
+                    if tx.failure is not None:
+                        # The caller swallowed a store error; PostgreSQL would answer COMMIT with ROLLBACK.
+                        raise type(tx.failure)(
+                            f"the transaction was rolled back after an error: {tx.failure}")
+                    if name:
+                        crashpoint(f"{name}:before-commit")
+                    conn.execute(b"COMMIT")
+                except BaseException as error:
+                    if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                        with suppress(psycopg.Error):
+                            conn.execute(b"ROLLBACK")
+                    if isinstance(error, psycopg.Error):
+                        raise translate_postgres_error(error, self.scrub) from None
+                    raise
+        finally:
+            self._local.open = False
+        if name:
+            crashpoint(f"{name}:after-commit")
+
+    # ── schema ──
+    def migrations(self) -> list[MigrationStep]:
+        return load_migrations("fencepost.store.postgres")
+
+    @staticmethod
+    def _applied(conn: psycopg.Connection[Any]) -> dict[int, str]:
+        exists = conn.execute(b"SELECT to_regclass('fencepost_schema') IS NOT NULL").fetchone()
+        if not exists or not exists[0]:
+            return {}
+        return {int(v): str(c) for v, c in conn.execute(b"SELECT version, checksum FROM fencepost_schema")}
+
+    def schema_version(self) -> int:
+        """The highest applied migration version (0 when unmigrated).
+
+        Raises:
+            StoreBusy, StoreUnavailable: the server cannot be reached.
+        """
+        with self._connection() as conn:
+            try:
+                return max(self._applied(conn), default=0)
+            except psycopg.Error as error:
+                raise translate_postgres_error(error, self.scrub) from None
+
+    def migrate(self) -> list[MigrationStep]:
+        """Apply pending migrations in order, each file as one script in its own transaction.
+
+        Each transaction first takes a transaction-scoped advisory lock (per schema), then re-reads the
+        applied versions, so concurrent ``fencepost migrate`` runs are safe: the second waits, finds the
+        step applied and skips it.
+
+        Returns:
+            The steps applied by this call (empty when up to date).
+        Raises:
+            SchemaNotReady: an applied migration's checksum differs from the shipped file, or the
+                database is newer than this fencepost.
+            StoreBusy, StoreUnavailable, Conflict: translated driver errors (the failing step is rolled back).
+        """
+        applied_now = []
+        with self._connection() as conn:
+            try:
+                for step in self.migrations():
+                    with conn.transaction():
+                        conn.execute(_MIGRATION_LOCK, (_MIGRATION_LOCK_CLASS,))
+                        conn.execute(_CREATE_SCHEMA_TABLE.encode("utf-8"))
+                        applied = self._applied(conn)
+                        if step.version in applied:
+                            if applied[step.version] != step.checksum:
+                                raise SchemaNotReady(
+                                    f"applied migration {step.version:04d}_{step.name} differs from the one "
+                                    "shipped with this fencepost; refusing to continue")
+                            continue
+                        # No parameters: psycopg sends the file as one simple-protocol script.
+                        conn.execute(step.sql.encode("utf-8"))
+                        conn.execute(b"INSERT INTO fencepost_schema (version, name, checksum, applied_at) "
+                                     b"VALUES (%s, %s, %s, clock_timestamp())",
+                                     (step.version, step.name, step.checksum))
+                    applied_now.append(step)
+                newest = max(self._applied(conn), default=0)
+            except psycopg.Error as error:
+                raise translate_postgres_error(error, self.scrub) from None
+        if newest > self.expected_version:
+            raise SchemaNotReady(f"the control database schema is version {newest}, newer than this "
+                                 f"fencepost understands ({self.expected_version}); upgrade fencepost")
+        return applied_now
+
+    def close(self) -> None:
+        """Close the pool and every connection it holds. Idempotent."""
+        self._pool.close()
