@@ -14,7 +14,7 @@ from fencepost.store.records import ClaimedCommand, Lease
 T = TypeVar("T")
 
 
-class StopRequested(Exception):  # noqa: N818 - a signal, not an error
+class StopRequested(Exception):
     """Raised by ``CommandContext.check`` at a safe point when the worker is stopping gracefully."""
 
 

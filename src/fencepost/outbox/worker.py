@@ -181,7 +181,7 @@ class Worker:
             log.error("store unavailable during command", extra={"event": "command_abandoned",
                                                                  "command_id": ctx.command.id, "error": str(error)})
             return False
-        except Exception as error:  # noqa: BLE001 - any handler bug fails the command, with its text
+        except Exception as error:
             self._fail(ctx, error)
             return False
         if ctx.finished:

@@ -67,7 +67,7 @@ class ScenarioEnv:
 def install(conn: sqlite3.Connection, package: PackageSpec, upto: int | None = None) -> list[str]:
     """Apply the package's pending up migrations (first ``upto`` only, if given) in order; return ids applied."""
     done = set(applied(conn))
-    ran = []
+    ran: list[str] = []
     for migration in package.migrations[:upto]:
         if migration.id in done:
             continue

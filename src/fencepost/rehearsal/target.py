@@ -47,9 +47,9 @@ class LocalFileTarget:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             if not final.exists():
-                receipt = {"target": self.kind, "receipt_id": "tr_" + secrets.token_hex(12),
-                           "delivered_at": datetime.now(UTC).isoformat(), "payload_sha256": payload_sha}
-                record = {"idempotency_key": idempotency_key, "receipt": receipt,
+                fresh = {"target": self.kind, "receipt_id": "tr_" + secrets.token_hex(12),
+                         "delivered_at": datetime.now(UTC).isoformat(), "payload_sha256": payload_sha}
+                record = {"idempotency_key": idempotency_key, "receipt": fresh,
                           "payload": json.loads(body.decode("utf-8"))}
                 tmp = self.directory / f".{name}.{secrets.token_hex(6)}.tmp"
                 tmp.write_bytes(json.dumps(record, sort_keys=True).encode("utf-8"))
@@ -65,7 +65,7 @@ class LocalFileTarget:
             stored = json.loads(final.read_text(encoding="utf-8"))
         except OSError as error:
             raise TargetRefused(f"target directory is not writable: {error.strerror}") from None
-        receipt = dict(stored["receipt"])
+        receipt: dict[str, Any] = dict(stored["receipt"])
         if receipt["payload_sha256"] != payload_sha:
             raise TargetRefused("idempotency key already used with a different payload")
         receipt["replayed"] = not created

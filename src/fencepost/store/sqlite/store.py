@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from typing import Any
 
@@ -164,10 +164,8 @@ class SQLiteStore(Store):
             conn.execute("COMMIT")
         except BaseException as error:
             if conn.in_transaction:
-                try:
+                with suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
             if isinstance(error, sqlite3.Error):
                 raise translate_sqlite_error(error) from None
             raise
@@ -231,10 +229,8 @@ class SQLiteStore(Store):
     def close(self) -> None:
         with self._all_lock:
             for conn in self._all:
-                try:
+                with suppress(sqlite3.Error):
                     conn.close()
-                except sqlite3.Error:
-                    pass
             self._all.clear()
         self._local = threading.local()
 

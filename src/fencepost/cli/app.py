@@ -1,0 +1,222 @@
+"""``fencepost``: the command line entry point.
+
+Exit codes: 0 success; 1 release gate blocked (or Attempt did not finish); 2 bad input or unknown id;
+3 conflicting state (e.g. reconcile of an active lease); 4 schema not migrated; 5 store unavailable.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+
+from fencepost import __version__
+from fencepost.cli import logs, render
+from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
+from fencepost.cli.rehearsal_cmds import app as rehearsal_app
+from fencepost.core.errors import InvalidInput
+from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
+from fencepost.outbox.worker import default_worker_id
+from fencepost.rehearsal import views
+from fencepost.rehearsal.handler import KIND, AttemptHandler
+from fencepost.rehearsal.package import load_package
+from fencepost.rehearsal.service import RehearsalService
+from fencepost.store.base import Store
+from fencepost.store.url import DEFAULT_URL
+
+app = typer.Typer(
+    help="fencepost runs side-effecting work under fenced leases and proves what happened.\n\n"
+         "Start with `fencepost migrate`, then `fencepost rehearse examples/inventory`.",
+    no_args_is_help=True, add_completion=False)
+app.add_typer(rehearsal_app, name="rehearsal")
+
+WorkDirOpt = Annotated[Path, typer.Option(
+    "--work-dir", envvar="FENCEPOST_WORK_DIR", show_envvar=True,
+    help="Where sandboxes and the local delivery target live.")]
+LeaseOpt = Annotated[float, typer.Option(
+    "--lease-seconds", envvar="FENCEPOST_LEASE_SECONDS", show_envvar=True,
+    help="Lease duration in seconds (0.1-3600); heartbeat every third of it.")]
+DEFAULT_WORK_DIR = Path(".fencepost")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"fencepost {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                               help="Print the version and exit.")] = False) -> None:
+    """fencepost: durable, fenced execution of side-effecting work."""
+
+
+@app.command()
+def migrate(database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
+    """Create or upgrade the control database schema (safe to run again)."""
+    with opened(database, require_schema=False) as store, handled():
+        applied = store.migrate()
+        version = store.schema_version()
+    names = [f"{m.version:04d}_{m.name}" for m in applied]
+    data = {"backend": store.backend, "schema_version": version, "applied": names}
+    emit(json, data, lambda: typer.echo(
+        f"{store.display_url}: schema at version {version}"
+        + (f" (applied {', '.join(names)})" if names else " (already current)")))
+
+
+def build_worker(store: Store, work_dir: Path, config: WorkerConfig, keep_sandboxes: bool = False) -> Worker:
+    """A worker with every built-in command kind registered."""
+    registry = HandlerRegistry()
+    registry.register(KIND, AttemptHandler(work_dir, keep_sandboxes=keep_sandboxes))
+    return Worker(store, registry, config)
+
+
+@app.command()
+def worker(
+    database: DatabaseOpt = DEFAULT_URL,
+    work_dir: WorkDirOpt = DEFAULT_WORK_DIR,
+    lease_seconds: LeaseOpt = 30.0,
+    poll_interval: Annotated[float, typer.Option(envvar="FENCEPOST_POLL_INTERVAL", show_envvar=True,
+                                                 help="Seconds to wait after finding no work (0.01-60).")] = 1.0,
+    batch_size: Annotated[int, typer.Option(envvar="FENCEPOST_BATCH_SIZE", show_envvar=True,
+                                            help="Commands claimed per claim transaction (1-1000).")] = 10,
+    worker_id: Annotated[str | None, typer.Option(envvar="FENCEPOST_WORKER_ID", show_envvar=True,
+                                                  help="Lease owner name (default host:pid:random).")] = None,
+    keep_sandboxes: Annotated[bool, typer.Option(help="Keep sandbox databases after each delivery.")] = False,
+    log_format: Annotated[str, typer.Option(envvar="FENCEPOST_LOG_FORMAT", show_envvar=True,
+                                            help="Log lines as json or text.")] = "json",
+) -> None:
+    """Run a long-lived worker: claim commands, run them under fenced leases, heartbeat, take over.
+
+    SIGTERM or SIGINT stops it gracefully: it stops claiming, lets the current scenario end and releases
+    its lease so another worker continues at once.
+    """
+    if log_format not in ("json", "text"):
+        raise typer.BadParameter("must be json or text", param_hint="--log-format")
+    logs.configure(log_format)
+    with opened(database) as store, handled():
+        config = WorkerConfig(poll_interval=poll_interval, batch_size=batch_size, lease_seconds=lease_seconds,
+                              worker_id=worker_id or default_worker_id())
+        w = build_worker(store, work_dir, config, keep_sandboxes)
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            w.request_stop()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        w.run()
+
+
+def _watch(service: RehearsalService, attempt_id: str, timeout: float) -> Any:
+    """Print each scenario as it finishes; return the terminal Attempt view (or the last seen on timeout)."""
+    shown: set[tuple[int, int]] = set()
+    delivery_seen = 0
+    deadline = time.monotonic() + timeout
+    while True:
+        attempt = service.attempt(attempt_id)
+        receipts = service.receipts(attempt_id)
+        if attempt.delivery_count > 1 and attempt.delivery_count != delivery_seen and attempt.delivery > 1:
+            render.console.print(f"  [yellow]takeover[/yellow]: delivery {attempt.delivery_count} replays all six "
+                                 "scenarios in a new sandbox")
+        delivery_seen = max(delivery_seen, attempt.delivery_count)
+        view = views.attempt_view(attempt, receipts, evidence=True)
+        for r in view["receipts"]:
+            key = (r["position"], r["delivery"] or 0)
+            if r["status"] in ("SUCCEEDED", "FAILED", "ABORTED") and key not in shown:
+                shown.add(key)
+                ms = ((r.get("evidence") or {}).get("execution") or {}).get("duration_ms")
+                took = f"{ms:>9.1f} ms" if isinstance(ms, (int, float)) else ""
+                render.console.print(f"  [{r['position']}/6] {r['scenario']:<22} {render.styled(r['status'])}{took}")
+                failure = ((r.get("evidence") or {}).get("error") or {}).get("message")
+                if failure:
+                    render.console.print(f"        {failure}")
+        if attempt.status.terminal:
+            return view
+        if time.monotonic() > deadline:
+            return view
+        time.sleep(0.1)
+
+
+@app.command()
+def rehearse(
+    package_dir: Annotated[str, typer.Argument(help="Plugin package directory (see docs/package-format.md).")],
+    database: DatabaseOpt = DEFAULT_URL,
+    work_dir: WorkDirOpt = DEFAULT_WORK_DIR,
+    attempts: Annotated[int, typer.Option(help="Attempts to run; the second and later are compared with the "
+                                               "previous successful one.", min=1, max=20)] = 2,
+    lease_seconds: LeaseOpt = 30.0,
+    timeout: Annotated[float, typer.Option(help="Give up waiting for an Attempt after this many seconds.")] = 600.0,
+    json: JsonOpt = False,
+) -> None:
+    """The main job: freeze PACKAGE_DIR as a rehearsal, run its Attempts with an in-process worker while
+    showing each scenario, then print the comparison and the release gate.
+
+    Exit 0 when the gate passes, 1 when it is blocked, 2 for bad input.
+    """
+    with opened(database) as store, handled():
+        service = RehearsalService(store)
+        spec = load_package(package_dir)
+        run = service.create_run_from_spec(spec)
+        run_view = views.run_view(run)
+        if not json:
+            render.run(run_view)
+        config = WorkerConfig(poll_interval=0.05, batch_size=1, lease_seconds=lease_seconds)
+        w = build_worker(store, work_dir, config)
+        thread = threading.Thread(target=w.run, name="fencepost-worker", daemon=True)
+        thread.start()
+        finished = []
+        interrupted = threading.Event()
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            interrupted.set()
+            w.request_stop()
+
+        previous = signal.signal(signal.SIGINT, stop)
+        try:
+            for _ in range(attempts):
+                if interrupted.is_set():
+                    break
+                attempt = service.enqueue_attempt(run.id)
+                w.wake()
+                if not json:
+                    render.console.print(f"attempt #{attempt.seq} {attempt.id} enqueued")
+                view = _watch(service, attempt.id, timeout) if not json else _quiet_wait(service, attempt.id, timeout)
+                finished.append(view)
+                if view["status"] not in ("SUCCEEDED", "FAILED", "ABORTED"):
+                    raise InvalidInput(f"attempt {attempt.id} did not finish within {timeout:g} s (still "
+                                       f"{view['status']}); it stays queued for `fencepost worker`")
+        finally:
+            w.request_stop()
+            thread.join(timeout=lease_seconds + 5)
+            signal.signal(signal.SIGINT, previous)
+        comparison = views.comparison_view(service.compare(run.id))
+        gate = views.gate_view(service.gate(run.id))
+    data = {"rehearsal": run_view, "attempts": finished, "comparison": comparison, "gate": gate}
+
+    def text() -> None:
+        render.comparison(comparison)
+        render.gate(gate)
+
+    emit(json, data, text)
+    if interrupted.is_set():
+        raise typer.Exit(130)
+    if not gate["passed"]:
+        raise typer.Exit(1)
+
+
+def _quiet_wait(service: RehearsalService, attempt_id: str, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        attempt = service.attempt(attempt_id)
+        if attempt.status.terminal or time.monotonic() > deadline:
+            return views.attempt_view(attempt, service.receipts(attempt_id))
+        time.sleep(0.1)
+
+
+def main() -> None:
+    app()

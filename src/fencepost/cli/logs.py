@@ -1,0 +1,42 @@
+"""Structured logging for long-running commands: one JSON object per line on stderr.
+
+Log records carry their fields in ``extra``; no field ever holds a lease token (tokens never leave the
+store layer except inside ``Lease`` objects, which are not logged).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {"ts": datetime.fromtimestamp(record.created, UTC).isoformat(),
+                                 "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage()}
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                entry[key] = value if isinstance(value, (str, int, float, bool, type(None), list)) else str(value)
+        return json.dumps(entry, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        fields = " ".join(f"{k}={v}" for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_"))
+        stamp = datetime.fromtimestamp(record.created, UTC).strftime("%H:%M:%S")
+        return f"{stamp} {record.levelname.lower():7} {record.getMessage()} {fields}".rstrip()
+
+
+def configure(fmt: str = "json", level: int = logging.INFO) -> None:
+    """Send fencepost's logs to stderr as ``json`` or ``text`` lines."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger("fencepost")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False

@@ -1,0 +1,71 @@
+"""Human-readable output of rehearsal views (rich)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console(highlight=False, soft_wrap=True)
+
+_STYLE = {"SUCCEEDED": "green", "DELIVERED": "green", "FAILED": "red", "ABORTED": "yellow", "RUNNING": "cyan",
+          "PROCESSING": "cyan", "PENDING": "dim", "READY": "green", "RETIRED": "yellow"}
+
+
+def styled(status: str) -> str:
+    style = _STYLE.get(status)
+    return f"[{style}]{status}[/{style}]" if style else status
+
+
+def run(view: dict[str, Any]) -> None:
+    pkg = view["package"]
+    previous = f" (upgrades from {pkg['previous_version']})" if pkg.get("previous_version") else ""
+    console.print(f"rehearsal [bold]{view['id']}[/bold]: {pkg['name']} {pkg['version']}{previous}  "
+                  f"{styled(view['status'])}")
+    console.print(f"  content digest {view['content_digest']}, {len(view['migrations'])} migration(s)")
+
+
+def attempt(view: dict[str, Any]) -> None:
+    out = view["outbox"]
+    console.print(f"attempt #{view['seq']} [bold]{view['id']}[/bold]: {styled(view['status'])}  "
+                  f"outbox {styled(out['status'])}, delivery count {out['delivery_count']}")
+    if out["lease_owner"]:
+        console.print(f"  lease owner {out['lease_owner']}, last heartbeat {out['last_heartbeat_at']}, "
+                      f"lease until {out['lease_until']}")
+    if view.get("error"):
+        console.print(f"  error: {view['error']}")
+    if "receipts" in view:
+        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        for col in ("#", "scenario", "status", "delivery", "integrity", "evidence fingerprint"):
+            table.add_column(col)
+        for r in view["receipts"]:
+            integrity = r["integrity"]["status"]
+            mark = "[red]TAMPERED[/red]" if integrity == "tampered" else integrity
+            table.add_row(str(r["position"]), r["scenario"], styled(r["status"]), str(r["delivery"] or "-"), mark,
+                          (r["evidence_fingerprint"] or "-")[:23])
+        console.print(table)
+
+
+def comparison(view: dict[str, Any]) -> None:
+    if not view["comparable"]:
+        console.print(f"comparison: {view['reason']}")
+        return
+    verdict = "[green]match[/green]" if view["equal"] else "[red]differ[/red]"
+    base, cand = view["baseline"], view["candidate"]
+    console.print(f"comparison of attempt #{base['seq']} and #{cand['seq']}: semantics {verdict}")
+    console.print(f"  semantic  #{base['seq']} {base['semantic_fingerprint']}")
+    console.print(f"  semantic  #{cand['seq']} {cand['semantic_fingerprint']}")
+    for b, c in zip(base["raw"], cand["raw"], strict=False):
+        console.print(f"  raw {b['position']} {b['scenario']:<22} {(b['evidence_fingerprint'] or '-')[:23]}  "
+                      f"{(c['evidence_fingerprint'] or '-')[:23]}")
+    for path in view["differing_paths"]:
+        console.print(f"  [red]differs[/red] at {path}")
+
+
+def gate(view: dict[str, Any]) -> None:
+    verdict = "[green]PASS[/green]" if view["passed"] else "[red]BLOCKED[/red]"
+    console.print(f"release gate for {view['run_id']}: {verdict}")
+    for check in view["checks"]:
+        mark = "[green]pass[/green]" if check["passed"] else "[red]FAIL[/red]"
+        console.print(f"  {mark}  {check['name']:<26} {check['reason']}")

@@ -1,0 +1,80 @@
+"""Plain-JSON views of rehearsal records for the CLI's ``--json`` output and the HTTP API.
+
+Nothing here ever includes a lease token (records do not carry one) or a database path.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from fencepost.core.canonical import parse_json
+from fencepost.evidence.comparison import AttemptFingerprints, Comparison
+from fencepost.evidence.gate import GateReport
+from fencepost.evidence.receipts import verify_receipt
+from fencepost.rehearsal.service import ComparisonResult
+from fencepost.store.records import AttemptRecord, ReceiptRecord, RunRecord
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None
+
+
+def run_view(run: RunRecord) -> dict[str, Any]:
+    return {"id": run.id, "package": {"name": run.package_name, "version": run.package_version,
+                                      "previous_version": run.previous_version},
+            "content_digest": run.content_digest, "status": str(run.status), "created_at": iso(run.created_at),
+            "migrations": [m["id"] for m in run.manifest.get("migrations", [])]}
+
+
+def receipt_view(receipt: ReceiptRecord, *, evidence: bool = False) -> dict[str, Any]:
+    integrity = verify_receipt(receipt)
+    view: dict[str, Any] = {
+        "id": receipt.id, "position": receipt.position, "scenario": receipt.scenario, "status": str(receipt.status),
+        "delivery": receipt.delivery, "started_at": iso(receipt.started_at), "finished_at": iso(receipt.finished_at),
+        "evidence_fingerprint": receipt.evidence_fingerprint,
+        "integrity": {"status": integrity.status, "reason": integrity.reason},
+    }
+    if evidence:
+        try:
+            view["evidence"] = parse_json(receipt.evidence) if receipt.evidence is not None else None
+        except ValueError:
+            view["evidence"] = None
+    return view
+
+
+def attempt_view(attempt: AttemptRecord, receipts: list[ReceiptRecord] | None = None,
+                 *, evidence: bool = False) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "id": attempt.id, "run_id": attempt.run_id, "seq": attempt.seq, "status": str(attempt.status),
+        "error": attempt.error, "created_at": iso(attempt.created_at), "started_at": iso(attempt.started_at),
+        "finished_at": iso(attempt.finished_at),
+        "outbox": {"command_id": attempt.command_id, "status": str(attempt.command_status),
+                   "lease_owner": attempt.lease_owner, "lease_until": iso(attempt.lease_until),
+                   "last_heartbeat_at": iso(attempt.last_heartbeat_at), "delivery_count": attempt.delivery_count,
+                   "available_at": iso(attempt.available_at)},
+    }
+    if receipts is not None:
+        view["receipts"] = [receipt_view(r, evidence=evidence) for r in receipts]
+    return view
+
+
+def _fingerprints(fp: AttemptFingerprints) -> dict[str, Any]:
+    return {"attempt_id": fp.attempt_id, "seq": fp.seq, "semantic_fingerprint": fp.semantic, "raw": fp.raw}
+
+
+def comparison_view(result: ComparisonResult) -> dict[str, Any]:
+    comparison: Comparison | None = result.comparison
+    if comparison is None:
+        return {"comparable": False, "reason": result.reason}
+    return {"comparable": True, "equal": comparison.equal, "reason": result.reason,
+            "baseline": _fingerprints(comparison.baseline), "candidate": _fingerprints(comparison.candidate),
+            "differing_paths": comparison.differing_paths}
+
+
+def gate_view(report: GateReport) -> dict[str, Any]:
+    return {"run_id": report.run_id, "passed": report.passed, "latest_attempt_id": report.latest_attempt_id,
+            "baseline_attempt_id": report.baseline_attempt_id,
+            "checks": [{"name": c.name, "passed": c.passed, "reason": c.reason} for c in report.checks],
+            "tampered_receipts": [{"position": i.position, "scenario": i.scenario, "reason": i.reason}
+                                  for i in report.integrity if i.status == "tampered"]}
