@@ -161,11 +161,12 @@ def rehearse(
     with opened(database) as store, handled():
         service = RehearsalService(store)
         spec = load_package(package_dir)
+        config = WorkerConfig(poll_interval=0.05, batch_size=1, lease_seconds=lease_seconds)
+        config.validate()  # every input is checked before the Run is written: bad input leaves no rows
         run = service.create_run_from_spec(spec)
         run_view = views.run_view(run)
         if not json:
             render.run(run_view)
-        config = WorkerConfig(poll_interval=0.05, batch_size=1, lease_seconds=lease_seconds)
         w = build_worker(store, work_dir, config)
         thread = threading.Thread(target=w.run, name="fencepost-worker", daemon=True)
         thread.start()
