@@ -17,6 +17,7 @@ import typer
 
 from fencepost import __version__
 from fencepost.cli import logs, render
+from fencepost.cli.audit_cmd import audit
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
 from fencepost.cli.rehearsal_cmds import app as rehearsal_app
 from fencepost.core.errors import InvalidInput
@@ -34,6 +35,7 @@ app = typer.Typer(
          "Start with `fencepost migrate`, then `fencepost rehearse examples/inventory`.",
     no_args_is_help=True, add_completion=False)
 app.add_typer(rehearsal_app, name="rehearsal")
+app.command()(audit)
 
 WorkDirOpt = Annotated[Path, typer.Option(
     "--work-dir", envvar="FENCEPOST_WORK_DIR", show_envvar=True,

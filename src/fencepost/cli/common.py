@@ -40,10 +40,13 @@ def handled() -> Iterator[None]:
 
 
 @contextmanager
-def opened(database: str, *, require_schema: bool = True) -> Iterator[Store]:
-    """Open the store for a command; refuse an unmigrated schema unless told otherwise."""
+def opened(database: str, *, require_schema: bool = True, create: bool | None = None) -> Iterator[Store]:
+    """Open the store for a command; refuse an unmigrated schema unless told otherwise.
+
+    ``create`` (SQLite): whether a missing file may be created; defaults to ``not require_schema``.
+    """
     with handled():
-        store = open_store(database, create=not require_schema)
+        store = open_store(database, create=(not require_schema) if create is None else create)
         try:
             if require_schema:
                 store.require_schema()

@@ -151,6 +151,11 @@ class Store(ABC):
             "run `fencepost migrate` first"
         )
 
+    def physical_checks(self) -> list[tuple[str, str, str]]:
+        """Engine-level integrity findings ``(check, subject, detail)``; none by default (PostgreSQL
+        enforces constraints itself). SQLite runs ``integrity_check`` and ``foreign_key_check``."""
+        return []
+
     @abstractmethod
     def close(self) -> None:
         """Close every connection this store opened."""

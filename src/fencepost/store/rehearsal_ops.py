@@ -81,7 +81,7 @@ class RehearsalOps:
         return [_attempt(r) for r in self._run("list_attempts", {"run_id": run_id}).rows]
 
     def attempt_receipts(self, attempt_id: str) -> list[ReceiptRecord]:
-        return [_receipt(r) for r in self._run("attempt_receipts", {"attempt_id": attempt_id}).rows]
+        return [receipt_from_row(r) for r in self._run("attempt_receipts", {"attempt_id": attempt_id}).rows]
 
     def start_attempt(self, attempt_id: str, delivery: int) -> str | None:
         """(Re)start a non-terminal Attempt for ``delivery`` and reset provisional Receipts.
@@ -145,7 +145,8 @@ def _attempt(r: dict[str, Any]) -> AttemptRecord:
         delivery_count=int(r["delivery_count"]), available_at=r["available_at"])
 
 
-def _receipt(r: dict[str, Any]) -> ReceiptRecord:
+def receipt_from_row(r: dict[str, Any]) -> ReceiptRecord:
+    """Build a ``ReceiptRecord`` from a row of ``attempt_receipts``-shaped columns."""
     return ReceiptRecord(
         id=r["id"], attempt_id=r["attempt_id"], position=int(r["position"]), scenario=r["scenario"],
         status=ReceiptStatus(r["status"]), delivery=None if r["delivery"] is None else int(r["delivery"]),

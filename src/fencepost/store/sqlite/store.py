@@ -109,7 +109,7 @@ class SQLiteStore(Store):
         self.busy_timeout_seconds = busy_timeout_seconds
         self.create = create
         self.display_url = f"sqlite ({journal_mode} journal)"
-        self.queries = load_queries("fencepost.store.sqlite")
+        self.queries = load_queries("fencepost.store.sqlite") | load_queries("fencepost.store.sqlite", "audit.sql")
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
@@ -225,6 +225,18 @@ class SQLiteStore(Store):
                 conn.execute("ROLLBACK")
             raise translate_sqlite_error(error) from None
         return applied_now
+
+    def physical_checks(self) -> list[tuple[str, str, str]]:
+        """``PRAGMA integrity_check`` and ``PRAGMA foreign_key_check`` findings as (check, subject, detail)."""
+        conn = self.connection()
+        try:
+            found = [("integrity", "database", str(r[0])) for r in conn.execute("PRAGMA integrity_check")
+                     if r[0] != "ok"]
+            found += [("foreign_keys", f"{r[0]} rowid {r[1]}", f"references missing {r[2]} row")
+                      for r in conn.execute("PRAGMA foreign_key_check")]
+        except sqlite3.Error as error:
+            raise translate_sqlite_error(error) from None
+        return found
 
     def close(self) -> None:
         with self._all_lock:
