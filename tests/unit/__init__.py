@@ -1,0 +1,1 @@
+"""Fast in-process unit tests: pure functions and records built directly, no database."""

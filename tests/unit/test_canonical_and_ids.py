@@ -1,0 +1,120 @@
+"""Canonical JSON, fingerprints and derived ids (fencepost.core)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import pytest
+
+from fencepost.core.canonical import canonical_bytes, canonical_json, parse_json
+from fencepost.core.fingerprint import fingerprint, is_fingerprint, sha256_bytes
+from fencepost.core.ids import derived_id, new_id
+
+
+class TestCanonicalJson:
+    def test_keys_are_sorted_at_every_depth_and_whitespace_is_dropped(self) -> None:
+        value = {"b": 1, "a": {"z": [3, {"y": 2, "x": 1}], "c": None}}
+        assert canonical_json(value) == '{"a":{"c":null,"z":[3,{"x":1,"y":2}]},"b":1}'
+
+    def test_insertion_order_never_changes_the_text(self) -> None:
+        one = {"alpha": 1, "beta": [1, 2], "gamma": {"k": "v", "j": True}}
+        two = {"gamma": {"j": True, "k": "v"}, "beta": [1, 2], "alpha": 1}
+        assert canonical_json(one) == canonical_json(two)
+
+    def test_list_order_is_significant(self) -> None:
+        assert canonical_json([1, 2]) != canonical_json([2, 1])
+
+    def test_unicode_is_written_as_utf8_not_escaped(self) -> None:
+        assert canonical_json({"name": "Motörhead – ∑"}) == '{"name":"Motörhead – ∑"}'
+        assert canonical_bytes({"n": "ö"}) == '{"n":"ö"}'.encode()
+
+    def test_tuples_encode_as_lists(self) -> None:
+        assert canonical_json({"t": (1, "a")}) == '{"t":[1,"a"]}'
+
+    @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+    def test_non_finite_numbers_are_refused_with_their_path(self, bad: float) -> None:
+        with pytest.raises(TypeError, match=r"non-finite number at \$\.outer\[1\]"):
+            canonical_json({"outer": [1.5, bad]})
+
+    @pytest.mark.parametrize("key", [1, 2.5, None, True, ("a",)])
+    def test_non_string_keys_are_refused(self, key: object) -> None:
+        with pytest.raises(TypeError, match="non-string key"):
+            canonical_json({"ok": {key: 1}})
+
+    @pytest.mark.parametrize("bad", [{1, 2}, b"bytes", object()])
+    def test_values_that_are_not_plain_json_are_refused(self, bad: object) -> None:
+        with pytest.raises(TypeError, match="not plain JSON data"):
+            canonical_json({"x": bad})
+
+    def test_parse_refuses_non_finite_literals(self) -> None:
+        for literal in ("NaN", "Infinity", "-Infinity"):
+            with pytest.raises(ValueError, match="non-finite"):
+                parse_json(f'{{"x": {literal}}}')
+
+    def test_parse_then_canonical_round_trips(self) -> None:
+        text = canonical_json({"b": [1, 2.5, "x"], "a": {"c": False}})
+        assert canonical_json(parse_json(text)) == text
+
+
+class TestFingerprint:
+    def test_shape_is_sha256_prefix_and_64_lowercase_hex(self) -> None:
+        fp = fingerprint("receipt-evidence/v1", {"a": 1})
+        assert is_fingerprint(fp)
+        assert fp.startswith("sha256:") and len(fp) == 71
+
+    def test_same_value_same_domain_is_stable_across_key_order(self) -> None:
+        assert fingerprint("d/v1", {"a": 1, "b": 2}) == fingerprint("d/v1", {"b": 2, "a": 1})
+
+    def test_domains_separate_identical_content(self) -> None:
+        value = {"scenario": "integrity_check"}
+        assert fingerprint("receipt-evidence/v1", value) != fingerprint("attempt-semantics/v1", value)
+
+    def test_hash_input_is_prefix_domain_nul_then_canonical_bytes(self) -> None:
+        value = {"b": [1, "ö"], "a": None}
+        expected = hashlib.sha256(b"fencepost:receipt-evidence/v1\x00" + canonical_bytes(value)).hexdigest()
+        assert fingerprint("receipt-evidence/v1", value) == "sha256:" + expected
+
+    def test_nul_in_domain_is_refused_so_the_boundary_cannot_shift(self) -> None:
+        with pytest.raises(ValueError, match="NUL"):
+            fingerprint("a\x00b", "c")
+
+    def test_fingerprint_is_not_the_plain_hash_of_the_canonical_bytes(self) -> None:
+        value = {"a": 1}
+        assert fingerprint("d/v1", value) != sha256_bytes(canonical_bytes(value))
+
+    def test_empty_domain_is_refused(self) -> None:
+        with pytest.raises(ValueError, match="domain"):
+            fingerprint("", {"a": 1})
+
+    def test_value_must_be_plain_json(self) -> None:
+        with pytest.raises(TypeError):
+            fingerprint("d/v1", {"a": math.nan})
+
+    @pytest.mark.parametrize("text", ["sha256:" + "A" * 64, "sha256:" + "a" * 63, "md5:" + "a" * 64, 42, None])
+    def test_is_fingerprint_refuses_other_shapes(self, text: object) -> None:
+        assert not is_fingerprint(text)
+
+
+class TestIds:
+    def test_derived_ids_are_deterministic(self) -> None:
+        identity = {"run": "run_1", "steps": ["a", "b"]}
+        reordered = {"steps": ["a", "b"], "run": "run_1"}
+        assert derived_id("plan", "workflow-plan/v1", identity) == derived_id("plan", "workflow-plan/v1", reordered)
+
+    def test_derived_ids_differ_by_identity_and_by_domain(self) -> None:
+        base = derived_id("x", "d/v1", {"k": 1})
+        assert base != derived_id("x", "d/v1", {"k": 2})
+        assert base != derived_id("x", "d/v2", {"k": 1})
+
+    def test_derived_id_shape(self) -> None:
+        value = derived_id("run", "d/v1", [1, 2, 3])
+        prefix, _, digest = value.partition("_")
+        assert prefix == "run"
+        assert len(digest) == 32 and all(c in "0123456789abcdef" for c in digest)
+        assert digest == fingerprint("d/v1", [1, 2, 3])[7:39]
+
+    def test_new_ids_are_random_with_prefix(self) -> None:
+        ids = {new_id("att") for _ in range(200)}
+        assert len(ids) == 200
+        assert all(i.startswith("att_") and len(i) == 4 + 26 for i in ids)
