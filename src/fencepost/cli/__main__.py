@@ -1,6 +1,6 @@
 """``python -m fencepost.cli``: the same command line as the ``fencepost`` console script."""
 
-from fencepost.cli.app import main
+from fencepost.cli.app import app
 
 if __name__ == "__main__":
-    main()
+    app(prog_name="fencepost")

@@ -1,0 +1,403 @@
+"""Helpers for the acceptance suite: the real CLI and real ``fencepost worker`` processes.
+
+Everything here talks to fencepost the way an operator does: subprocesses running
+``python -m fencepost.cli`` against a SQLite control database in a temporary directory. The test process
+only *reads* the control database (sqlite3, read-only URI) to wait for states, plus a few in-process
+calls of the public service where a test needs many Attempts quickly.
+
+Waits are always bounded and condition-driven (``wait_until``); nothing sleeps a fixed time hoping a
+state has been reached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE_PACKAGE = REPO / "examples" / "inventory"
+FENCEPOST = [sys.executable, "-m", "fencepost.cli"]
+SCENARIOS = ("deliver_and_install", "integrity_check", "seed_and_verify", "reapply_is_noop",
+             "upgrade_from_previous", "uninstall_to_empty")
+TERMINAL = ("SUCCEEDED", "FAILED", "ABORTED")
+COMMAND_TERMINAL = ("DELIVERED", "FAILED", "ABORTED")
+
+CLI_TIMEOUT = 120.0      # one CLI invocation (rehearse runs two Attempts in-process)
+STATE_TIMEOUT = 60.0     # waiting for a worker to reach a state
+EXIT_TIMEOUT = 30.0      # waiting for a signalled worker to exit
+
+# Rows inserted by the slow package's seed (a recursive CTE into a TEMP table, so the per-row evidence
+# digests stay cheap): about 1-3 s on a small machine, long enough to act while Receipt 3 is RUNNING.
+SLOW_ROWS = int(os.environ.get("FENCEPOST_ACCEPTANCE_SLOW_ROWS", "3000000"))
+
+
+# ── waiting ──
+def wait_until(predicate: Callable[[], T], timeout: float = STATE_TIMEOUT, what: str = "condition",
+               interval: float = 0.02) -> T:
+    """Poll ``predicate`` until it returns something truthy; return that value.
+
+    Raises:
+        AssertionError: naming ``what`` (and the last value seen) when ``timeout`` seconds pass first.
+    """
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        last = predicate()
+        if last:
+            return last
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last value: {last!r})")
+        time.sleep(interval)
+
+
+def parse_instant(text: str) -> datetime:
+    """A control-database instant (``2026-01-01T00:00:00.000000Z``) or a CLI ISO time as a datetime."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+# ── environment of the subprocesses ──
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The test's environment without any FENCEPOST_* setting leaking in, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FENCEPOST_")}
+    env.update({"NO_COLOR": "1", "COLUMNS": "200", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"})
+    env.update(extra)
+    return env
+
+
+@dataclass
+class CliResult:
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+    @property
+    def stderr_lines(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.strip()]
+
+    def describe(self) -> str:
+        return (f"fencepost {' '.join(self.args)} -> exit {self.returncode}\n--- stdout ---\n{self.stdout}"
+                f"--- stderr ---\n{self.stderr}")
+
+
+def assert_one_line_error(result: CliResult, code: int, *needles: str) -> str:
+    """Exit ``code``, nothing on stdout, exactly one line on stderr containing every needle, no traceback."""
+    assert result.returncode == code, result.describe()
+    assert result.stdout.strip() == "", result.describe()
+    lines = result.stderr_lines
+    assert len(lines) == 1, result.describe()
+    line = lines[0]
+    assert line.startswith("fencepost: "), result.describe()
+    for needle in needles:
+        assert needle in line, f"{needle!r} not in {line!r}"
+    return line
+
+
+# ── the control database, read from the test process ──
+class ControlDB:
+    """Read-only SQL on the control database (a fresh connection per query: no long read snapshot)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def rows(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30, isolation_level=None)
+        try:
+            conn.row_factory = sqlite3.Row
+            return [dict(r) for r in conn.execute(sql, tuple(params)).fetchall()]
+        finally:
+            conn.close()
+
+    def one(self, sql: str, params: Iterable[Any] = ()) -> dict[str, Any]:
+        found = self.rows(sql, params)
+        assert len(found) == 1, f"expected one row from {sql!r}, got {len(found)}"
+        return found[0]
+
+    def scalar(self, sql: str, params: Iterable[Any] = ()) -> Any:
+        return next(iter(self.one(sql, params).values()))
+
+    def write_lock_free(self) -> bool:
+        """True when nobody holds the write lock right now (probe with BEGIN IMMEDIATE, then roll back)."""
+        conn = sqlite3.connect(str(self.path), timeout=0.3, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+            return True
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            conn.close()
+
+    # shortcuts
+    def attempt(self, attempt_id: str) -> dict[str, Any]:
+        return self.one(
+            "SELECT a.*, c.status AS command_status, c.delivery_count, c.lease_owner, c.lease_until, "
+            "c.lease_token, c.last_error FROM rehearsal_attempts a JOIN commands c ON c.id = a.command_id "
+            "WHERE a.id = ?", (attempt_id,))
+
+    def receipts(self, attempt_id: str) -> list[dict[str, Any]]:
+        found = self.rows("SELECT * FROM rehearsal_receipts WHERE attempt_id = ? ORDER BY position", (attempt_id,))
+        for r in found:
+            r["evidence_json"] = json.loads(r["evidence"]) if r["evidence"] else None
+        return found
+
+    def receipt_status(self, attempt_id: str, position: int) -> str:
+        return str(self.scalar("SELECT status FROM rehearsal_receipts WHERE attempt_id = ? AND position = ?",
+                               (attempt_id, position)))
+
+    def lease_events(self, command_id: str) -> list[dict[str, Any]]:
+        return self.rows("SELECT * FROM lease_events WHERE command_id = ? ORDER BY seq", (command_id,))
+
+    def counts(self) -> dict[str, int]:
+        return {table: int(self.scalar(f"SELECT count(*) FROM {table}"))
+                for table in ("rehearsal_runs", "rehearsal_run_files", "rehearsal_attempts", "rehearsal_receipts",
+                              "commands", "lease_events")}
+
+
+class TokenWatch:
+    """Collects every lease token that appears in ``commands`` while it runs (tokens are cleared at
+    completion, so they can only be seen while a command is PROCESSING)."""
+
+    def __init__(self, db: ControlDB, interval: float = 0.005) -> None:
+        self.db = db
+        self.interval = interval
+        self.tokens: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="token-watch", daemon=True)
+
+    def start(self) -> TokenWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> set[str]:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        return self.tokens
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                for row in self.db.rows("SELECT lease_token FROM commands WHERE lease_token IS NOT NULL"):
+                    self.tokens.add(str(row["lease_token"]))
+            except sqlite3.Error:
+                pass  # the file may not exist yet, or be mid-checkpoint: look again next tick
+            self._stop.wait(self.interval)
+
+
+# ── worker subprocesses ──
+@dataclass
+class WorkerProcess:
+    """A running ``fencepost worker`` with its stdout and stderr captured to files."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    stdout_path: Path
+    stderr_path: Path
+    worker_id: str | None
+    args: list[str] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def send(self, sig: signal.Signals) -> None:
+        self.proc.send_signal(sig)
+
+    def wait_exit(self, timeout: float = EXIT_TIMEOUT) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"worker {self.name} did not exit within {timeout:g} s\n{self.stderr}") from None
+
+    def stop(self, timeout: float = EXIT_TIMEOUT) -> int:
+        """SIGTERM and wait for the exit code."""
+        self.send(signal.SIGTERM)
+        return self.wait_exit(timeout)
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(encoding="utf-8", errors="replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(encoding="utf-8", errors="replace")
+
+    def logs(self) -> list[dict[str, Any]]:
+        """Every complete stderr line as a JSON object (a line that is not JSON fails the test)."""
+        text = self.stderr
+        complete = text[: text.rfind("\n") + 1] if "\n" in text else ""
+        entries = []
+        for line in complete.splitlines():
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                raise AssertionError(f"worker {self.name} wrote a non-JSON stderr line: {line!r}") from None
+            assert isinstance(entry, dict), line
+            entries.append(entry)
+        return entries
+
+    def events(self, event: str) -> list[dict[str, Any]]:
+        return [e for e in self.logs() if e.get("event") == event]
+
+    def started_id(self) -> str:
+        """The worker id from its ``worker_started`` log line (waits for it)."""
+        entry = wait_until(lambda: self.events("worker_started"), what=f"worker {self.name} to start")[0]
+        return str(entry["worker"])
+
+
+class Env:
+    """One isolated fencepost installation: control database, work directory, CLI and workers."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.db_path = root / "c.db"
+        self.url = f"sqlite:///{self.db_path}"
+        self.work_dir = root / "work"
+        self.db = ControlDB(self.db_path)
+        self.results: list[CliResult] = []
+        self.workers: list[WorkerProcess] = []
+        self.watch: TokenWatch | None = None
+        self._store: Any = None
+
+    # CLI
+    def cli(self, *args: str, db: bool = True, timeout: float = CLI_TIMEOUT) -> CliResult:
+        """Run ``fencepost ARGS`` (with ``-d URL`` appended unless ``db=False``); never a traceback."""
+        argv = list(args) + (["-d", self.url] if db else [])
+        done = subprocess.run(FENCEPOST + argv, cwd=self.root, env=subprocess_env(), capture_output=True,
+                              text=True, timeout=timeout, check=False)
+        result = CliResult(argv, done.returncode, done.stdout, done.stderr)
+        self.results.append(result)
+        assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result.describe()
+        return result
+
+    def migrate(self) -> None:
+        result = self.cli("migrate")
+        assert result.returncode == 0, result.describe()
+
+    # workers
+    def start_worker(self, name: str, *, lease_seconds: float = 30.0, worker_id: str | None = None,
+                     poll_interval: float = 0.05, extra: Iterable[str] = ()) -> WorkerProcess:
+        args = ["worker", "-d", self.url, "--work-dir", str(self.work_dir), "--lease-seconds", f"{lease_seconds:g}",
+                "--poll-interval", f"{poll_interval:g}", "--log-format", "json", *extra]
+        if worker_id is not None:
+            args += ["--worker-id", worker_id]
+        out = self.root / f"worker-{name}.out"
+        err = self.root / f"worker-{name}.err"
+        with open(out, "wb") as stdout, open(err, "wb") as stderr:
+            proc = subprocess.Popen(FENCEPOST + args, cwd=self.root, env=subprocess_env(), stdout=stdout,
+                                    stderr=stderr)
+        worker = WorkerProcess(name, proc, out, err, worker_id, args)
+        self.workers.append(worker)
+        return worker
+
+    def kill_leftovers(self) -> None:
+        """Teardown: SIGKILL (by pid) any worker this test started that is still alive."""
+        for worker in self.workers:
+            if worker.proc.poll() is None:
+                worker.proc.kill()
+                worker.proc.wait(timeout=EXIT_TIMEOUT)
+
+    # token watch
+    def watch_tokens(self) -> TokenWatch:
+        self.watch = TokenWatch(self.db).start()
+        return self.watch
+
+    # in-process service (for bulk enqueue and reads through the public API)
+    @property
+    def service(self) -> Any:
+        from fencepost.rehearsal.service import RehearsalService
+        from fencepost.store import open_store
+
+        if self._store is None:
+            self._store = open_store(self.url, create=False)
+        return RehearsalService(self._store)
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
+        if self._store is not None:
+            self._store.close()
+
+    # waiting on states
+    def wait_attempt(self, attempt_id: str, statuses: Iterable[str] = TERMINAL,
+                     timeout: float = STATE_TIMEOUT) -> dict[str, Any]:
+        wanted = tuple(statuses)
+        return wait_until(lambda: (lambda a: a if a["status"] in wanted else None)(self.db.attempt(attempt_id)),
+                          timeout, what=f"attempt {attempt_id} to be one of {wanted}")
+
+    def wait_receipt(self, attempt_id: str, position: int, status: str, timeout: float = STATE_TIMEOUT) -> None:
+        wait_until(lambda: self.db.receipt_status(attempt_id, position) == status, timeout,
+                   what=f"receipt {position} of {attempt_id} to be {status}", interval=0.005)
+
+    # leak check
+    def all_output(self) -> list[tuple[str, str]]:
+        """(source, text) of every CLI output and every worker's stdout/stderr in this test."""
+        out = []
+        for r in self.results:
+            out += [(f"stdout of {' '.join(r.args)}", r.stdout), (f"stderr of {' '.join(r.args)}", r.stderr)]
+        for w in self.workers:
+            out += [(f"stdout of worker {w.name}", w.stdout), (f"stderr of worker {w.name}", w.stderr)]
+        return out
+
+    def assert_no_secrets(self, tokens: Iterable[str] = ()) -> None:
+        """No output line contains a lease token or the control database's path."""
+        secrets = [(t, "a lease token") for t in tokens]
+        secrets += [(p, "the database path") for p in {str(self.db_path), str(self.db_path.resolve())}]
+        for source, text in self.all_output():
+            for line in text.splitlines():
+                for secret, what in secrets:
+                    assert secret not in line, f"{source} leaks {what}: {line!r}"
+
+
+# ── packages ──
+def write_package(root: Path, name: str, *, seed_sql: str | None = None, version: str = "1.0.0") -> Path:
+    """A one-migration package (``tally`` table, with its down file) and an optional seed script."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "migrations").mkdir(exist_ok=True)
+    (root / "migrations" / "0001_tally.up.sql").write_text(
+        "CREATE TABLE tally (id INTEGER PRIMARY KEY, label TEXT NOT NULL, n INTEGER NOT NULL);\n", encoding="utf-8")
+    (root / "migrations" / "0001_tally.down.sql").write_text("DROP TABLE tally;\n", encoding="utf-8")
+    seed_line = ""
+    if seed_sql is not None:
+        (root / "seed").mkdir(exist_ok=True)
+        (root / "seed" / "seed.sql").write_text(seed_sql, encoding="utf-8")
+        seed_line = 'seed = ["seed/seed.sql"]\n'
+    (root / "fencepost-package.toml").write_text(
+        f'[package]\nname = "{name}"\nversion = "{version}"\nmigrations_dir = "migrations"\n{seed_line}',
+        encoding="utf-8")
+    return root
+
+
+def slow_package(root: Path, rows: int = SLOW_ROWS) -> Path:
+    """A package whose seed scenario (Receipt 3) takes a second or more: a recursive CTE inserts ``rows``
+    rows into a TEMP table (invisible to the evidence digests), and one summary row is kept."""
+    seed = (
+        "CREATE TEMP TABLE bulk (x INTEGER NOT NULL);\n"
+        f"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < {rows})\n"
+        "INSERT INTO bulk (x) SELECT x FROM c;\n"
+        "INSERT INTO tally (label, n) SELECT 'bulk', count(*) FROM bulk;\n"
+        "DROP TABLE bulk;\n")
+    return write_package(root, "bulkload", seed_sql=seed)
+
+
+def small_package(root: Path) -> Path:
+    """A package whose six scenarios take a few milliseconds."""
+    return write_package(root, "tiny", seed_sql="INSERT INTO tally (label, n) VALUES ('one', 1), ('two', 2);\n")
