@@ -1,0 +1,53 @@
+"""Store fixtures shared by every test folder (and nothing else).
+
+``store_backend`` runs a test once per backend in ``FENCEPOST_TEST_BACKENDS`` (see
+``tests/helpers/store_backends.py``); ``store`` is a migrated store on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fencepost.store import Store
+from helpers.store_backends import BackendUnreachable, StoreBackend, selected_backends, store_backend
+
+
+def _params() -> list[object]:
+    return [pytest.param(name, marks=pytest.mark.postgres) if name == "postgres" else name
+            for name in selected_backends()]
+
+
+@pytest.fixture(params=_params())
+def store_backend_name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def backend(store_backend_name: str, tmp_path: Path) -> Iterator[StoreBackend]:
+    """A fresh database of one backend; PostgreSQL unreachable makes the test fail, never skip."""
+    try:
+        with store_backend(store_backend_name, tmp_path) as b:
+            yield b
+    except BackendUnreachable as error:
+        pytest.fail(str(error), pytrace=False)
+
+
+@pytest.fixture
+def store(backend: StoreBackend) -> Store:
+    """A migrated store on ``backend``."""
+    return backend.migrated()
+
+
+@pytest.fixture
+def pg_backend(tmp_path: Path) -> Iterator[StoreBackend]:
+    """The PostgreSQL backend alone, for PostgreSQL-specific tests (skipped when deselected)."""
+    if "postgres" not in selected_backends():
+        pytest.skip("postgres excluded by FENCEPOST_TEST_BACKENDS")
+    try:
+        with store_backend("postgres", tmp_path) as b:
+            yield b
+    except BackendUnreachable as error:
+        pytest.fail(str(error), pytrace=False)

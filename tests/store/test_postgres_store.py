@@ -1,0 +1,246 @@
+"""PostgreSQL-only behaviour: connection errors, the database clock, SKIP LOCKED, locks, error translation."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from fencepost.core.clock import ManualClock
+from fencepost.core.errors import Conflict, StoreUnavailable
+from fencepost.core.statuses import CommandStatus
+from fencepost.store import Store, open_store
+from fencepost.store.base import StoreBusy, Transaction
+from fencepost.store.postgres.store import PostgresStore, _Scrubber, translate_postgres_error
+from helpers.store_backends import StoreBackend, admin_connect
+from helpers.store_reads import raw, read_command
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def pg(pg_backend: StoreBackend) -> Store:
+    return pg_backend.migrated()
+
+
+def seed(store: Store, *ids: str) -> None:
+    def fn(tx: Transaction) -> None:
+        for command_id in ids:
+            tx.insert_command(command_id=command_id, kind="k", payload={})
+
+    store.transact(fn)
+
+
+def locked_by_other_session(backend: StoreBackend, command_id: str) -> psycopg.Connection[Any]:
+    """An open transaction of another session holding ``command_id``'s row lock."""
+    conn = admin_connect()
+    conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(str(backend.schema))))
+    conn.execute(b"BEGIN")
+    conn.execute(b"SELECT id FROM commands WHERE id = %s FOR UPDATE", (command_id,))
+    return conn
+
+
+# ── connecting ──
+
+@pytest.mark.parametrize("url", [
+    "postgresql://fencepost:hunter2secret@127.0.0.1:1/test",
+    "postgresql://postgres:hunter2secret@127.0.0.1:5432/fencepost_no_such_database",
+    "postgresql://postgres:hunter2secret@127.0.0.1:notaport/test",
+    "postgresql://postgres:hunter2secret@127.0.0.1:5432/te st",
+])
+def test_an_unreachable_or_wrong_url_is_one_clear_line(url: str) -> None:
+    with pytest.raises(StoreUnavailable) as caught:
+        open_store(url, connect_timeout_seconds=2)
+    message = str(caught.value)
+    assert message.startswith("cannot connect to the PostgreSQL control database")
+    assert "\n" not in message and "hunter2secret" not in message and url not in message
+    assert "postgresql://" not in message
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def test_scrubber_removes_dsn_password_and_urls() -> None:
+    dsn = "postgresql://u:longpassword@db.internal:5432/x"
+    scrub = _Scrubber(dsn)
+    assert scrub(f"failed for {dsn}\nsecond line") == "failed for ***"
+    assert scrub("see postgres://other:pw@host/db now") == "see <url> now"
+    assert scrub("auth failed: longpassword was wrong") == "auth failed: *** was wrong"
+
+
+def test_display_url_and_session_settings(pg: Store, pg_backend: StoreBackend) -> None:
+    assert pg.display_url == "postgresql" and pg.backend == "postgres"
+    rows = pg.read(lambda tx: raw(
+        tx, "SELECT current_setting('TimeZone'), current_schema(), current_setting('lock_timeout')"))
+    assert rows == [("UTC", pg_backend.schema, "5s")]
+
+
+# ── the database clock decides ──
+
+def test_the_server_clock_rules_not_the_client_clock(pg_backend: StoreBackend) -> None:
+    # A client clock 26 years off changes nothing: instants and deadlines come from the server.
+    store = pg_backend.migrated(clock=ManualClock(datetime(2000, 1, 1, tzinfo=UTC)))
+    seed(store, "c1")
+    server_now = store.read(lambda tx: tx.now())
+    assert abs(server_now - datetime.now(UTC)) < timedelta(seconds=60)  # same machine in the test
+    assert server_now.tzinfo is UTC
+    lease = store.transact(lambda tx: tx.claim_commands(owner="w", kinds=["k"], limit=1, lease_seconds=60))[0].lease
+    assert lease.until.tzinfo is UTC and lease.until > server_now + timedelta(seconds=59)
+    record = read_command(store, "c1")
+    assert record.created_at.year == server_now.year != 2000
+
+
+def test_tx_now_is_the_server_instant_the_statements_use(pg: Store) -> None:
+    def fn(tx: Transaction) -> Any:
+        now = tx.now()
+        tx.insert_command(command_id="c1", kind="k", payload={})
+        claimed = tx.claim_commands(owner="w", kinds=["k"], limit=1, lease_seconds=2.5)
+        return now, claimed[0].lease.until
+
+    now, until = pg.transact(fn)
+    record = read_command(pg, "c1")
+    assert record.created_at == record.last_heartbeat_at == now
+    assert until == now + timedelta(seconds=2.5)
+
+
+# ── FOR UPDATE SKIP LOCKED ──
+
+def test_claim_skips_a_locked_row_without_waiting(pg: Store, pg_backend: StoreBackend) -> None:
+    seed(pg, "a", "b", "c")
+    holder = locked_by_other_session(pg_backend, "b")
+    try:
+        started = time.monotonic()
+        got = pg.transact(lambda tx: tx.claim_commands(owner="w", kinds=["k"], limit=10, lease_seconds=60))
+        assert time.monotonic() - started < 2.0  # lock_timeout is 5 s: it never waited
+        assert sorted(c.id for c in got) == ["a", "c"]
+    finally:
+        holder.close()
+    assert [c.id for c in pg.transact(
+        lambda tx: tx.claim_commands(owner="w", kinds=["k"], limit=10, lease_seconds=60))] == ["b"]
+
+
+def test_claim_skips_a_locked_expired_lease_and_fills_the_limit(pg: Store, pg_backend: StoreBackend) -> None:
+    seed(pg, "x", "y")
+    pg.transact(lambda tx: tx.claim_commands(owner="dead", kinds=["k"], limit=2, lease_seconds=0.1))
+    seed(pg, "p1", "p2")
+    pg_backend.advance(0.2)
+    holder = locked_by_other_session(pg_backend, "x")
+    try:
+        got = pg.transact(lambda tx: tx.claim_commands(owner="w", kinds=["k"], limit=3, lease_seconds=60))
+    finally:
+        holder.close()
+    ids = sorted(c.id for c in got)
+    assert len(ids) == 3 and "x" not in ids and "y" in ids
+
+
+def test_lock_attempt_holds_the_attempt_row_lock(pg: Store, pg_backend: StoreBackend) -> None:
+    from fencepost.core.fingerprint import sha256_bytes
+
+    def enqueue(tx: Transaction) -> None:
+        tx.insert_run(run_id="r", package_name="p", package_version="1", previous_version=None,
+                      content_digest=sha256_bytes(b"p"), manifest={}, files=[])
+        tx.insert_command(command_id="c", kind="k", payload={})
+        tx.insert_attempt(attempt_id="a", run_id="r", seq=1, command_id="c", receipts=[])
+
+    pg.transact(enqueue)
+    other = admin_connect()
+    other.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(str(pg_backend.schema))))
+    try:
+        with pg.transaction() as tx:
+            assert tx.lock_attempt("a") is not None
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                other.execute(b"SELECT id FROM rehearsal_attempts WHERE id = 'a' FOR UPDATE NOWAIT")
+        other.execute(b"SELECT id FROM rehearsal_attempts WHERE id = 'a' FOR UPDATE NOWAIT")
+    finally:
+        other.close()
+
+
+# ── contention and lost connections are StoreBusy ──
+
+def test_a_lock_wait_past_lock_timeout_is_store_busy_after_bounded_retries(pg_backend: StoreBackend) -> None:
+    store = pg_backend.migrated(lock_timeout_seconds=0.05, busy_wait_seconds=0.3)
+    seed(store, "c1")
+    holder = locked_by_other_session(pg_backend, "c1")
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreBusy, match="lock"):
+            store.transact(lambda tx: tx.abort_command("c1"))
+        assert time.monotonic() - started < 5
+    finally:
+        holder.close()
+    assert store.transact(lambda tx: tx.abort_command("c1")) is True
+
+
+def test_a_lost_connection_is_store_busy_and_the_store_recovers(pg: Store) -> None:
+    def killed(tx: Transaction) -> None:
+        pid = raw(tx, "SELECT pg_backend_pid()")[0][0]
+        with admin_connect() as admin:
+            admin.execute(b"SELECT pg_terminate_backend(%s)", (pid,))
+        tx.insert_command(command_id="c1", kind="k", payload={})
+
+    with pytest.raises(StoreBusy), pg.transaction() as tx:
+        killed(tx)
+    seed(pg, "c2")
+    assert pg.read(lambda tx: (tx.get_command("c1"), tx.get_command("c2") is not None)) == (None, True)
+
+
+# ── failed statements doom the transaction ──
+
+def test_a_swallowed_error_cannot_commit_part_of_a_transaction(pg: Store) -> None:
+    seed(pg, "dup")
+    with pytest.raises(Conflict, match="rolled back"), pg.transaction() as tx:
+        tx.insert_command(command_id="c1", kind="k", payload={})
+        with pytest.raises(Conflict):
+            tx.insert_command(command_id="dup", kind="k", payload={})
+        with pytest.raises(Conflict, match="earlier statement"):
+            tx.get_command("c1")
+    assert pg.read(lambda tx: tx.get_command("c1")) is None
+
+
+def test_read_transactions_are_read_only(pg: Store) -> None:
+    with pytest.raises(StoreUnavailable, match="read-only"), pg.transaction(write=False) as tx:
+        tx.insert_command(command_id="c1", kind="k", payload={})
+    assert pg.read(lambda tx: tx.count_commands_by_status()) == {}
+
+
+def test_a_closed_store_is_unavailable(pg_backend: StoreBackend) -> None:
+    store = pg_backend.migrated()
+    store.close()
+    with pytest.raises(StoreUnavailable, match="closed"):
+        store.read(lambda tx: tx.get_command("x"))
+
+
+def test_values_the_database_refuses_are_conflicts(pg: Store) -> None:
+    with pytest.raises(Conflict, match="value rejected"):
+        pg.transact(lambda tx: tx.insert_command(command_id="c\x00", kind="k", payload={}))
+    assert pg.read(lambda tx: tx.count_commands_by_status()) == {}
+
+
+@pytest.mark.parametrize(("error", "expected"), [
+    (psycopg.errors.SerializationFailure("could not serialize access"), StoreBusy),
+    (psycopg.errors.DeadlockDetected("deadlock detected"), StoreBusy),
+    (psycopg.errors.LockNotAvailable("could not obtain lock"), StoreBusy),
+    (psycopg.OperationalError("server closed the connection unexpectedly"), StoreBusy),
+    (psycopg.errors.UniqueViolation("duplicate key"), Conflict),
+    (psycopg.errors.CheckViolation("check"), Conflict),
+    (psycopg.errors.NumericValueOutOfRange("out of range"), Conflict),
+    (psycopg.errors.UndefinedTable("relation does not exist"), StoreUnavailable),
+    (psycopg.errors.SyntaxError("syntax error"), StoreUnavailable),
+])
+def test_driver_errors_are_translated_once(error: psycopg.Error, expected: type[Exception]) -> None:
+    translated = translate_postgres_error(error, _Scrubber("postgresql://u:pw@h/d"))
+    assert type(translated) is expected
+    assert "\n" not in str(translated)
+
+
+def test_status_values_match_the_check_constraint(pg: Store) -> None:
+    rows = pg.read(lambda tx: raw(
+        tx, "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'commands_status_check'"))
+    for status in CommandStatus:
+        assert f"'{status.value}'" in rows[0][0]
+
+
+def test_postgres_store_is_the_backend_of_postgresql_urls(pg_backend: StoreBackend) -> None:
+    assert isinstance(pg_backend.open(), PostgresStore)

@@ -1,0 +1,177 @@
+"""Store contract, units of work and schema readiness, on every backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from fencepost.core.errors import Conflict, SchemaNotReady
+from fencepost.store import Store
+from fencepost.store.base import StoreBusy, Transaction
+from helpers.store_backends import StoreBackend
+from helpers.store_reads import raw
+
+
+def insert(tx: Transaction, command_id: str) -> None:
+    tx.insert_command(command_id=command_id, kind="k", payload={})
+
+
+def test_transact_commits(store: Store) -> None:
+    store.transact(lambda tx: insert(tx, "c1"))
+    assert store.read(lambda tx: tx.get_command("c1")) is not None
+
+
+def test_an_exception_rolls_back_the_whole_transaction(store: Store) -> None:
+    def fn(tx: Transaction) -> None:
+        insert(tx, "c1")
+        insert(tx, "c2")
+        raise ValueError("caller gave up")
+
+    with pytest.raises(ValueError, match="caller gave up"):
+        store.transact(fn)
+    assert store.read(lambda tx: (tx.get_command("c1"), tx.get_command("c2"))) == (None, None)
+
+
+def test_a_constraint_violation_is_a_conflict_and_rolls_back_the_whole_transaction(store: Store) -> None:
+    store.transact(lambda tx: insert(tx, "dup"))
+
+    def fn(tx: Transaction) -> None:
+        insert(tx, "c1")
+        insert(tx, "dup")
+
+    with pytest.raises(Conflict):
+        store.transact(fn)
+    assert store.read(lambda tx: tx.get_command("c1")) is None
+    # The store is fine afterwards.
+    store.transact(lambda tx: insert(tx, "c2"))
+
+
+def test_the_context_manager_commits_and_rolls_back(store: Store) -> None:
+    with store.transaction() as tx:
+        insert(tx, "c1")
+    with pytest.raises(KeyError), store.transaction() as tx:
+        insert(tx, "c2")
+        raise KeyError("x")
+    assert store.read(lambda tx: (tx.get_command("c1") is not None, tx.get_command("c2"))) == (True, None)
+
+
+def test_transact_retries_store_busy_then_succeeds(store: Store) -> None:
+    calls: list[int] = []
+
+    def fn(tx: Transaction) -> str:
+        calls.append(1)
+        insert(tx, f"c{len(calls)}")
+        if len(calls) < 3:
+            raise StoreBusy("contention")
+        return "done"
+
+    assert store.transact(fn) == "done"
+    assert len(calls) == 3
+    assert store.read(lambda tx: [tx.get_command(f"c{i}") is not None for i in (1, 2, 3)]) == [False, False, True]
+
+
+def test_transact_gives_up_after_the_bounded_wait(backend: StoreBackend) -> None:
+    store = backend.migrated(busy_wait_seconds=0.05)
+
+    def fn(tx: Transaction) -> None:
+        raise StoreBusy("always busy")
+
+    with pytest.raises(StoreBusy):
+        store.transact(fn)
+
+
+def test_one_transaction_per_thread(store: Store) -> None:
+    with store.transaction() as tx, pytest.raises(RuntimeError), store.transaction():
+        pass
+    assert tx is not None
+
+
+def test_now_is_one_instant_per_transaction_and_moves_between_them(store: Store, backend: StoreBackend) -> None:
+    def fn(tx: Transaction) -> Any:
+        return tx.now(), tx.now()
+
+    first, again = store.transact(fn)
+    assert first == again and first.utcoffset() is not None and first.utcoffset().total_seconds() == 0
+    backend.advance(0.01)
+    assert store.transact(fn)[0] > first
+
+
+def test_read_sees_committed_writes_of_other_stores(backend: StoreBackend) -> None:
+    writer, reader = backend.migrated(), backend.open()
+    writer.transact(lambda tx: insert(tx, "c1"))
+    assert reader.read(lambda tx: tx.get_command("c1")) is not None
+
+
+def test_display_url_never_carries_the_location(store: Store, backend: StoreBackend) -> None:
+    assert store.display_url in ("postgresql", "sqlite (wal journal)", "sqlite (delete journal)")
+    assert backend.url not in store.display_url
+
+
+# ── crash points around COMMIT ──
+
+_PROBE = """
+import json, sys
+from fencepost.store import open_store
+args = json.loads(sys.argv[1])
+store = open_store(args["url"], **args["options"])
+store.transact(lambda tx: tx.insert_command(command_id="crash", kind="k", payload={}), name="probe")
+print("returned")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("point", "durable"), [("probe:before-commit", False), ("probe:after-commit", True)])
+def test_sigkill_at_a_crash_point(store: Store, backend: StoreBackend, point: str, durable: bool) -> None:
+    options = {"schema": backend.schema} if backend.schema else {}
+    env = {**os.environ, "FENCEPOST_CRASHPOINT": point}
+    done = subprocess.run([sys.executable, "-c", _PROBE, json.dumps({"url": backend.url, "options": options})],
+                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert "returned" not in done.stdout
+    assert (store.read(lambda tx: tx.get_command("crash")) is not None) is durable
+    # The store is usable afterwards (SQLite: hot journal rolled back; PostgreSQL: the backend's tx aborted).
+    store.transact(lambda tx: insert(tx, "after"))
+
+
+# ── schema readiness ──
+
+def test_an_unmigrated_store_is_refused_with_the_command_to_run(backend: StoreBackend) -> None:
+    store = backend.open()
+    assert store.schema_version() == 0
+    with pytest.raises(SchemaNotReady, match="`fencepost migrate`") as caught:
+        store.require_schema()
+    assert "unmigrated" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_migrate_is_idempotent(backend: StoreBackend) -> None:
+    store = backend.open()
+    applied = store.migrate()
+    assert [s.version for s in applied] == list(range(1, store.expected_version + 1))
+    assert store.schema_version() == store.expected_version >= 1
+    store.require_schema()
+    assert store.migrate() == []
+    assert backend.open().migrate() == []
+    assert store.schema_version() == store.expected_version
+
+
+def test_a_newer_schema_is_refused(store: Store) -> None:
+    store.transact(lambda tx: raw(
+        tx, "INSERT INTO fencepost_schema (version, name, checksum, applied_at) "
+        "SELECT 999, 'future', 'x', applied_at FROM fencepost_schema WHERE version = 1"))
+    with pytest.raises(SchemaNotReady, match="newer"):
+        store.require_schema()
+    with pytest.raises(SchemaNotReady, match="upgrade fencepost"):
+        store.migrate()
+
+
+def test_an_edited_migration_is_refused(store: Store) -> None:
+    store.transact(lambda tx: raw(
+        tx, "UPDATE fencepost_schema SET checksum = 'edited' WHERE version = 1"))
+    with pytest.raises(SchemaNotReady, match="differs"):
+        store.migrate()
