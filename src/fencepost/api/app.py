@@ -1,0 +1,151 @@
+"""``create_app(store, ...)``: the HTTP API and, unless told otherwise, the operator pages.
+
+The store is opened once by the caller and shared by every request (it is thread-safe: one connection per
+thread). Mutating requests need ``Authorization: Bearer <token>``; reads are open unless ``open_reads`` is
+false (``fencepost serve`` sets it false when it listens beyond loopback).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from fencepost import __version__
+from fencepost.api import problems
+from fencepost.api.context import ApiContext
+from fencepost.api.routes import health, router
+from fencepost.rehearsal.service import RehearsalService
+from fencepost.store.base import Store
+
+SECURITY_HEADERS = [
+    (b"content-security-policy", b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                                 b"object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+]
+
+
+class SecurityHeaders:
+    """Adds a strict CSP (no inline script) and related headers to every response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def wrapped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                names = {k.lower() for k, _ in message.get("headers", [])}
+                message["headers"] = list(message.get("headers", [])) + [
+                    (k, v) for k, v in SECURITY_HEADERS if k not in names]
+            await send(message)
+
+        await self.app(scope, receive, wrapped)
+
+
+class BodyLimit:
+    """Refuses a request body larger than ``max_bytes`` with 413 (declared length) or by cutting it off."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers", [])).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            body = json.dumps({"type": problems.problem_type("payload-too-large"), "title": "Request body too large",
+                               "status": 413, "detail": f"the request body exceeds {self.max_bytes} bytes",
+                               "instance": scope.get("path", "")}).encode()
+            await send({"type": "http.response.start", "status": 413,
+                        "headers": [(b"content-type", problems.PROBLEM_JSON.encode()),
+                                    (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    return {"type": "http.disconnect"}
+            return message
+
+        await self.app(scope, counted, send)
+
+
+def _problem_openapi(schema: dict[str, Any]) -> dict[str, Any]:
+    """Every 4xx/5xx response is ``application/problem+json`` with the Problem schema."""
+    ref = {"$ref": "#/components/schemas/Problem"}
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            for code, response in operation.get("responses", {}).items():
+                if code[:1] in ("4", "5"):
+                    response["content"] = {problems.PROBLEM_JSON: {"schema": ref}}
+                    if code == "422":
+                        response["description"] = "Invalid input or request validation failed"
+    components = schema.get("components", {}).get("schemas", {})
+    for unused in ("HTTPValidationError", "ValidationError"):
+        components.pop(unused, None)
+    return schema
+
+
+def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed_hosts: list[str] | None = None,
+               on_work: Callable[[], None] | None = None, max_upload_bytes: int = 32 * 1024 * 1024,
+               ui: bool = True, poll_ms: int = 1000) -> FastAPI:
+    """Build the ASGI app over an open ``store``.
+
+    Args:
+        store: the control store (the app never closes it).
+        api_token: bearer token for mutating requests (and for reads when ``open_reads`` is false).
+        open_reads: GET endpoints and pages need no token.
+        allowed_hosts: accepted ``Host`` header names (DNS-rebinding guard); None accepts any.
+        on_work: called after an enqueue or reconcile made work claimable (wakes in-process workers).
+        max_upload_bytes: the largest request body accepted (413 above it).
+        ui: serve the operator pages and their static files too.
+        poll_ms: the operator page's polling interval while an Attempt is open.
+    """
+    if not api_token:
+        raise ValueError("an API token is required")
+    app = FastAPI(title="fencepost", version=__version__,
+                  description="Delivery rehearsals: enqueue Attempts on a durable outbox, watch their fenced "
+                              "leases, reconcile or abort, compare evidence and read the release gate. Errors "
+                              "are application/problem+json (RFC 9457).",
+                  docs_url="/docs", redoc_url=None)
+    app.state.fencepost = ApiContext(store=store, service=RehearsalService(store), api_token=api_token,
+                                     open_reads=open_reads, on_work=on_work, max_upload_bytes=max_upload_bytes,
+                                     poll_ms=poll_ms)
+    problems.install(app)
+    app.include_router(health)
+    app.include_router(router)
+    if ui:
+        from fencepost.ui.pages import mount
+
+        mount(app)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = _problem_openapi(get_openapi(
+                title=app.title, version=app.version, description=app.description, routes=app.routes))
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    app.add_middleware(BodyLimit, max_bytes=max_upload_bytes)
+    if allowed_hosts is not None:
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
+    app.add_middleware(SecurityHeaders)
+    return app

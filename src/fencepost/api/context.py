@@ -1,0 +1,81 @@
+"""What every request handler shares: the store, the service, the token and the settings of one app."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from fencepost.core.errors import NotFound
+from fencepost.core.statuses import CommandStatus
+from fencepost.rehearsal import views
+from fencepost.rehearsal.service import RehearsalService
+from fencepost.store.base import Store
+from fencepost.store.records import AttemptRecord, ReceiptRecord
+
+
+@dataclass
+class ApiContext:
+    """Settings and collaborators of one app (``create_app`` builds it).
+
+    Attributes:
+        store: the control store, opened once per app (thread-safe: one connection per thread).
+        service: the rehearsal application service over ``store``.
+        api_token: the bearer token that mutating requests must present.
+        open_reads: reads need no token (true when serving on loopback only).
+        on_work: called after a request made work claimable (enqueue, reconcile): wakes in-process workers.
+        max_upload_bytes: largest request body accepted.
+        poll_ms: how often the operator page polls while an Attempt is open.
+    """
+
+    store: Store
+    service: RehearsalService
+    api_token: str
+    open_reads: bool = True
+    on_work: Callable[[], None] | None = None
+    max_upload_bytes: int = 32 * 1024 * 1024
+    poll_ms: int = 1000
+    _ready: bool = field(default=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def require_ready(self) -> None:
+        """Raise ``SchemaNotReady`` until the schema is at the expected version (then remember it)."""
+        if self._ready:
+            return
+        self.store.require_schema()
+        with self._lock:
+            self._ready = True
+
+    def now(self) -> datetime:
+        """The store's clock: the one that decides lease expiry (never the browser's)."""
+        return self.store.read(lambda tx: tx.now())
+
+    def work_added(self) -> None:
+        if self.on_work is not None:
+            self.on_work()
+
+    # ── views with the lease verdict the page needs ──
+    @staticmethod
+    def attempt_json(attempt: AttemptRecord, receipts: list[ReceiptRecord], now: datetime,
+                     *, evidence: bool = False) -> dict[str, Any]:
+        view = views.attempt_view(attempt, receipts, evidence=evidence)
+        view["outbox"]["lease_expired"] = (attempt.command_status is CommandStatus.PROCESSING
+                                           and attempt.lease_until is not None and attempt.lease_until <= now)
+        return view
+
+    def attempts_json(self, run_id: str) -> dict[str, Any]:
+        """``{"now", "items"}`` for a Run's Attempts, oldest first."""
+        attempts = self.service.attempts(run_id)
+        receipts = {a.id: self.service.receipts(a.id) for a in attempts}
+        now = self.now()
+        return {"now": views.iso(now), "items": [self.attempt_json(a, receipts[a.id], now) for a in attempts]}
+
+    def attempt_of(self, run_id: str, attempt_id: str) -> AttemptRecord:
+        """The Attempt, only if it belongs to the Run (else ``NotFound``, as for an unknown id)."""
+        self.service.get_run(run_id)
+        attempt = self.service.attempt(attempt_id)
+        if attempt.run_id != run_id:
+            raise NotFound(f"no attempt {attempt_id} in rehearsal {run_id}")
+        return attempt

@@ -1,0 +1,163 @@
+"""Request and response models of the HTTP API (published in its OpenAPI document).
+
+They mirror ``fencepost.rehearsal.views`` exactly; a response is built by validating the view's plain
+JSON, so a view that drifts from its model fails loudly in tests rather than on a client.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Status = Literal["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "ABORTED"]
+OutboxStatus = Literal["PENDING", "PROCESSING", "DELIVERED", "FAILED", "ABORTED"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ── requests ──
+class CreateRehearsal(_Model):
+    """Create a rehearsal from a package directory on the server."""
+
+    package_path: str = Field(min_length=1, max_length=4096,
+                              description="Path of the package directory on the server (holds fencepost-package.toml).")
+
+
+class AbortRequest(_Model):
+    reason: str = Field(default="aborted by operator", min_length=1, max_length=500)
+
+
+# ── responses ──
+class Problem(BaseModel):
+    """RFC 9457 problem details. ``type`` is stable per error kind (``urn:fencepost:problem:<kind>``)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    lease_until: str | None = Field(default=None, description="lease-active only: when the lease expires (UTC).")
+
+
+class PackageInfo(_Model):
+    name: str
+    version: str
+    previous_version: str | None
+
+
+class Rehearsal(_Model):
+    id: str
+    package: PackageInfo
+    content_digest: str
+    status: Literal["READY", "RETIRED"]
+    created_at: str
+    migrations: list[str]
+
+
+class RehearsalList(_Model):
+    items: list[Rehearsal]
+
+
+class Outbox(_Model):
+    command_id: str
+    status: OutboxStatus
+    lease_owner: str | None
+    lease_until: str | None = Field(description="Lease deadline (UTC); the lease token itself is never exposed.")
+    last_heartbeat_at: str | None
+    delivery_count: int
+    available_at: str
+    lease_expired: bool = Field(description="PROCESSING and its deadline has passed by the store's clock: "
+                                            "reconcile is possible.")
+
+
+class Integrity(_Model):
+    status: Literal["ok", "tampered", "missing"]
+    reason: str
+
+
+class Receipt(_Model):
+    id: str
+    position: int
+    scenario: str
+    status: Status
+    delivery: int | None
+    started_at: str | None
+    finished_at: str | None
+    evidence_fingerprint: str | None
+    integrity: Integrity
+    evidence: Any = Field(default=None, description="The sealed evidence (only with ?evidence=true).")
+
+
+class Attempt(_Model):
+    id: str
+    run_id: str
+    seq: int
+    status: Status
+    error: str | None
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+    outbox: Outbox
+    receipts: list[Receipt]
+
+
+class AttemptList(_Model):
+    now: str = Field(description="The store's clock (the lease authority) when this list was read, UTC.")
+    items: list[Attempt]
+
+
+class RawFingerprint(_Model):
+    position: int
+    scenario: str
+    evidence_fingerprint: str | None
+
+
+class Fingerprints(_Model):
+    attempt_id: str
+    seq: int
+    semantic_fingerprint: str
+    raw: list[RawFingerprint]
+
+
+class Comparison(_Model):
+    comparable: bool
+    reason: str
+    equal: bool | None = None
+    baseline: Fingerprints | None = None
+    candidate: Fingerprints | None = None
+    differing_paths: list[str] | None = None
+
+
+class GateCheck(_Model):
+    name: str
+    passed: bool
+    reason: str
+
+
+class TamperedReceipt(_Model):
+    position: int
+    scenario: str
+    reason: str
+
+
+class Gate(_Model):
+    run_id: str
+    passed: bool
+    latest_attempt_id: str | None
+    baseline_attempt_id: str | None
+    checks: list[GateCheck]
+    tampered_receipts: list[TamperedReceipt]
+
+
+class Live(_Model):
+    status: Literal["live"]
+
+
+class Ready(_Model):
+    status: Literal["ready"]
+    backend: str
+    schema_version: int

@@ -1,0 +1,137 @@
+"""Errors as ``application/problem+json`` (RFC 9457), one stable ``type`` per error kind.
+
+Every ``detail`` comes from a ``fencepost.core.errors`` message (safe to show a user: no lease token, no
+database path, no connection string) or is written here. An unexpected exception becomes a 500 whose body
+says nothing about it; the log line names only the exception class.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from fencepost.core.errors import (
+    Conflict,
+    FencepostError,
+    IntegrityViolation,
+    InvalidInput,
+    LeaseActive,
+    LeaseLost,
+    NotFound,
+    SchemaNotReady,
+    StoreUnavailable,
+)
+
+log = logging.getLogger("fencepost.api")
+
+PROBLEM_JSON = "application/problem+json"
+TYPE_PREFIX = "urn:fencepost:problem:"
+
+# kind -> (HTTP status, title). The kind is the stable last segment of ``type``.
+KINDS: dict[str, tuple[int, str]] = {
+    "invalid-input": (422, "Invalid input"),
+    "validation-error": (422, "Request validation failed"),
+    "bad-request": (400, "Bad request"),
+    "unauthorized": (401, "Bearer token required"),
+    "not-found": (404, "Not found"),
+    "method-not-allowed": (405, "Method not allowed"),
+    "conflict": (409, "Conflicting state"),
+    "lease-active": (409, "Lease still active"),
+    "payload-too-large": (413, "Request body too large"),
+    "unsupported-media-type": (415, "Unsupported media type"),
+    "schema-not-ready": (503, "Control database schema not ready"),
+    "unavailable": (503, "Control store unavailable"),
+    "integrity": (500, "Integrity violation"),
+    "internal": (500, "Internal error"),
+}
+
+_HTTP_KINDS = {400: "bad-request", 401: "unauthorized", 404: "not-found", 405: "method-not-allowed",
+               409: "conflict", 413: "payload-too-large", 415: "unsupported-media-type", 422: "validation-error"}
+
+
+def problem_type(kind: str) -> str:
+    return TYPE_PREFIX + kind
+
+
+def problem(kind: str, detail: str, *, instance: str | None = None, status: int | None = None,
+            headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+    """A problem+json response of ``kind`` (see ``KINDS``)."""
+    code, title = KINDS[kind]
+    body: dict[str, Any] = {"type": problem_type(kind), "title": title, "status": status or code, "detail": detail}
+    if instance is not None:
+        body["instance"] = instance
+    body.update(extra)
+    return JSONResponse(body, status_code=status or code, media_type=PROBLEM_JSON, headers=headers)
+
+
+def error_kind(error: FencepostError) -> str:
+    if isinstance(error, LeaseActive):
+        return "lease-active"
+    if isinstance(error, Conflict | LeaseLost):
+        return "conflict"
+    if isinstance(error, NotFound):
+        return "not-found"
+    if isinstance(error, InvalidInput):
+        return "invalid-input"
+    if isinstance(error, SchemaNotReady):
+        return "schema-not-ready"
+    if isinstance(error, StoreUnavailable):
+        return "unavailable"
+    if isinstance(error, IntegrityViolation):
+        return "integrity"
+    return "internal"
+
+
+def _iso(value: datetime) -> str:
+    return value.isoformat().replace("+00:00", "Z")
+
+
+async def _fencepost_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, FencepostError)
+    kind = error_kind(error)
+    extra: dict[str, Any] = {}
+    if isinstance(error, LeaseActive):
+        extra["lease_until"] = _iso(error.lease_until)
+    if kind in ("unavailable", "schema-not-ready", "integrity", "internal"):
+        log.warning("request failed", extra={"event": "request_failed", "kind": kind, "path": request.url.path,
+                                             "error": str(error)})
+    return problem(kind, str(error), instance=request.url.path, **extra)
+
+
+async def _validation_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    errors = [{"loc": [str(part) for part in item.get("loc", ())], "msg": str(item.get("msg", "")),
+               "type": str(item.get("type", ""))} for item in error.errors()]
+    first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
+    where = ".".join(first["loc"]) or "request"
+    return problem("validation-error", f"{where}: {first['msg']}", instance=request.url.path, errors=errors)
+
+
+async def _http_error(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, StarletteHTTPException)
+    kind = _HTTP_KINDS.get(error.status_code, "bad-request" if error.status_code < 500 else "internal")
+    detail = error.detail if isinstance(error.detail, str) else KINDS[kind][1]
+    return problem(kind, detail, instance=request.url.path, status=error.status_code,
+                   headers=dict(error.headers) if error.headers else None)
+
+
+async def _unexpected(request: Request, error: Exception) -> JSONResponse:
+    # Never echo the message: it may come from a driver and name a file or a host.
+    log.error("unexpected error", extra={"event": "request_crashed", "path": request.url.path,
+                                         "error_type": type(error).__name__})
+    return problem("internal", "the server could not complete this request; see its log",
+                   instance=request.url.path)
+
+
+def install(app: FastAPI) -> None:
+    """Register the problem+json handlers on ``app``."""
+    app.add_exception_handler(FencepostError, _fencepost_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

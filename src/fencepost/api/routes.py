@@ -1,0 +1,180 @@
+"""The JSON endpoints. Plain ``def`` handlers: FastAPI runs them in its threadpool, so blocking store
+calls never stall the event loop. Handlers call ``RehearsalService`` and ``views`` only.
+"""
+
+from __future__ import annotations
+
+import secrets
+import tempfile
+from pathlib import Path as FsPath
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, File, Path, Query, Request, Response, UploadFile, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException
+
+from fencepost.api import models
+from fencepost.api.archive import extract_package
+from fencepost.api.context import ApiContext
+from fencepost.rehearsal import views
+
+bearer = HTTPBearer(auto_error=False, description="The API token printed by `fencepost serve` "
+                                                  "(or set with --api-token / FENCEPOST_API_TOKEN).")
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+
+RehearsalId = Annotated[str, Path(alias="rehearsalId", min_length=1, max_length=200,
+                                  description="Rehearsal (Run) id, e.g. run_...")]
+AttemptId = Annotated[str, Path(alias="attemptId", min_length=1, max_length=200,
+                                description="Attempt id, e.g. att_...")]
+
+
+def context(request: Request) -> ApiContext:
+    ctx: ApiContext = request.app.state.fencepost
+    return ctx
+
+
+Ctx = Annotated[ApiContext, Depends(context)]
+
+
+def _check_token(ctx: ApiContext, credentials: HTTPAuthorizationCredentials | None) -> None:
+    given = credentials.credentials if credentials is not None else ""
+    if not given or not secrets.compare_digest(given.encode(), ctx.api_token.encode()):
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED,
+                            "send the API token as 'Authorization: Bearer <token>'" if not given
+                            else "the bearer token is not valid",
+                            headers={"WWW-Authenticate": "Bearer"})
+
+
+def require_token(ctx: Ctx, credentials: Credentials) -> None:
+    _check_token(ctx, credentials)
+
+
+def read_access(ctx: Ctx, credentials: Credentials) -> None:
+    if not ctx.open_reads:
+        _check_token(ctx, credentials)
+
+
+def schema_ready(ctx: Ctx) -> None:
+    ctx.require_ready()
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    # Content is rewritten to application/problem+json with the Problem schema in ``app.openapi``.
+    return {code: {"model": models.Problem, "description": "Problem details (RFC 9457)"} for code in codes}
+
+
+Write = [Depends(require_token), Depends(schema_ready)]
+Read = [Depends(read_access), Depends(schema_ready)]
+
+router = APIRouter(tags=["delivery rehearsals"])
+health = APIRouter(tags=["health"])
+
+
+# ── health ──
+@health.get("/health/live", response_model=models.Live, summary="Liveness: the process answers")
+def live() -> dict[str, Any]:
+    return {"status": "live"}
+
+
+@health.get("/health/ready", response_model=models.Ready, responses=_errors(503),
+            summary="Readiness: the control store answers and its schema is current")
+def ready(ctx: Ctx) -> dict[str, Any]:
+    ctx.store.require_schema()
+    return {"status": "ready", "backend": ctx.store.backend, "schema_version": ctx.store.schema_version()}
+
+
+# ── rehearsals ──
+def _created(response: Response, run_view: dict[str, Any]) -> models.Rehearsal:
+    response.headers["Location"] = f"/delivery-rehearsals/{run_view['id']}"
+    return models.Rehearsal.model_validate(run_view)
+
+
+@router.post("/delivery-rehearsals", status_code=201, response_model=models.Rehearsal, dependencies=Write,
+             responses=_errors(401, 422, 503), summary="Create a rehearsal from a package directory on the server")
+def create_rehearsal(body: models.CreateRehearsal, ctx: Ctx, response: Response) -> models.Rehearsal:
+    return _created(response, views.run_view(ctx.service.create_run(body.package_path)))
+
+
+@router.post("/delivery-rehearsals/uploads", status_code=201, response_model=models.Rehearsal, dependencies=Write,
+             responses=_errors(401, 413, 422, 503),
+             summary="Create a rehearsal from an uploaded package archive (.zip or .tar.gz)")
+def upload_rehearsal(archive: Annotated[UploadFile, File(description="The package directory as .zip or .tar.gz "
+                                                                     "(at the top level or in one folder).")],
+                     ctx: Ctx, response: Response) -> models.Rehearsal:
+    with tempfile.TemporaryDirectory(prefix="fencepost-upload-") as tmp:
+        package_dir = extract_package(archive.file, archive.filename or "", FsPath(tmp))
+        run = ctx.service.create_run(package_dir)
+    return _created(response, views.run_view(run))
+
+
+@router.get("/delivery-rehearsals", response_model=models.RehearsalList, dependencies=Read,
+            responses=_errors(401, 422, 503), summary="List rehearsals, newest first")
+def list_rehearsals(ctx: Ctx, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> dict[str, Any]:
+    return {"items": [views.run_view(r) for r in ctx.service.list_runs(limit)]}
+
+
+@router.get("/delivery-rehearsals/{rehearsalId}", response_model=models.Rehearsal, dependencies=Read,
+            responses=_errors(401, 404, 422, 503), summary="Read one rehearsal")
+def get_rehearsal(rehearsal_id: RehearsalId, ctx: Ctx) -> dict[str, Any]:
+    return views.run_view(ctx.service.get_run(rehearsal_id))
+
+
+# ── attempts ──
+@router.post("/delivery-rehearsals/{rehearsalId}/attempts", status_code=202, response_model=models.Attempt,
+             dependencies=Write, responses=_errors(401, 404, 409, 422, 503),
+             summary="Enqueue an Attempt (returns at once; a worker runs it)")
+def enqueue_attempt(rehearsal_id: RehearsalId, ctx: Ctx, response: Response) -> dict[str, Any]:
+    attempt = ctx.service.enqueue_attempt(rehearsal_id)
+    ctx.work_added()
+    response.headers["Location"] = f"/delivery-rehearsals/{rehearsal_id}/attempts/{attempt.id}"
+    return ctx.attempt_json(attempt, ctx.service.receipts(attempt.id), ctx.now())
+
+
+@router.get("/delivery-rehearsals/{rehearsalId}/attempts", response_model=models.AttemptList, dependencies=Read,
+            responses=_errors(401, 404, 422, 503),
+            summary="List a rehearsal's Attempts (oldest first) with outbox lease and Receipts")
+def list_attempts(rehearsal_id: RehearsalId, ctx: Ctx) -> dict[str, Any]:
+    return ctx.attempts_json(rehearsal_id)
+
+
+@router.get("/delivery-rehearsals/{rehearsalId}/attempts/{attemptId}", response_model=models.Attempt,
+            dependencies=Read, responses=_errors(401, 404, 422, 503), summary="Read one Attempt")
+def get_attempt(rehearsal_id: RehearsalId, attempt_id: AttemptId, ctx: Ctx,
+                evidence: Annotated[bool, Query(description="Include each Receipt's sealed evidence.")] = False,
+                ) -> dict[str, Any]:
+    attempt = ctx.attempt_of(rehearsal_id, attempt_id)
+    return ctx.attempt_json(attempt, ctx.service.receipts(attempt.id), ctx.now(), evidence=evidence)
+
+
+@router.post("/delivery-rehearsals/{rehearsalId}/attempts/{attemptId}/reconcile", response_model=models.Attempt,
+             dependencies=Write, responses=_errors(401, 404, 409, 422, 503),
+             summary="Return an expired PROCESSING lease to PENDING (409 with lease_until while it is active)")
+def reconcile_attempt(rehearsal_id: RehearsalId, attempt_id: AttemptId, ctx: Ctx) -> dict[str, Any]:
+    ctx.attempt_of(rehearsal_id, attempt_id)
+    attempt = ctx.service.reconcile(attempt_id)
+    ctx.work_added()
+    return ctx.attempt_json(attempt, ctx.service.receipts(attempt.id), ctx.now())
+
+
+@router.post("/delivery-rehearsals/{rehearsalId}/attempts/{attemptId}/abort", response_model=models.Attempt,
+             dependencies=Write, responses=_errors(401, 404, 409, 422, 503),
+             summary="Abort a PENDING or RUNNING Attempt (fences its worker)")
+def abort_attempt(rehearsal_id: RehearsalId, attempt_id: AttemptId, ctx: Ctx,
+                  body: models.AbortRequest | None = None) -> dict[str, Any]:
+    ctx.attempt_of(rehearsal_id, attempt_id)
+    attempt = ctx.service.abort(attempt_id, (body or models.AbortRequest()).reason)
+    return ctx.attempt_json(attempt, ctx.service.receipts(attempt.id), ctx.now())
+
+
+# ── evidence ──
+@router.get("/delivery-rehearsals/{rehearsalId}/attempt-comparison", response_model=models.Comparison,
+            dependencies=Read, responses=_errors(401, 404, 422, 503),
+            summary="Semantic comparison of the two latest successful Attempts")
+def attempt_comparison(rehearsal_id: RehearsalId, ctx: Ctx) -> dict[str, Any]:
+    return views.comparison_view(ctx.service.compare(rehearsal_id))
+
+
+@router.get("/delivery-rehearsals/{rehearsalId}/release-gate", response_model=models.Gate, dependencies=Read,
+            responses=_errors(401, 404, 422, 503), summary="The release gate, computed now from durable records")
+def release_gate(rehearsal_id: RehearsalId, ctx: Ctx) -> dict[str, Any]:
+    return views.gate_view(ctx.service.gate(rehearsal_id))
