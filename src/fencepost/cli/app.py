@@ -20,6 +20,7 @@ from fencepost.cli import logs, render
 from fencepost.cli.audit_cmd import audit
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
 from fencepost.cli.rehearsal_cmds import app as rehearsal_app
+from fencepost.cli.serve import serve
 from fencepost.core.errors import InvalidInput
 from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
 from fencepost.outbox.worker import default_worker_id
@@ -35,6 +36,7 @@ app = typer.Typer(
          "Start with `fencepost migrate`, then `fencepost rehearse examples/inventory`.",
     no_args_is_help=True, add_completion=False)
 app.add_typer(rehearsal_app, name="rehearsal")
+app.command()(serve)
 app.command()(audit)
 
 WorkDirOpt = Annotated[Path, typer.Option(

@@ -1,0 +1,144 @@
+"""``fencepost serve``: the HTTP API, the operator pages and (unless ``--no-worker``) an in-process worker pool."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import secrets
+import socket
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fencepost.cli import logs
+from fencepost.cli.common import DatabaseOpt, fail, handled, opened
+from fencepost.core.errors import InvalidInput
+from fencepost.outbox import Worker, WorkerConfig
+from fencepost.outbox.worker import default_worker_id
+from fencepost.store.url import DEFAULT_URL
+
+LOOPBACK_NAMES = {"localhost"}
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as error:
+        sock.close()
+        raise InvalidInput(f"cannot listen on {host}:{port}: {error.strerror}") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+class _DropColor(logging.Filter):
+    """uvicorn adds a ``color_message`` field with ANSI escapes; our formatters print every field."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.__dict__.pop("color_message", None)
+        return True
+
+
+def _configure_logging(log_format: str) -> None:
+    logs.configure(log_format)
+    fencepost_handlers = logging.getLogger("fencepost").handlers
+    for handler in fencepost_handlers:
+        handler.addFilter(_DropColor())
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = list(fencepost_handlers) if name == "uvicorn" else []
+        logger.propagate = name != "uvicorn"
+        logger.setLevel(logging.INFO)
+
+
+def serve(
+    database: DatabaseOpt = DEFAULT_URL,
+    host: Annotated[str, typer.Option(envvar="FENCEPOST_HOST", show_envvar=True,
+                                      help="Address to listen on. Reads are open without a token only on "
+                                           "loopback.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(envvar="FENCEPOST_PORT", show_envvar=True, min=0, max=65535,
+                                      help="Port to listen on (0 picks a free one).")] = 8080,
+    no_worker: Annotated[bool, typer.Option("--no-worker", help="Serve only; run `fencepost worker` "
+                                                                "elsewhere.")] = False,
+    workers: Annotated[int, typer.Option(envvar="FENCEPOST_WORKERS", show_envvar=True, min=1, max=32,
+                                         help="In-process worker threads.")] = 1,
+    work_dir: Annotated[Path, typer.Option("--work-dir", envvar="FENCEPOST_WORK_DIR", show_envvar=True,
+                                           help="Where sandboxes and the local delivery target live.")]
+        = Path(".fencepost"),
+    lease_seconds: Annotated[float, typer.Option("--lease-seconds", envvar="FENCEPOST_LEASE_SECONDS",
+                                                 show_envvar=True, help="Lease duration of the in-process workers "
+                                                                        "(0.1-3600).")] = 30.0,
+    api_token: Annotated[str | None, typer.Option(envvar="FENCEPOST_API_TOKEN", show_envvar=False,
+                                                  help="Bearer token for mutating requests (default: generated "
+                                                       "and printed once).")] = None,
+    log_format: Annotated[str, typer.Option(envvar="FENCEPOST_LOG_FORMAT", show_envvar=True,
+                                            help="Log lines (stderr) as json or text.")] = "text",
+) -> None:
+    """Serve the HTTP API and the operator pages; run Attempts with an in-process worker pool.
+
+    Open the printed address in a browser. Actions (create, start, reconcile, abort) need the API token;
+    paste it into the page's token field. SIGINT or SIGTERM stops the server, then the workers, which release
+    their leases.
+    """
+    import uvicorn
+
+    from fencepost.api import create_app
+    from fencepost.cli.app import build_worker
+
+    if log_format not in ("json", "text"):
+        raise typer.BadParameter("must be json or text", param_hint="--log-format")
+    if api_token is not None and len(api_token) < 16:
+        fail(InvalidInput("the API token must be at least 16 characters"))
+    _configure_logging(log_format)
+    with opened(database) as store, handled():
+        pool: list[Worker] = []
+        if not no_worker:
+            for _ in range(workers):
+                config = WorkerConfig(lease_seconds=lease_seconds, worker_id=default_worker_id())
+                pool.append(build_worker(store, work_dir, config))
+
+        def wake() -> None:
+            for w in pool:
+                w.wake()
+
+        token = api_token or secrets.token_urlsafe(24)
+        loopback = is_loopback(host)
+        app = create_app(store, api_token=token, open_reads=loopback, on_work=wake,
+                         allowed_hosts=["127.0.0.1", "localhost", "::1", "[::1]"] if loopback else None)
+        sock = _bind(host, port)
+        bound_port = sock.getsockname()[1]
+        shown = f"[{host.strip('[]')}]" if ":" in host else host
+        threads = [threading.Thread(target=w.run, name=f"fencepost-worker-{i}", daemon=True)
+                   for i, w in enumerate(pool)]
+        for t in threads:
+            t.start()
+        typer.echo(f"fencepost: serving on http://{shown}:{bound_port}/ "
+                   f"({len(pool)} worker thread{'s' if len(pool) != 1 else ''}; {store.display_url})")
+        if api_token is None:
+            typer.echo(f"fencepost: API token (shown once; paste it into the page): {token}")
+        if not loopback:
+            typer.echo("fencepost: not on loopback: reads need the token too", err=True)
+        server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off",
+                                               timeout_graceful_shutdown=5))
+        try:
+            server.run(sockets=[sock])
+        finally:
+            for w in pool:
+                w.request_stop()
+            for t in threads:
+                t.join(timeout=lease_seconds + 5)
+            sock.close()

@@ -1,0 +1,81 @@
+"""Operator pages. Server-rendered from the same views as the JSON API; ``app.js`` then polls the API and
+updates the page in place. Pages call ``RehearsalService`` (through the app's ``ApiContext``) and ``views``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from fencepost import __version__
+from fencepost.api.context import ApiContext
+from fencepost.api.problems import KINDS, error_kind
+from fencepost.core.errors import FencepostError
+from fencepost.rehearsal import views
+
+HERE = Path(__file__).parent
+templates = Jinja2Templates(directory=str(HERE / "templates"))
+
+
+def when(value: str | None) -> str:
+    """``2026-01-01T12:00:05.123456Z`` as ``2026-01-01 12:00:05 UTC`` (server time, never the browser's)."""
+    if not value:
+        return "—"
+    return value[:19].replace("T", " ") + " UTC"
+
+
+templates.env.filters["when"] = when
+templates.env.globals["version"] = __version__
+
+
+def _ctx(request: Request) -> ApiContext:
+    ctx: ApiContext = request.app.state.fencepost
+    return ctx
+
+
+def _error_page(request: Request, error: FencepostError) -> HTMLResponse:
+    kind = error_kind(error)
+    status, title = KINDS[kind]
+    return templates.TemplateResponse(request, "error.html", {"title": title, "detail": str(error), "status": status},
+                                      status_code=status)
+
+
+def index(request: Request) -> HTMLResponse:
+    ctx = _ctx(request)
+    runs: list[dict[str, Any]] | None = None
+    try:
+        ctx.require_ready()
+        if ctx.open_reads:
+            runs = [views.run_view(r) for r in ctx.service.list_runs()]
+    except FencepostError as error:
+        return _error_page(request, error)
+    return templates.TemplateResponse(request, "index.html", {"runs": runs, "open_reads": ctx.open_reads})
+
+
+def rehearsal(request: Request, run_id: str) -> HTMLResponse:
+    ctx = _ctx(request)
+    data: dict[str, Any] = {"run_id": run_id, "open_reads": ctx.open_reads, "poll_ms": ctx.poll_ms,
+                            "run": None, "attempts": None, "gate": None, "comparison": None}
+    try:
+        ctx.require_ready()
+        if ctx.open_reads:
+            data["run"] = views.run_view(ctx.service.get_run(run_id))
+            data["attempts"] = ctx.attempts_json(run_id)
+            data["gate"] = views.gate_view(ctx.service.gate(run_id))
+            data["comparison"] = views.comparison_view(ctx.service.compare(run_id))
+    except FencepostError as error:
+        return _error_page(request, error)
+    return templates.TemplateResponse(request, "rehearsal.html", data)
+
+
+def mount(app: FastAPI) -> None:
+    """Add the pages and ``/static`` to ``app`` (left out of the OpenAPI document)."""
+    app.add_api_route("/", index, methods=["GET"], response_class=HTMLResponse, include_in_schema=False)
+    app.add_api_route("/rehearsals/{run_id}", rehearsal, methods=["GET"], response_class=HTMLResponse,
+                      include_in_schema=False)
+    app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")

@@ -1,0 +1,338 @@
+// fencepost operator pages: plain JavaScript, no build step.
+// Reads poll the JSON API; actions send the API token (kept in this tab's sessionStorage) as a bearer token.
+// Every value goes into the page through textContent, never innerHTML.
+"use strict";
+
+(function () {
+  const TOKEN_KEY = "fencepost.apiToken";
+  const OPEN = new Set(["PENDING", "RUNNING"]);
+  const main = document.getElementById("main");
+  const page = main ? main.dataset.page : null;
+
+  // ── small helpers ──
+  function h(tag, attrs, ...children) {
+    const el = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key === "className") el.className = value;
+      else if (key.startsWith("data-") || key.startsWith("aria-") || ["id", "title", "datetime", "type", "scope", "role"].includes(key)) el.setAttribute(key, value);
+      else el[key] = value;
+    }
+    for (const child of children.flat()) {
+      if (child === null || child === undefined || child === false) continue;
+      el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return el;
+  }
+  const when = (iso) => (iso ? iso.slice(0, 19).replace("T", " ") + " UTC" : "—");
+  const short = (fp) => (fp ? fp.slice(0, 16) + "…" : "—");
+  const badge = (text, cls) => h("span", { className: "badge " + (cls || "s-" + text) }, text);
+  const parse = (iso) => Date.parse(iso.replace(/(\.\d{3})\d*Z$/, "$1Z"));
+
+  function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
+
+  function say(text) {
+    const el = document.getElementById("notice");
+    if (el) { el.textContent = ""; window.setTimeout(() => { el.textContent = text; }, 30); }
+  }
+  function alarm(text) {
+    const el = document.getElementById("alert");
+    if (el) el.textContent = text || "";
+  }
+
+  class ApiError extends Error {
+    constructor(status, problem) {
+      super(problem && problem.detail ? problem.detail : "HTTP " + status);
+      this.status = status;
+      this.problem = problem || {};
+    }
+  }
+
+  async function call(method, url, body) {
+    const headers = { Accept: "application/json" };
+    const t = token();
+    if (t) headers.Authorization = "Bearer " + t;
+    const init = { method, headers, cache: "no-store" };
+    if (body instanceof FormData) init.body = body;
+    else if (body !== undefined) { headers["Content-Type"] = "application/json"; init.body = JSON.stringify(body); }
+    const response = await fetch(url, init);
+    const text = await response.text();
+    let data = null;
+    try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
+    if (!response.ok) throw new ApiError(response.status, data);
+    return data;
+  }
+
+  function describe(error) {
+    if (error instanceof ApiError) {
+      if (error.status === 401) {
+        sessionStorage.removeItem(TOKEN_KEY);
+        showTokenState();
+        return "The API token is missing or wrong: paste the token printed by `fencepost serve` above.";
+      }
+      if (error.problem.lease_until) return error.message + " (lease deadline " + when(error.problem.lease_until) + ")";
+      return error.message;
+    }
+    return "Cannot reach the server: " + (error && error.message ? error.message : String(error));
+  }
+
+  async function mutate(method, url, body) {
+    if (!token()) {
+      alarm("Paste the API token printed by `fencepost serve` into the API token field first.");
+      const input = document.getElementById("api-token");
+      if (input) input.focus();
+      return null;
+    }
+    try {
+      const result = await call(method, url, body);
+      alarm("");
+      return result;
+    } catch (error) {
+      alarm(describe(error));
+      return null;
+    }
+  }
+
+  // ── token field ──
+  function showTokenState() {
+    const state = document.getElementById("token-state");
+    if (state) state.textContent = token() ? "token set for this tab" : "no token: actions are disabled";
+  }
+  const tokenForm = document.getElementById("token-form");
+  if (tokenForm) {
+    tokenForm.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const input = document.getElementById("api-token");
+      const value = input.value.trim();
+      if (value) sessionStorage.setItem(TOKEN_KEY, value);
+      input.value = "";
+      showTokenState();
+      alarm("");
+    });
+    document.getElementById("forget-token").addEventListener("click", () => {
+      sessionStorage.removeItem(TOKEN_KEY);
+      showTokenState();
+    });
+    showTokenState();
+  }
+
+  // ── list page ──
+  function renderRuns(items) {
+    const body = document.getElementById("runs");
+    if (!body) return;
+    body.replaceChildren(...(items.length ? items.map((run) => h("tr", {},
+      h("td", {}, h("a", { href: "/rehearsals/" + encodeURIComponent(run.id) }, run.package.name)),
+      h("td", {}, run.package.version, run.package.previous_version ? [" ", h("span", { className: "muted" }, "(from " + run.package.previous_version + ")")] : null),
+      h("td", {}, badge(run.status)),
+      h("td", {}, h("time", { datetime: run.created_at }, when(run.created_at))),
+      h("td", {}, h("code", {}, run.id)))) : [h("tr", {}, h("td", { colSpan: 5, className: "muted" }, "No rehearsals yet: create one above."))]));
+  }
+
+  function initIndex() {
+    const created = (run) => { if (run) window.location.assign("/rehearsals/" + encodeURIComponent(run.id)); };
+    document.getElementById("create-path").addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const path = document.getElementById("package-path").value.trim();
+      say("Creating the rehearsal…");
+      created(await mutate("POST", "/delivery-rehearsals", { package_path: path }));
+    });
+    document.getElementById("create-upload").addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const input = document.getElementById("package-archive");
+      if (!input.files.length) { alarm("Choose a .zip or .tar.gz archive first."); return; }
+      const form = new FormData();
+      form.append("archive", input.files[0]);
+      say("Uploading the archive…");
+      created(await mutate("POST", "/delivery-rehearsals/uploads", form));
+    });
+    if (main.dataset.openReads !== "true") {
+      call("GET", "/delivery-rehearsals").then((data) => renderRuns(data.items)).catch((e) => alarm(describe(e)));
+    }
+  }
+
+  // ── rehearsal page ──
+  function leaseNote(outbox) {
+    if (outbox.status !== "PROCESSING") return null;
+    return h("span", { className: "lease-note" + (outbox.lease_expired ? " expired" : "") },
+      outbox.lease_expired ? "expired (by server time)" : "active");
+  }
+
+  function receiptRow(r) {
+    let integrity;
+    if (r.integrity.status === "tampered") integrity = [h("strong", { className: "tamper" }, "TAMPERED"), " ", h("span", { className: "reason" }, r.integrity.reason)];
+    else if (r.integrity.status === "ok") integrity = h("span", { className: "ok" }, "verified");
+    else integrity = h("span", { className: "muted" }, r.integrity.reason);
+    return h("tr", { className: r.integrity.status === "tampered" ? "tampered" : "", "data-scenario": r.scenario },
+      h("td", {}, r.position), h("td", {}, r.scenario), h("td", {}, badge(r.status)),
+      h("td", {}, r.delivery === null ? "—" : r.delivery),
+      h("td", {}, r.evidence_fingerprint ? h("code", { className: "fp", title: r.evidence_fingerprint }, short(r.evidence_fingerprint)) : "—"),
+      h("td", {}, integrity));
+  }
+
+  function attemptCard(a) {
+    const o = a.outbox;
+    const actions = h("div", { className: "actions" },
+      o.lease_expired ? h("button", { type: "button", className: "reconcile", id: "reconcile-" + a.id, "data-action": "reconcile", "data-attempt": a.id }, "Reconcile expired lease") : null,
+      OPEN.has(a.status) ? h("button", { type: "button", className: "abort", id: "abort-" + a.id, "data-action": "abort", "data-attempt": a.id }, "Abort attempt") : null);
+    const field = (label, name, ...value) => h("div", {}, h("dt", {}, label), h("dd", { "data-field": name }, ...value));
+    return h("li", { className: "attempt s-" + a.status, id: "attempt-" + a.id, "data-status": a.status, "data-outbox": o.status },
+      h("article", { "aria-labelledby": "h-" + a.id },
+        h("h3", { id: "h-" + a.id }, "Attempt #" + a.seq + " ", h("span", { className: "badge s-" + a.status, "data-field": "status" }, a.status)),
+        h("p", { className: "muted" }, h("code", {}, a.id), " · created ", h("time", { datetime: a.created_at }, when(a.created_at))),
+        h("dl", { className: "lease" },
+          field("Outbox", "outbox-status", badge(o.status)),
+          field("Lease owner", "lease-owner", o.lease_owner || "—"),
+          field("Last heartbeat", "heartbeat", when(o.last_heartbeat_at)),
+          field("Lease deadline", "lease-until", when(o.lease_until), " ", leaseNote(o)),
+          field("Delivery count", "delivery-count", o.delivery_count)),
+        a.error ? h("p", { className: "attempt-error" }, h("strong", {}, "Error:"), " " + a.error) : null,
+        actions,
+        h("table", { className: "receipts" },
+          h("caption", {}, "Scenarios of attempt #" + a.seq),
+          h("thead", {}, h("tr", {}, ["#", "Scenario", "State", "Delivery", "Evidence fingerprint", "Integrity"].map((t) => h("th", { scope: "col" }, t)))),
+          h("tbody", {}, a.receipts.map(receiptRow)))));
+  }
+
+  function renderGate(gate) {
+    const heading = document.getElementById("gate-h");
+    heading.replaceChildren("Release gate ", h("span", { className: "badge " + (gate.passed ? "pass" : "blocked"), "data-field": "gate-verdict" }, gate.passed ? "PASS" : "BLOCKED"));
+    document.getElementById("gate-checks").replaceChildren(...gate.checks.map((c) => h("li", { className: c.passed ? "pass" : "fail" },
+      h("span", { className: "mark" }, c.passed ? "✔ pass" : "✘ fail"), " ", h("strong", {}, c.name), ": " + c.reason)));
+    const tampered = document.getElementById("gate-tampered");
+    tampered.replaceChildren(...(gate.tampered_receipts.length ? [h("p", { className: "tamper-list" }, h("strong", { className: "tamper" }, "Tampered receipts:"), " ",
+      gate.tampered_receipts.map((t) => "#" + t.position + " " + t.scenario + " (" + t.reason + ")").join("; "))] : []));
+  }
+
+  function renderComparison(c) {
+    const body = document.getElementById("comparison-body");
+    if (!c.comparable) { body.replaceChildren(h("p", {}, c.reason)); return; }
+    const row = (role, fp) => h("tr", {}, h("th", { scope: "row" }, role), h("td", {}, "#" + fp.seq + " ", h("code", {}, fp.attempt_id)),
+      h("td", {}, h("code", { className: "fp", title: fp.semantic_fingerprint }, short(fp.semantic_fingerprint))),
+      h("td", {}, h("ul", { className: "raw" }, fp.raw.map((r) => h("li", {}, r.position + " " + r.scenario + ": ",
+        h("code", { className: "fp", title: r.evidence_fingerprint || "" }, (r.evidence_fingerprint || "—").slice(0, 16)))))));
+    body.replaceChildren(
+      h("p", {}, badge(c.equal ? "MATCH" : "DIFFERENT", c.equal ? "pass" : "blocked"), " " + c.reason),
+      h("table", { className: "fingerprints" },
+        h("caption", { className: "visually-hidden" }, "Fingerprints of the compared attempts"),
+        h("thead", {}, h("tr", {}, ["Role", "Attempt", "Semantic fingerprint", "Raw evidence fingerprints"].map((t) => h("th", { scope: "col" }, t)))),
+        h("tbody", {}, row("baseline", c.baseline), row("candidate", c.candidate))),
+      c.differing_paths && c.differing_paths.length ? [h("p", {}, h("strong", {}, "Differing paths:")),
+        h("ul", { className: "paths" }, c.differing_paths.map((p) => h("li", {}, h("code", {}, p))))] : []);
+  }
+
+  function initRehearsal() {
+    const runId = main.dataset.runId;
+    const base = "/delivery-rehearsals/" + encodeURIComponent(runId);
+    const pollMs = Number(main.dataset.pollMs) || 1000;
+    const idleMs = Math.max(5000, pollMs);
+    const seen = new Map();      // attempt id -> JSON of what is drawn
+    const statuses = new Map();  // attempt id -> "status/outbox" last announced
+    let lastOk = null;           // performance.now() of the last successful refresh
+    let lastError = null;
+    let open = true;
+    let timer = null;
+    let freshnessState = "";
+
+    function setFreshness(state, text, detail) {
+      const el = document.getElementById("freshness");
+      if (freshnessState !== state || el.textContent !== text) { el.textContent = text; el.dataset.state = state; freshnessState = state; }
+      document.getElementById("freshness-detail").textContent = detail;
+      el.parentElement.classList.toggle("stale", state !== "live" && state !== "idle");
+    }
+
+    function updateFreshness(serverNow) {
+      const age = lastOk === null ? Infinity : (performance.now() - lastOk) / 1000;
+      const limit = Math.max(4, (open ? pollMs : idleMs) / 1000 * 2.5);
+      const detail = serverNow ? "server time " + when(serverNow) : document.getElementById("freshness-detail").textContent;
+      if (lastError) setFreshness("error", "Stale: the last refresh failed (" + lastError + ")", lastOk === null ? "" : "last good refresh " + Math.round(age) + " s ago");
+      else if (age > limit) setFreshness("stale", "Stale: no refresh for " + (age === Infinity ? "a while" : Math.round(age) + " s"), detail);
+      else setFreshness(open ? "live" : "idle", open ? "Live: updating every " + (pollMs / 1000) + " s" : "Up to date (no open attempt)", detail);
+    }
+
+    function renderAttempts(list) {
+      const ol = document.getElementById("attempts");
+      const none = document.getElementById("no-attempts");
+      if (none) none.hidden = list.items.length > 0;
+      const focusedId = document.activeElement && document.activeElement.id;
+      const wanted = [...list.items].reverse();
+      const nodes = wanted.map((a) => {
+        const key = JSON.stringify(a);
+        const existing = document.getElementById("attempt-" + a.id);
+        if (existing && seen.get(a.id) === key) return existing;
+        seen.set(a.id, key);
+        return attemptCard(a);
+      });
+      const same = nodes.length === ol.children.length && nodes.every((n, i) => ol.children[i] === n);
+      if (!same) ol.replaceChildren(...nodes);
+      if (focusedId && document.activeElement !== document.getElementById(focusedId)) {
+        const again = document.getElementById(focusedId);
+        if (again) again.focus();
+      }
+      for (const a of list.items) {
+        const now = a.status + "/" + a.outbox.status + "/" + a.outbox.lease_expired;
+        const before = statuses.get(a.id);
+        if (before !== undefined && before !== now) {
+          say("Attempt #" + a.seq + " is " + a.status + ", outbox " + a.outbox.status + (a.outbox.lease_expired ? ", lease expired: reconcile is possible" : ""));
+        }
+        statuses.set(a.id, now);
+      }
+      open = list.items.some((a) => OPEN.has(a.status) || a.outbox.status === "PENDING" || a.outbox.status === "PROCESSING");
+    }
+
+    let inflight = false;
+    let again = false;
+
+    async function refresh() {
+      if (inflight) { again = true; return; }
+      inflight = true;
+      window.clearTimeout(timer);
+      try {
+        const [run, attempts, gate, comparison] = await Promise.all([
+          document.getElementById("run-title").dataset.loaded ? null : call("GET", base),
+          call("GET", base + "/attempts"), call("GET", base + "/release-gate"), call("GET", base + "/attempt-comparison")]);
+        if (run) {
+          const title = document.getElementById("run-title");
+          title.textContent = run.package.name + " " + run.package.version;
+          title.dataset.loaded = "1";
+        }
+        renderAttempts(attempts);
+        renderGate(gate);
+        renderComparison(comparison);
+        lastOk = performance.now();
+        lastError = null;
+        updateFreshness(attempts.now);
+      } catch (error) {
+        lastError = describe(error);
+        updateFreshness(null);
+      } finally {
+        inflight = false;
+      }
+      if (again) { again = false; refresh(); return; }
+      timer = window.setTimeout(refresh, open ? pollMs : idleMs);
+    }
+
+    if (main.dataset.openReads === "true") document.getElementById("run-title").dataset.loaded = "1";
+
+    document.getElementById("start-attempt").addEventListener("click", async () => {
+      const attempt = await mutate("POST", base + "/attempts");
+      if (attempt) { say("Attempt #" + attempt.seq + " enqueued (" + attempt.status + ")"); open = true; refresh(); }
+    });
+    document.getElementById("attempts").addEventListener("click", async (event) => {
+      const button = event.target.closest("button[data-action]");
+      if (!button) return;
+      const attemptId = button.dataset.attempt;
+      const action = button.dataset.action;
+      if (action === "abort" && !window.confirm("Abort this attempt? Open scenarios become ABORTED and its worker is fenced.")) return;
+      button.disabled = true;
+      const attempt = await mutate("POST", base + "/attempts/" + encodeURIComponent(attemptId) + "/" + action, action === "abort" ? { reason: "aborted from the operator page" } : undefined);
+      if (attempt) say((action === "abort" ? "Aborted" : "Reconciled") + " attempt #" + attempt.seq + ": now " + attempt.status + ", outbox " + attempt.outbox.status);
+      button.disabled = false;
+      refresh();
+    });
+    window.setInterval(() => updateFreshness(null), 1000);
+    refresh();
+  }
+
+  if (page === "index") initIndex();
+  if (page === "rehearsal") initRehearsal();
+})();
