@@ -1,0 +1,1 @@
+"""In-process integration tests: a real SQLite control store, a real worker and real sandboxes."""
