@@ -1,0 +1,131 @@
+"""Fault injection: a store wrapper that makes the Nth executed query fail (DESIGN.md, "Fault injection").
+
+``FaultInjectingStore`` wraps a real ``Store``. Every transaction it opens is the real backend's
+transaction, except that the instance attribute ``_run`` is replaced by a counting shim: the operations
+(``OutboxOps``, ``RehearsalOps``) call ``self._run`` for every query, so the shim sees each one, counts
+those that match, and raises the chosen error *inside* the open transaction when the count reaches
+``nth``. The real transaction then rolls back exactly as it would on a genuine driver failure, which is
+what lets a test drive every fallback path (a partial enqueue, a lost commit, a busy retry) without
+touching the backend code.
+
+The fault fires once (then the wrapper is disarmed) unless ``times`` says otherwise; ``arm`` re-arms it.
+Counting is shared by all threads and transactions of the wrapper, and is thread-safe.
+
+Example::
+
+    faulty = FaultInjectingStore(store, nth=3, query="insert_receipt")
+    RehearsalService(faulty).enqueue_attempt(run_id)   # raises StoreUnavailable; nothing persists
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from fencepost.core.errors import FencepostError, StoreUnavailable
+from fencepost.store.base import MigrationStep, Result, Store, Transaction
+
+
+class FaultInjectingStore(Store):
+    """A ``Store`` that delegates to ``inner`` and fails a chosen query.
+
+    Args:
+        inner: the real store (any backend).
+        nth: fail the ``nth`` matching query (1-based), counted from construction or the last ``arm``.
+        query: count only queries with this name (e.g. ``"insert_receipt"``); None counts every query.
+        error: the error raised: a ``FencepostError`` subclass (instantiated with ``message``) or an
+            instance. Defaults to ``StoreUnavailable``. A ``StoreBusy`` makes ``Store.transact`` retry.
+        message: text of the raised error when ``error`` is a class.
+        times: how many consecutive matching queries fail once ``nth`` is reached (default 1).
+
+    Attributes:
+        seen: matching queries executed since the last ``arm``.
+        fired: how many times the fault has been raised since the last ``arm``.
+        executed: names of every query executed through the wrapper, in order (all names, for assertions).
+    """
+
+    def __init__(self, inner: Store, *, nth: int = 1, query: str | None = None,
+                 error: type[FencepostError] | FencepostError = StoreUnavailable,
+                 message: str = "injected fault", times: int = 1) -> None:
+        super().__init__(clock=inner.clock, busy_wait_seconds=inner.busy_wait_seconds)
+        self.inner = inner
+        self.backend = inner.backend
+        self.display_url = inner.display_url
+        self._lock = threading.Lock()
+        self.executed: list[str] = []
+        self.arm(nth=nth, query=query, error=error, message=message, times=times)
+
+    def arm(self, *, nth: int, query: str | None = None,
+            error: type[FencepostError] | FencepostError = StoreUnavailable,
+            message: str = "injected fault", times: int = 1) -> None:
+        """(Re)arm the fault and reset the counters (see the class docstring for the arguments).
+
+        Raises:
+            ValueError: ``nth`` or ``times`` is below 1.
+        """
+        if nth < 1 or times < 1:
+            raise ValueError("nth and times are 1 or more")
+        with self._lock:
+            self.nth = nth
+            self.query = query
+            self.error = error
+            self.message = message
+            self.times = times
+            self.seen = 0
+            self.fired = 0
+            self.armed = True
+
+    def disarm(self) -> None:
+        """Let every query through from now on."""
+        with self._lock:
+            self.armed = False
+
+    def _should_fail(self, name: str) -> bool:
+        with self._lock:
+            self.executed.append(name)
+            if not self.armed or (self.query is not None and name != self.query):
+                return False
+            self.seen += 1
+            if self.seen < self.nth:
+                return False
+            self.fired += 1
+            if self.fired >= self.times:
+                self.armed = False
+            return True
+
+    def _raise(self) -> None:
+        error = self.error
+        if isinstance(error, FencepostError):
+            raise error
+        raise error(self.message)
+
+    # ── units of work ──
+    @contextmanager
+    def transaction(self, *, write: bool = True, name: str | None = None) -> Iterator[Transaction]:
+        with self.inner.transaction(write=write, name=name) as opened:
+            tx: Transaction = opened
+            real_run = tx._run
+
+            def counting_run(query_name: str, params: dict[str, Any]) -> Result:
+                if self._should_fail(query_name):
+                    self._raise()
+                return real_run(query_name, params)
+
+            # The ops mixins call ``self._run``: an instance attribute shadows the class's method.
+            tx._run = counting_run  # type: ignore[method-assign,assignment]
+            yield tx
+
+    # ── schema: straight delegation ──
+    def migrations(self) -> list[MigrationStep]:
+        return self.inner.migrations()
+
+    def schema_version(self) -> int:
+        return self.inner.schema_version()
+
+    def migrate(self) -> list[MigrationStep]:
+        return self.inner.migrate()
+
+    def close(self) -> None:
+        self.inner.close()
