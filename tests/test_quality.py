@@ -26,7 +26,7 @@ def test_mypy_strict_is_clean() -> None:
 def test_layers_never_import_upward() -> None:
     """DESIGN.md: dependencies point down the layer list only."""
     order = {"core": 1, "store": 2, "outbox": 3, "events": 3, "evidence": 4, "host": 4, "workflows": 4,
-             "rehearsal": 5, "api": 6, "ui": 6, "cli": 7}
+             "rehearsal": 5, "packages": 5, "api": 6, "ui": 6, "cli": 7}
     offenders = []
     for path in (ROOT / "src" / "fencepost").rglob("*.py"):
         layer = path.relative_to(ROOT / "src" / "fencepost").parts[0]

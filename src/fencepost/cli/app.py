@@ -19,8 +19,10 @@ from fencepost import __version__
 from fencepost.cli import logs, render
 from fencepost.cli.audit_cmd import audit
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
+from fencepost.cli.package_cmds import app as package_app
 from fencepost.cli.rehearsal_cmds import app as rehearsal_app
 from fencepost.cli.serve import serve
+from fencepost.cli.workflow_cmds import app as workflow_app
 from fencepost.core.errors import InvalidInput
 from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
 from fencepost.outbox.worker import default_worker_id
@@ -36,6 +38,8 @@ app = typer.Typer(
          "Start with `fencepost migrate`, then `fencepost rehearse examples/inventory`.",
     no_args_is_help=True, add_completion=False)
 app.add_typer(rehearsal_app, name="rehearsal")
+app.add_typer(package_app, name="package")
+app.add_typer(workflow_app, name="workflow")
 app.command()(serve)
 app.command()(audit)
 

@@ -23,6 +23,12 @@ class InvalidInput(FencepostError):
     kind = "invalid-input"
 
 
+class InvalidPlan(InvalidInput):
+    """A workflow plan or definition breaks a normalization rule (ADR-0224 decision 2, step 1)."""
+
+    kind = "invalid-plan"
+
+
 class NotFound(FencepostError):
     """An id that names no record."""
 
@@ -75,3 +81,14 @@ class IntegrityViolation(FencepostError):
 
     exit_code = 5
     kind = "integrity"
+
+
+class NotAllowed(FencepostError):
+    """A start guard is false (ADR-0224 decision 2, step 3); ``guard`` names which one."""
+
+    exit_code = 6
+    kind = "not-allowed"
+
+    def __init__(self, message: str, guard: str) -> None:
+        super().__init__(message)
+        self.guard = guard

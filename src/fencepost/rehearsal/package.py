@@ -22,6 +22,15 @@ Format (documented for users in docs/package-format.md)::
     [verify]
     volatile_columns = ["last_update"]           # columns left out of seeded content digests
 
+    [[tasks]]                          # tasks a workflow step can run; the source digest is recorded
+    id = "refresh_stock"
+    source = "tasks/refresh_stock.sql"
+
+    [[workflows]]                      # a DAG of at most 128 steps (ADR-0224)
+    id = "nightly"
+    steps = [{ key = "refresh", task = "refresh_stock" },
+             { key = "report", task = "stock_report", needs = ["refresh"] }]
+
 Discovery in ``migrations_dir`` accepts ``<id>.up.sql`` (+ ``<id>.down.sql``) files and ``<id>/up.sql``
 (+ ``down.sql``) folders, ordered by id (byte order). Paths are relative to the package directory; ``..``,
 absolute paths and symlinks leaving the package are refused. A frozen package lives in the control
@@ -38,9 +47,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from fencepost.core.errors import InvalidInput
+from fencepost.core.errors import InvalidInput, InvalidPlan
 from fencepost.core.fingerprint import fingerprint, sha256_bytes
 from fencepost.store.records import RunFile
+from fencepost.workflows.definitions import check_id, normalize_dag, workflow_digest
 
 MANIFEST_NAME = "fencepost-package.toml"
 MAX_PACKAGE_BYTES = 64 * 1024 * 1024
@@ -120,11 +130,43 @@ class VerifySection(_Strict):
     volatile_columns: list[str] = Field(default_factory=list)
 
 
+class TaskEntry(_Strict):
+    id: str
+    source: str
+
+
+class WorkflowStepEntry(_Strict):
+    key: str
+    task: str
+    needs: list[str] = Field(default_factory=list)
+
+
+class WorkflowEntry(_Strict):
+    id: str
+    steps: list[WorkflowStepEntry]
+
+
 class ManifestModel(_Strict):
     package: PackageSection
     migrations: list[MigrationEntry] | None = None
     sqlite: SqliteSection = Field(default_factory=SqliteSection)
     verify: VerifySection = Field(default_factory=VerifySection)
+    tasks: list[TaskEntry] = Field(default_factory=list)
+    workflows: list[WorkflowEntry] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TaskDef:
+    id: str
+    source: str        # package-relative path
+    digest: str        # sha256 of the source bytes
+
+
+@dataclass(frozen=True)
+class WorkflowDef:
+    id: str
+    steps: tuple[dict[str, Any], ...]   # normalized: [{"key", "task", "needs"}] sorted by key
+    digest: str
 
 
 @dataclass(frozen=True)
@@ -148,6 +190,8 @@ class PackageSpec:
     functions: dict[str, str]
     volatile_columns: tuple[str, ...]
     files: dict[str, bytes]
+    tasks: tuple[TaskDef, ...] = ()
+    workflows: tuple[WorkflowDef, ...] = ()
 
     def normalized_manifest(self) -> dict[str, Any]:
         """The manifest as plain JSON, with discovery resolved (what a Run freezes)."""
@@ -157,6 +201,8 @@ class PackageSpec:
             "migrations": [{"id": m.id, "up": m.up, "down": m.down} for m in self.migrations],
             "seed": list(self.seed), "uninstall": self.uninstall, "functions": dict(sorted(self.functions.items())),
             "volatile_columns": list(self.volatile_columns),
+            "tasks": [{"id": t.id, "source": t.source, "digest": t.digest} for t in self.tasks],
+            "workflows": [{"id": w.id, "digest": w.digest, "steps": list(w.steps)} for w in self.workflows],
         }
 
     @property
@@ -304,6 +350,7 @@ def load_package(directory: str | Path) -> PackageSpec:
     if pkg.uninstall is not None:
         uninstall = _safe_relative(pkg.uninstall, "uninstall")
         _read(root, uninstall, "uninstall", files)
+    tasks, workflows = _definitions(root, model, files)
     if pkg.previous_through is not None and pkg.previous_through not in seen:
         raise InvalidInput(f"{MANIFEST_NAME}: previous_through {pkg.previous_through!r} is not a migration id")
     if len(files) > MAX_FILES:
@@ -314,7 +361,35 @@ def load_package(directory: str | Path) -> PackageSpec:
     return PackageSpec(
         name=pkg.name, version=pkg.version, previous_version=pkg.previous_version,
         previous_through=pkg.previous_through, migrations=tuple(migrations), seed=tuple(seed), uninstall=uninstall,
-        functions=dict(model.sqlite.functions), volatile_columns=tuple(model.verify.volatile_columns), files=files)
+        functions=dict(model.sqlite.functions), volatile_columns=tuple(model.verify.volatile_columns), files=files,
+        tasks=tasks, workflows=workflows)
+
+
+def _definitions(root: Path, model: ManifestModel,
+                 files: dict[str, bytes]) -> tuple[tuple[TaskDef, ...], tuple[WorkflowDef, ...]]:
+    tasks: dict[str, TaskDef] = {}
+    try:
+        for task in model.tasks:
+            check_id(task.id, "task id")
+            if task.id in tasks:
+                raise InvalidInput(f"{MANIFEST_NAME}: duplicate task id {task.id!r}")
+            source = _safe_relative(task.source, f"task {task.id}")
+            _read(root, source, f"task {task.id}", files)
+            tasks[task.id] = TaskDef(task.id, source, sha256_bytes(files[source]))
+        workflows: dict[str, WorkflowDef] = {}
+        for wf in model.workflows:
+            check_id(wf.id, "workflow id")
+            if wf.id in workflows:
+                raise InvalidInput(f"{MANIFEST_NAME}: duplicate workflow id {wf.id!r}")
+            steps = normalize_dag([s.model_dump() for s in wf.steps], what=f"workflow {wf.id}")
+            for step in steps:
+                if step["task"] not in tasks:
+                    raise InvalidInput(f"{MANIFEST_NAME}: workflow {wf.id} step {step['key']!r} names unknown "
+                                       f"task {step['task']!r}")
+            workflows[wf.id] = WorkflowDef(wf.id, tuple(steps), workflow_digest(wf.id, steps))
+    except InvalidPlan as error:
+        raise InvalidInput(f"{MANIFEST_NAME}: {error}") from None
+    return tuple(tasks.values()), tuple(workflows.values())
 
 
 def package_from_run(manifest: dict[str, Any], files: list[RunFile]) -> PackageSpec:
@@ -333,4 +408,6 @@ def package_from_run(manifest: dict[str, Any], files: list[RunFile]) -> PackageS
         previous_through=manifest["previous_through"],
         migrations=tuple(Migration(m["id"], m["up"], m["down"]) for m in manifest["migrations"]),
         seed=tuple(manifest["seed"]), uninstall=manifest["uninstall"], functions=dict(manifest["functions"]),
-        volatile_columns=tuple(manifest["volatile_columns"]), files=blobs)
+        volatile_columns=tuple(manifest["volatile_columns"]), files=blobs,
+        tasks=tuple(TaskDef(t["id"], t["source"], t["digest"]) for t in manifest.get("tasks", [])),
+        workflows=tuple(WorkflowDef(w["id"], tuple(w["steps"]), w["digest"]) for w in manifest.get("workflows", [])))

@@ -19,6 +19,7 @@ from fencepost.core.clock import Clock, SystemClock
 from fencepost.core.errors import SchemaNotReady, StoreUnavailable
 from fencepost.store.outbox_ops import OutboxOps
 from fencepost.store.rehearsal_ops import RehearsalOps
+from fencepost.store.workflow_ops import WorkflowOps
 
 T = TypeVar("T")
 
@@ -36,7 +37,7 @@ class Result:
     rowcount: int
 
 
-class Transaction(OutboxOps, RehearsalOps, ABC):
+class Transaction(OutboxOps, RehearsalOps, WorkflowOps, ABC):
     """One open unit of work. Valid only inside ``Store.transaction()``."""
 
     backend: str

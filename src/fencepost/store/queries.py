@@ -51,3 +51,21 @@ def to_pyformat(sql: str) -> str:
     ``::type`` casts are left alone (the lookbehind refuses a preceding colon).
     """
     return _PARAM.sub(r"%(\1)s", sql.replace("%", "%%"))
+
+
+DIALECT_FILES = ("queries.sql", "audit.sql", "workflows.sql")
+
+
+def load_dialect(package: str) -> dict[str, str]:
+    """Every named query of a backend: the union of ``DIALECT_FILES`` in ``package``.
+
+    Raises:
+        ValueError: a name defined in two files.
+    """
+    merged: dict[str, str] = {}
+    for filename in DIALECT_FILES:
+        for name, sql in load_queries(package, filename).items():
+            if name in merged:
+                raise ValueError(f"query {name!r} is defined twice in {package}")
+            merged[name] = sql
+    return merged

@@ -40,10 +40,10 @@ class RehearsalOps:
 
     def get_run(self, run_id: str) -> RunRecord | None:
         rows = self._run("get_run", {"id": run_id}).rows
-        return _run_record(rows[0]) if rows else None
+        return run_from_row(rows[0]) if rows else None
 
     def list_runs(self, limit: int = 100) -> list[RunRecord]:
-        return [_run_record(r) for r in self._run("list_runs", {"limit": limit}).rows]
+        return [run_from_row(r) for r in self._run("list_runs", {"limit": limit}).rows]
 
     def run_files(self, run_id: str) -> list[RunFile]:
         return [RunFile(path=r["path"], sha256=r["sha256"], size=int(r["size"]), content=bytes(r["content"]))
@@ -129,7 +129,8 @@ def _json_obj(raw: Any) -> dict[str, Any]:
     return value
 
 
-def _run_record(r: dict[str, Any]) -> RunRecord:
+def run_from_row(r: dict[str, Any]) -> RunRecord:
+    """Build a ``RunRecord`` from a row of ``get_run``-shaped columns."""
     return RunRecord(id=r["id"], package_name=r["package_name"], package_version=r["package_version"],
                      previous_version=r["previous_version"], content_digest=r["content_digest"],
                      manifest=_json_obj(r["manifest"]), status=RunStatus(r["status"]), created_at=r["created_at"])

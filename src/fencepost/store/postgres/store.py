@@ -42,7 +42,7 @@ from fencepost.core.crashpoints import crashpoint
 from fencepost.core.errors import Conflict, FencepostError, SchemaNotReady, StoreUnavailable
 from fencepost.store.base import MigrationStep, Result, Store, StoreBusy, Transaction
 from fencepost.store.migrations import load_migrations
-from fencepost.store.queries import load_queries, to_pyformat
+from fencepost.store.queries import load_dialect, to_pyformat
 
 # SQLSTATEs of transient contention: serialization failure, deadlock, lock not available.
 _BUSY_STATES = {"40001", "40P01", "55P03"}
@@ -213,7 +213,7 @@ class PostgresStore(Store):
         self.lock_timeout_seconds = lock_timeout_seconds
         self.scrub = _Scrubber(dsn)
         self.queries = {name: to_pyformat(text)
-                        for name, text in load_queries("fencepost.store.postgres").items()}
+                        for name, text in load_dialect("fencepost.store.postgres").items()}
         self._local = threading.local()
         try:
             conninfo_to_dict(dsn)

@@ -23,7 +23,7 @@ from fencepost.core.crashpoints import crashpoint
 from fencepost.core.errors import Conflict, FencepostError, SchemaNotReady, StoreUnavailable
 from fencepost.store.base import MigrationStep, Result, Store, StoreBusy, Transaction
 from fencepost.store.migrations import load_migrations
-from fencepost.store.queries import load_queries
+from fencepost.store.queries import load_dialect
 
 _BUSY_CODES = {5, 6, 261, 517, 262}  # SQLITE_BUSY, SQLITE_LOCKED and their extended codes
 _TIME_COLUMNS = ("_at", "_until")
@@ -109,7 +109,7 @@ class SQLiteStore(Store):
         self.busy_timeout_seconds = busy_timeout_seconds
         self.create = create
         self.display_url = f"sqlite ({journal_mode} journal)"
-        self.queries = load_queries("fencepost.store.sqlite") | load_queries("fencepost.store.sqlite", "audit.sql")
+        self.queries = load_dialect("fencepost.store.sqlite")
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()

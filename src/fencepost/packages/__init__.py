@@ -1,0 +1,1 @@
+"""Package publication, installation lifecycle and workflow planning/admission (the application service)."""

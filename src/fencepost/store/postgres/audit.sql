@@ -1,0 +1,73 @@
+-- Invariant checks run by `fencepost audit` (PostgreSQL dialect). Each query returns the offending rows as
+-- (subject, detail); an empty result means the invariant holds. The same names exist in
+-- ../sqlite/audit.sql. The schema's constraints already forbid most of these states: the audit
+-- re-checks them from the data, so a database edited behind fencepost's back (or with constraints
+-- dropped) is caught.
+
+-- name: audit_attempt_receipts
+-- Every Attempt has exactly six Receipts at positions 1..6.
+SELECT a.id AS subject, 'has ' || count(r.id) || ' receipt(s)' AS detail
+FROM rehearsal_attempts a LEFT JOIN rehearsal_receipts r ON r.attempt_id = a.id
+GROUP BY a.id
+HAVING count(r.id) != 6 OR min(r.position) != 1 OR max(r.position) != 6 OR count(DISTINCT r.position) != 6;
+
+-- name: audit_lease_outside_processing
+-- No token, owner or deadline on a command that is not PROCESSING.
+SELECT id AS subject, status || ' command holds lease fields' AS detail
+FROM commands
+WHERE status != 'PROCESSING' AND (lease_token IS NOT NULL OR lease_owner IS NOT NULL OR lease_until IS NOT NULL);
+
+-- name: audit_processing_without_lease
+SELECT id AS subject, 'PROCESSING command without a complete lease' AS detail
+FROM commands
+WHERE status = 'PROCESSING' AND (lease_token IS NULL OR lease_owner IS NULL OR lease_until IS NULL);
+
+-- name: audit_attempt_command_status
+-- The Attempt and its command end together.
+SELECT a.id AS subject, 'Attempt ' || a.status || ' but command ' || c.status AS detail
+FROM rehearsal_attempts a JOIN commands c ON c.id = a.command_id
+WHERE (a.status = 'SUCCEEDED' AND c.status != 'DELIVERED')
+   OR (a.status = 'FAILED' AND c.status != 'FAILED')
+   OR (a.status = 'ABORTED' AND c.status != 'ABORTED')
+   OR (a.status IN ('PENDING', 'RUNNING') AND c.status NOT IN ('PENDING', 'PROCESSING'));
+
+-- name: audit_succeeded_receipts
+-- A SUCCEEDED Attempt has six SUCCEEDED Receipts with evidence, all from its final delivery.
+SELECT a.id AS subject, 'receipt ' || r.position || ' is ' || r.status || ' from delivery '
+       || coalesce(r.delivery, 0) || ' (attempt delivery ' || a.delivery || ')' AS detail
+FROM rehearsal_attempts a JOIN rehearsal_receipts r ON r.attempt_id = a.id
+WHERE a.status = 'SUCCEEDED'
+  AND (r.status != 'SUCCEEDED' OR r.evidence IS NULL OR r.delivery IS NULL OR r.delivery != a.delivery);
+
+-- name: audit_open_receipts_of_finished_attempts
+SELECT a.id AS subject, 'finished Attempt has ' || r.status || ' receipt ' || r.position AS detail
+FROM rehearsal_attempts a JOIN rehearsal_receipts r ON r.attempt_id = a.id
+WHERE a.status IN ('SUCCEEDED', 'FAILED', 'ABORTED') AND r.status IN ('PENDING', 'RUNNING');
+
+-- name: audit_delivery_numbers
+-- No Attempt or Receipt claims a delivery its command never had.
+SELECT a.id AS subject, 'delivery ' || a.delivery || ' exceeds delivery_count ' || c.delivery_count AS detail
+FROM rehearsal_attempts a JOIN commands c ON c.id = a.command_id
+WHERE a.delivery > c.delivery_count
+UNION ALL
+SELECT r.id AS subject, 'receipt delivery ' || r.delivery || ' exceeds delivery_count ' || c.delivery_count
+FROM rehearsal_receipts r JOIN rehearsal_attempts a ON a.id = r.attempt_id JOIN commands c ON c.id = a.command_id
+WHERE r.delivery > c.delivery_count;
+
+-- name: audit_orphan_rehearsal_commands
+SELECT c.id AS subject, 'rehearsal command without an Attempt' AS detail
+FROM commands c
+WHERE c.kind = 'rehearsal.attempt' AND NOT EXISTS (SELECT 1 FROM rehearsal_attempts a WHERE a.command_id = c.id);
+
+-- name: audit_run_without_files
+SELECT r.id AS subject, 'Run has no frozen files' AS detail
+FROM rehearsal_runs r
+WHERE NOT EXISTS (SELECT 1 FROM rehearsal_run_files f WHERE f.run_id = r.id);
+
+-- name: audit_evidence_rows
+-- Rows whose evidence the audit re-fingerprints in Python.
+SELECT id, attempt_id, position, scenario, status, delivery, evidence, evidence_fingerprint, started_at, finished_at
+FROM rehearsal_receipts WHERE evidence IS NOT NULL ORDER BY attempt_id, position;
+
+-- name: audit_file_rows
+SELECT run_id, path, sha256, size, content FROM rehearsal_run_files ORDER BY run_id, path;

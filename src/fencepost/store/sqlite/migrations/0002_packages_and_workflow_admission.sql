@@ -1,0 +1,168 @@
+-- fencepost control schema, version 2: package publications with a compare-and-set head,
+-- installations with lifecycle disposition and quarantine, and atomic workflow admission (ADR-0224):
+-- Runs, StepRuns, events, StepRun mutations, the admission ledger (admissions + admission steps) and
+-- receipts. JSON columns are mirrored by plain columns that CHECKs keep equal to the JSON content.
+
+CREATE TABLE package_publications (
+    id                      TEXT PRIMARY KEY,
+    package_name            TEXT NOT NULL CHECK (length(package_name) BETWEEN 1 AND 100),
+    version                 TEXT NOT NULL CHECK (length(version) BETWEEN 1 AND 64),
+    content_digest          TEXT NOT NULL CHECK (content_digest GLOB 'sha256:[0-9a-f]*' AND length(content_digest) = 71),
+    definition              TEXT NOT NULL CHECK (json_valid(definition) AND length(definition) <= 262144),
+    definition_digest       TEXT NOT NULL CHECK (definition_digest GLOB 'sha256:[0-9a-f]*' AND length(definition_digest) = 71),
+    status                  TEXT NOT NULL CHECK (status IN ('active', 'withdrawn')),
+    gate                    TEXT NOT NULL CHECK (gate IN ('passed', 'waived')),
+    gate_run_id             TEXT REFERENCES rehearsal_runs (id),
+    previous_publication_id TEXT REFERENCES package_publications (id),
+    published_at            TEXT NOT NULL,
+    withdrawn_at            TEXT,
+    UNIQUE (package_name, version),
+    CHECK (json_extract(definition, '$.package') IS package_name),
+    CHECK (json_extract(definition, '$.version') IS version),
+    CHECK (json_extract(definition, '$.content_digest') IS content_digest),
+    CHECK ((status = 'withdrawn') = (withdrawn_at IS NOT NULL)),
+    CHECK ((gate = 'passed') = (gate_run_id IS NOT NULL))
+);
+
+-- Publishing looks up the rehearsals of the exact content being published.
+CREATE INDEX rehearsal_runs_by_digest ON rehearsal_runs (content_digest);
+
+-- The per-package head, moved only by compare-and-set on revision.
+CREATE TABLE package_heads (
+    package_name   TEXT PRIMARY KEY,
+    publication_id TEXT NOT NULL REFERENCES package_publications (id),
+    revision       INTEGER NOT NULL CHECK (revision >= 1),
+    updated_at     TEXT NOT NULL
+);
+
+CREATE TABLE package_installations (
+    id             TEXT PRIMARY KEY,
+    package_name   TEXT NOT NULL UNIQUE CHECK (length(package_name) BETWEEN 1 AND 100),
+    publication_id TEXT NOT NULL REFERENCES package_publications (id),
+    lock_digest    TEXT NOT NULL CHECK (lock_digest GLOB 'sha256:[0-9a-f]*' AND length(lock_digest) = 71),
+    status         TEXT NOT NULL CHECK (status IN ('active', 'uninstalled')),
+    generation     INTEGER NOT NULL CHECK (generation >= 1),
+    installed_at   TEXT NOT NULL,
+    updated_at     TEXT NOT NULL
+);
+
+-- Lifecycle disposition; no row means active.
+CREATE TABLE installation_dispositions (
+    installation_id TEXT PRIMARY KEY REFERENCES package_installations (id),
+    disposition     TEXT NOT NULL CHECK (disposition IN ('active', 'disabled')),
+    reason          TEXT,
+    updated_at      TEXT NOT NULL
+);
+
+-- Quarantine of an exact installation and lock; enable never clears it, only an explicit release does.
+CREATE TABLE installation_quarantines (
+    id              TEXT PRIMARY KEY,
+    installation_id TEXT NOT NULL REFERENCES package_installations (id),
+    lock_digest     TEXT NOT NULL CHECK (lock_digest GLOB 'sha256:[0-9a-f]*' AND length(lock_digest) = 71),
+    reason          TEXT NOT NULL CHECK (length(reason) BETWEEN 1 AND 1000),
+    quarantined_at  TEXT NOT NULL,
+    released_at     TEXT,
+    release_reason  TEXT,
+    CHECK ((released_at IS NULL) = (release_reason IS NULL))
+);
+CREATE UNIQUE INDEX installation_quarantines_open
+    ON installation_quarantines (installation_id, lock_digest) WHERE released_at IS NULL;
+
+CREATE TABLE workflow_runs (
+    id              TEXT PRIMARY KEY,
+    plan_id         TEXT NOT NULL UNIQUE,
+    installation_id TEXT NOT NULL REFERENCES package_installations (id),
+    publication_id  TEXT NOT NULL REFERENCES package_publications (id),
+    workflow_id     TEXT NOT NULL,
+    status          TEXT NOT NULL CHECK (status IN ('running', 'succeeded', 'failed', 'cancelled')),
+    fence           INTEGER NOT NULL CHECK (fence >= 1),
+    created_at      TEXT NOT NULL
+);
+
+CREATE TABLE workflow_step_runs (
+    id          TEXT PRIMARY KEY,
+    run_id      TEXT NOT NULL REFERENCES workflow_runs (id),
+    step_key    TEXT NOT NULL CHECK (length(step_key) BETWEEN 1 AND 64),
+    task_id     TEXT NOT NULL,
+    task_digest TEXT NOT NULL CHECK (task_digest GLOB 'sha256:[0-9a-f]*' AND length(task_digest) = 71),
+    needs       TEXT NOT NULL CHECK (json_valid(needs) AND json_type(needs) = 'array'),
+    status      TEXT NOT NULL CHECK (status IN ('waiting', 'ready', 'running', 'succeeded', 'failed', 'cancelled')),
+    fence       INTEGER NOT NULL CHECK (fence >= 1),
+    created_at  TEXT NOT NULL,
+    UNIQUE (run_id, step_key)
+);
+
+CREATE TABLE workflow_events (
+    id          TEXT PRIMARY KEY,
+    run_id      TEXT NOT NULL REFERENCES workflow_runs (id),
+    step_run_id TEXT REFERENCES workflow_step_runs (id),
+    seq         INTEGER NOT NULL CHECK (seq >= 1),
+    type        TEXT NOT NULL CHECK (type IN ('workflow.admitted', 'step.created')),
+    payload     TEXT NOT NULL CHECK (json_valid(payload) AND length(payload) <= 65536),
+    created_at  TEXT NOT NULL,
+    UNIQUE (run_id, seq),
+    CHECK ((type = 'step.created') = (step_run_id IS NOT NULL)),
+    CHECK (json_extract(payload, '$.run_id') IS run_id)
+);
+
+CREATE TABLE workflow_step_mutations (
+    id          TEXT PRIMARY KEY,
+    step_run_id TEXT NOT NULL REFERENCES workflow_step_runs (id),
+    run_id      TEXT NOT NULL REFERENCES workflow_runs (id),
+    fence       INTEGER NOT NULL CHECK (fence >= 1),
+    kind        TEXT NOT NULL CHECK (kind IN ('create')),
+    to_status   TEXT NOT NULL CHECK (to_status IN ('waiting', 'ready')),
+    created_at  TEXT NOT NULL,
+    UNIQUE (step_run_id, fence)
+);
+
+-- The admission ledger: one row per admitted plan ...
+CREATE TABLE workflow_admissions (
+    plan_id         TEXT PRIMARY KEY CHECK (length(plan_id) BETWEEN 1 AND 128),
+    plan_digest     TEXT NOT NULL CHECK (plan_digest GLOB 'sha256:[0-9a-f]*' AND length(plan_digest) = 71),
+    plan            TEXT NOT NULL CHECK (json_valid(plan) AND length(plan) <= 262144),
+    run_id          TEXT NOT NULL UNIQUE REFERENCES workflow_runs (id),
+    package_name    TEXT NOT NULL,
+    publication_id  TEXT NOT NULL REFERENCES package_publications (id),
+    installation_id TEXT NOT NULL REFERENCES package_installations (id),
+    lock_digest     TEXT NOT NULL CHECK (lock_digest GLOB 'sha256:[0-9a-f]*' AND length(lock_digest) = 71),
+    workflow_id     TEXT NOT NULL,
+    workflow_digest TEXT NOT NULL CHECK (workflow_digest GLOB 'sha256:[0-9a-f]*' AND length(workflow_digest) = 71),
+    step_count      INTEGER NOT NULL CHECK (step_count BETWEEN 1 AND 128),
+    final_fence     INTEGER NOT NULL CHECK (final_fence >= 1),
+    receipt_id      TEXT NOT NULL UNIQUE,
+    admitted_at     TEXT NOT NULL,
+    CHECK (json_extract(plan, '$.plan_id') IS plan_id),
+    CHECK (json_extract(plan, '$.digest') IS plan_digest),
+    CHECK (json_extract(plan, '$.package') IS package_name),
+    CHECK (json_extract(plan, '$.publication_id') IS publication_id),
+    CHECK (json_extract(plan, '$.installation_id') IS installation_id),
+    CHECK (json_extract(plan, '$.lock') IS lock_digest),
+    CHECK (json_extract(plan, '$.workflow_id') IS workflow_id),
+    CHECK (json_extract(plan, '$.workflow_digest') IS workflow_digest),
+    CHECK (json_array_length(plan, '$.steps') IS step_count)
+);
+
+-- ... and one row per step, binding task definition, needs, StepRun, mutation and event identity.
+CREATE TABLE workflow_admission_steps (
+    plan_id     TEXT NOT NULL REFERENCES workflow_admissions (plan_id),
+    step_key    TEXT NOT NULL,
+    task_id     TEXT NOT NULL,
+    task_digest TEXT NOT NULL CHECK (task_digest GLOB 'sha256:[0-9a-f]*' AND length(task_digest) = 71),
+    needs       TEXT NOT NULL CHECK (json_valid(needs) AND json_type(needs) = 'array'),
+    step_run_id TEXT NOT NULL UNIQUE REFERENCES workflow_step_runs (id),
+    mutation_id TEXT NOT NULL UNIQUE REFERENCES workflow_step_mutations (id),
+    event_id    TEXT NOT NULL UNIQUE REFERENCES workflow_events (id),
+    PRIMARY KEY (plan_id, step_key)
+);
+
+CREATE TABLE workflow_admission_receipts (
+    id             TEXT PRIMARY KEY,
+    plan_id        TEXT NOT NULL UNIQUE REFERENCES workflow_admissions (plan_id),
+    run_id         TEXT NOT NULL UNIQUE REFERENCES workflow_runs (id),
+    receipt        TEXT NOT NULL CHECK (json_valid(receipt) AND length(receipt) <= 262144),
+    receipt_digest TEXT NOT NULL CHECK (receipt_digest GLOB 'sha256:[0-9a-f]*' AND length(receipt_digest) = 71),
+    CHECK (json_extract(receipt, '$.receipt_id') IS id),
+    CHECK (json_extract(receipt, '$.plan_id') IS plan_id),
+    CHECK (json_extract(receipt, '$.run_id') IS run_id)
+);

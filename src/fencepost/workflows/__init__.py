@@ -1,0 +1,1 @@
+"""Workflow definitions, plans, and their atomic admission (ADR-0224)."""

@@ -1,0 +1,204 @@
+"""Atomic admission of a workflow plan (ADR-0224, decisions 2 and 3).
+
+``admit(store, plan)``:
+
+1. normalizes the plan and derives the deterministic bundle before any transaction;
+2. in ONE write transaction (SQLite ``BEGIN IMMEDIATE``; PostgreSQL with the package's advisory lock, so
+   no guard change can commit between the check and the COMMIT):
+   a. exact replay first: an admission with this plan id is verified row by row against the re-derived
+      bundle and its original receipt is returned (``existing``), even if the package was later withdrawn
+      or quarantined; the same plan id with another plan is a conflict; corrupt evidence fails closed;
+   b. the guards: publication head active and matching, installation active with the matching lock,
+      lifecycle disposition active (or absent), no quarantine of this exact installation and lock;
+   c. the workflow definition digest and every step's task digest against the publication;
+   d. every insert (Run, ``workflow.admitted``, StepRuns, ``step.created``, mutations, admission ledger,
+      receipt), or nothing: any failure rolls the whole transaction back.
+
+No network, file or user callback runs while the transaction is open. Crash points
+``workflow.admit:after-insert-<n>`` follow each insert; ``workflow.admit:before-commit`` and
+``:after-commit`` surround COMMIT.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from fencepost.core.canonical import canonical_json, parse_json
+from fencepost.core.crashpoints import crashpoint
+from fencepost.core.errors import Conflict, IntegrityViolation, InvalidPlan, NotAllowed
+from fencepost.core.fingerprint import fingerprint
+from fencepost.store.base import Store, Transaction
+from fencepost.store.workflow_records import AdmissionRow, InstallationRecord, PublicationRecord
+from fencepost.workflows.bundle import RECEIPT_DOMAIN, AdmissionBundle, derive_bundle
+from fencepost.workflows.definitions import workflow_digest
+from fencepost.workflows.plan import NormalizedPlan, normalize_plan
+from fencepost.workflows.publication import definition_digest, lock_digest
+
+
+@dataclass(frozen=True)
+class AdmissionResult:
+    """``outcome`` is ``"created"`` or ``"existing"``; ``receipt`` is the original receipt either way."""
+
+    outcome: str
+    run_id: str
+    receipt: dict[str, Any]
+
+
+def admit(store: Store, raw_plan: Any) -> AdmissionResult:
+    """Admit ``raw_plan`` atomically (see module docstring).
+
+    Raises:
+        InvalidPlan: the plan breaks a normalization rule (nothing was opened).
+        Conflict: the plan id is bound to another plan, an identity is taken, or the plan drifted from
+            the publication's workflow or task definitions.
+        NotAllowed: a start guard is false; ``guard`` names it.
+        IntegrityViolation: stored evidence (admission rows, publication, lock) is corrupt.
+        StoreUnavailable: the store failed or stayed busy past the bounded retry.
+    """
+    plan = normalize_plan(raw_plan)
+    bundle = derive_bundle(plan)
+
+    def unit(tx: Transaction) -> AdmissionResult:
+        tx.lock_package(str(plan.data["package"]))
+        existing = tx.get_admission(plan.plan_id)
+        if existing is not None:
+            return _replay(tx, existing, bundle)
+        publication, installation = check_guards(tx, plan)
+        check_definitions(publication, installation, plan)
+        admitted_at = tx.now()
+        for number, (query, params) in enumerate(bundle.inserts(admitted_at), start=1):
+            tx.insert_row(query, params)
+            crashpoint(f"workflow.admit:after-insert-{number}")
+        return AdmissionResult("created", bundle.run_id, bundle.receipt(admitted_at))
+
+    return store.transact(unit, name="workflow.admit")
+
+
+def check_guards(tx: Transaction, plan: NormalizedPlan) -> tuple[PublicationRecord, InstallationRecord]:
+    """Re-check every start guard inside the admission transaction (ADR-0224 decision 2, step 3)."""
+    package = str(plan.data["package"])
+    head = tx.get_head(package)
+    if head is None or head.publication_id != plan.data["publication_id"]:
+        current = head.publication_id if head else "none"
+        raise NotAllowed(f"the publication head of {package} is {current}, not the plan's "
+                         f"{plan.data['publication_id']}", "publication_head")
+    publication = tx.get_publication(head.publication_id)
+    if publication is None or publication.package_name != package:
+        raise NotAllowed(f"the publication head of {package} names no publication of it", "publication_head")
+    if publication.status != "active":
+        raise NotAllowed(f"publication {publication.id} of {package} is {publication.status}", "publication_active")
+    installation = tx.get_installation(package)
+    if installation is None or installation.status != "active" or installation.id != plan.data["installation_id"]:
+        raise NotAllowed(f"{package} has no active installation {plan.data['installation_id']}", "installation_active")
+    if installation.lock_digest != plan.data["lock"] or installation.publication_id != publication.id:
+        raise NotAllowed(f"installation {installation.id} is locked to another publication than the plan's",
+                         "installation_lock")
+    disposition = tx.get_disposition(installation.id)
+    if disposition is not None and disposition.disposition != "active":
+        raise NotAllowed(f"installation {installation.id} is {disposition.disposition}", "lifecycle_disposition")
+    quarantine = tx.open_quarantine(installation.id, installation.lock_digest)
+    if quarantine is not None:
+        raise NotAllowed(f"installation {installation.id} at this lock is quarantined: {quarantine.reason}",
+                         "quarantine")
+    return publication, installation
+
+
+def check_definitions(publication: PublicationRecord, installation: InstallationRecord, plan: NormalizedPlan) -> None:
+    """Recompute the publication, lock and workflow digests and compare every step's task digest."""
+    definition = publication.definition
+    if (definition_digest(definition) != publication.definition_digest
+            or canonical_json(definition) != publication.definition_text):
+        raise IntegrityViolation(f"publication {publication.id}: stored definition does not match its digest")
+    expected_lock = lock_digest(publication.id, publication.content_digest, publication.definition_digest)
+    if expected_lock != installation.lock_digest:
+        raise IntegrityViolation(f"installation {installation.id}: lock does not match publication {publication.id}")
+    workflow_id = str(plan.data["workflow_id"])
+    workflow = definition.get("workflows", {}).get(workflow_id)
+    if not isinstance(workflow, dict):
+        raise Conflict(f"publication {publication.id} has no workflow {workflow_id!r}")
+    if workflow_digest(workflow_id, workflow["steps"]) != workflow["digest"]:
+        raise IntegrityViolation(f"publication {publication.id}: workflow {workflow_id} does not match its digest")
+    if workflow["digest"] != plan.data["workflow_digest"]:
+        raise Conflict(f"workflow {workflow_id} drifted: the plan was built for {plan.data['workflow_digest']}, "
+                       f"the publication has {workflow['digest']}")
+    planned = [{"key": s["key"], "task": s["task"], "needs": s["needs"]} for s in plan.steps]
+    if planned != workflow["steps"]:
+        raise Conflict(f"the plan's steps differ from workflow {workflow_id} of publication {publication.id}")
+    tasks = definition.get("tasks", {})
+    for step in plan.steps:
+        task = tasks.get(step["task"])
+        if not isinstance(task, dict) or task.get("digest") != step["task_digest"]:
+            raise Conflict(f"task {step['task']} of step {step['key']!r} drifted from publication {publication.id}")
+
+
+# Columns that later progress may change (status, fence) are not admission facts: replay skips them.
+_MUTABLE = {"workflow_runs": {"status", "fence"}, "workflow_step_runs": {"status", "fence"}}
+_KEYS = {"workflow_runs": ("id",), "workflow_events": ("id",), "workflow_step_runs": ("id",),
+         "workflow_step_mutations": ("id",), "workflow_admission_steps": ("plan_id", "step_key"),
+         "workflow_admission_receipts": ("id",)}
+_TIME = {"workflow_admissions": "admitted_at"}
+
+
+def verify_admission(tx: Transaction, existing: AdmissionRow) -> AdmissionResult:
+    """Re-derive an admission from its stored plan and verify every stored row (audit readiness check).
+
+    Raises:
+        IntegrityViolation: naming the first table, row and column that disagrees.
+    """
+    try:
+        plan = normalize_plan(parse_json(existing.plan))
+    except (ValueError, InvalidPlan) as error:
+        raise IntegrityViolation(f"admission {existing.plan_id}: stored plan is corrupt: {error}") from None
+    if plan.plan_id != existing.plan_id or plan.digest != existing.plan_digest:
+        raise IntegrityViolation(f"admission {existing.plan_id}: stored plan does not match its plan id and digest")
+    return _replay(tx, existing, derive_bundle(plan))
+
+
+def _replay(tx: Transaction, existing: AdmissionRow, bundle: AdmissionBundle) -> AdmissionResult:
+    plan = bundle.plan
+    if existing.plan_digest != plan.digest:
+        raise Conflict(f"plan id {plan.plan_id} is already bound to another plan ({existing.plan_digest})")
+    expected = bundle.expected_rows(existing.admitted_at)
+    stored_admission = {**existing.__dict__}
+    _compare("workflow_admissions", expected["workflow_admissions"][0], stored_admission, plan.plan_id)
+    stored = tx.admission_rows(plan.plan_id, existing.run_id)
+    for table, rows in expected.items():
+        if table == "workflow_admissions":
+            continue
+        index = {tuple(r[k] for k in _KEYS[table]): r for r in stored[table]}
+        for row in rows:
+            key = tuple(row[k] for k in _KEYS[table])
+            found = index.get(key)
+            if found is None:
+                raise IntegrityViolation(f"admission {plan.plan_id}: {table} row {'/'.join(map(str, key))} is missing")
+            _compare(table, row, found, "/".join(map(str, key)))
+    for table in ("workflow_admission_steps", "workflow_step_runs"):
+        if len(stored[table]) != len(plan.steps):
+            raise IntegrityViolation(f"admission {plan.plan_id}: {table} has {len(stored[table])} rows for "
+                                     f"{len(plan.steps)} steps")
+    receipt_row = stored["workflow_admission_receipts"][0]
+    receipt = parse_json(receipt_row["receipt"])
+    if fingerprint(RECEIPT_DOMAIN, receipt) != receipt_row["receipt_digest"]:
+        raise IntegrityViolation(f"admission {plan.plan_id}: workflow_admission_receipts row {receipt_row['id']} "
+                                 "does not match its digest")
+    return AdmissionResult("existing", existing.run_id, receipt)
+
+
+def _compare(table: str, expected: dict[str, Any], stored: dict[str, Any], subject: str) -> None:
+    skip = _MUTABLE.get(table, set())
+    for column, value in expected.items():
+        if column in skip:
+            continue
+        stored_column = _TIME.get(table, "created_at") if column == "now" else column
+        if stored_column not in stored:
+            continue  # e.g. admission steps carry no timestamp
+        actual = stored[stored_column]
+        if isinstance(value, datetime) and isinstance(actual, datetime):
+            same = value == actual
+        else:
+            same = actual == value or (isinstance(actual, (int, float)) and actual == value)
+        if not same:
+            raise IntegrityViolation(f"corrupt admission evidence: {table} row {subject}: column {stored_column} "
+                                     "differs from the re-derived admission")

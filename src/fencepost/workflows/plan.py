@@ -1,0 +1,141 @@
+"""Plan normalization (ADR-0224, decision 2, step 1): strict, deterministic, before any transaction.
+
+A plan asks to admit one run of one workflow of one installed package::
+
+    {"format": 1, "plan_id": "...", "package": "...", "publication_id": "...", "installation_id": "...",
+     "lock": "sha256:...", "workflow_id": "...", "workflow_digest": "sha256:...", "inputs": {...},
+     "steps": [{"key": "...", "task": "...", "task_digest": "sha256:...", "needs": [...]}],
+     "digest": "sha256:..."}          # optional on input; recomputed on every normalization
+
+Rules: exactly these keys (``digest`` optional; a step may carry ``ready``, which must be right), plain
+JSON data, steps sorted by key with unique keys, ``needs`` sorted, unique, known and acyclic, a step is
+``ready`` exactly when it needs nothing, at most 128 steps and 256 KiB of canonical JSON, and a
+domain-separated SHA-256 digest over everything but the digest itself.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from fencepost.core.canonical import canonical_json
+from fencepost.core.errors import InvalidPlan
+from fencepost.core.fingerprint import fingerprint, is_fingerprint
+from fencepost.workflows.definitions import MAX_STEPS, check_id, normalize_dag
+
+PLAN_FORMAT = 1
+MAX_PLAN_BYTES = 256 * 1024
+PLAN_DOMAIN = "workflow-plan/v1"
+PLAN_KEYS = frozenset({"format", "plan_id", "package", "publication_id", "installation_id", "lock", "workflow_id",
+                       "workflow_digest", "inputs", "steps"})
+STEP_KEYS = frozenset({"key", "task", "task_digest", "needs"})
+_PLAN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+_REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class NormalizedPlan:
+    """A plan that passed every rule. ``data`` includes ``digest``; ``text`` is its canonical JSON."""
+
+    data: dict[str, Any]
+    text: str
+
+    @property
+    def plan_id(self) -> str:
+        return str(self.data["plan_id"])
+
+    @property
+    def digest(self) -> str:
+        return str(self.data["digest"])
+
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        steps: list[dict[str, Any]] = self.data["steps"]
+        return steps
+
+
+def plan_digest(body: dict[str, Any]) -> str:
+    """Digest of a plan body (everything except ``digest``)."""
+    return fingerprint(PLAN_DOMAIN, {k: v for k, v in body.items() if k != "digest"})
+
+
+def _text(value: Any, what: str, pattern: re.Pattern[str]) -> str:
+    if not isinstance(value, str) or not pattern.match(value):
+        raise InvalidPlan(f"plan {what} is missing or malformed")
+    return value
+
+
+def _digest(value: Any, what: str) -> str:
+    if not is_fingerprint(value):
+        raise InvalidPlan(f"plan {what} must be sha256:<64 lowercase hex>")
+    return str(value)
+
+
+def normalize_plan(raw: Any) -> NormalizedPlan:
+    """Normalize ``raw`` (parsed JSON) or raise ``InvalidPlan`` naming the first broken rule.
+
+    Idempotent: ``normalize_plan(normalize_plan(x).data)`` equals ``normalize_plan(x)``.
+    """
+    if not isinstance(raw, dict):
+        raise InvalidPlan("a plan is a JSON object")
+    keys = set(raw) - {"digest"}
+    if keys != PLAN_KEYS:
+        missing, extra = sorted(PLAN_KEYS - keys), sorted(keys - PLAN_KEYS)
+        raise InvalidPlan(f"plan keys must be exactly {sorted(PLAN_KEYS)} (+ digest)"
+                          + (f"; missing {missing}" if missing else "") + (f"; unknown {extra}" if extra else ""))
+    if raw["format"] != PLAN_FORMAT or isinstance(raw["format"], bool):
+        raise InvalidPlan(f"plan format must be {PLAN_FORMAT}")
+    try:
+        canonical_json(raw)
+    except TypeError as error:
+        raise InvalidPlan(f"plan is not plain JSON data: {error}") from None
+    if not isinstance(raw["inputs"], dict):
+        raise InvalidPlan("plan inputs must be a JSON object")
+    steps_raw = raw["steps"]
+    if not isinstance(steps_raw, list):
+        raise InvalidPlan("plan steps must be a list")
+    if len(steps_raw) > MAX_STEPS:
+        raise InvalidPlan(f"plan has {len(steps_raw)} steps; at most {MAX_STEPS} are allowed")
+    digests: dict[str, str] = {}
+    dag_input = []
+    for step in steps_raw:
+        if not isinstance(step, dict):
+            raise InvalidPlan("every plan step must be an object")
+        step_keys = set(step) - {"ready"}
+        if step_keys != STEP_KEYS:
+            raise InvalidPlan(f"a plan step has exactly the keys {sorted(STEP_KEYS)} (+ ready), got {sorted(step)}")
+        key = step["key"]
+        if isinstance(key, str) and key in digests:
+            raise InvalidPlan(f"duplicate step key {key!r}")
+        dag_input.append({"key": key, "task": step["task"], "needs": step["needs"]})
+        if isinstance(key, str):
+            digests[key] = _digest(step["task_digest"], f"step {key!r} task_digest")
+    dag = normalize_dag(dag_input, what="plan")
+    declared_ready = {s["key"]: s["ready"] for s in steps_raw if "ready" in s}
+    steps = []
+    for step in dag:
+        ready = not step["needs"]
+        if step["key"] in declared_ready and declared_ready[step["key"]] is not ready:
+            raise InvalidPlan(f"step {step['key']!r} ready must be {str(ready).lower()} (ready means it needs nothing)")
+        steps.append({"key": step["key"], "task": step["task"], "task_digest": digests[step["key"]],
+                      "needs": step["needs"], "ready": ready})
+    body = {
+        "format": PLAN_FORMAT,
+        "plan_id": _text(raw["plan_id"], "plan_id", _PLAN_ID_RE),
+        "package": _text(raw["package"], "package", _REF_RE),
+        "publication_id": _text(raw["publication_id"], "publication_id", _REF_RE),
+        "installation_id": _text(raw["installation_id"], "installation_id", _REF_RE),
+        "lock": _digest(raw["lock"], "lock"),
+        "workflow_id": check_id(raw["workflow_id"], "plan workflow_id"),
+        "workflow_digest": _digest(raw["workflow_digest"], "workflow_digest"),
+        "inputs": raw["inputs"],
+        "steps": steps,
+    }
+    body["digest"] = plan_digest(body)
+    if "digest" in raw and raw["digest"] != body["digest"]:
+        raise InvalidPlan("plan digest does not match its content (the plan was edited after planning)")
+    text = canonical_json(body)
+    if len(text.encode("utf-8")) > MAX_PLAN_BYTES:
+        raise InvalidPlan(f"plan is {len(text.encode('utf-8'))} bytes; at most {MAX_PLAN_BYTES} are allowed")
+    return NormalizedPlan(body, text)
