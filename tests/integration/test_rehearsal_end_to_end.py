@@ -120,6 +120,21 @@ def test_semantically_drifting_package_succeeds_but_fails_the_gate(rig: Rig) -> 
     assert "stable" not in reason
 
 
+def test_drift_in_a_table_named_like_volatile_evidence_is_still_caught(rig: Rig) -> None:
+    # "execution" and "sandbox" are volatile keys of the evidence envelope, but here they are table names.
+    package = write_package(rig.tmp / "names", {
+        MANIFEST: '[package]\nname = "names"\nversion = "1.0.0"\n',
+        "migrations/0001_tables.up.sql": "CREATE TABLE execution AS SELECT random() AS r;\n"
+                                         "CREATE TABLE sandbox (id INTEGER PRIMARY KEY);\n",
+    })
+    run, attempts = rig.rehearse(package, attempts=2)
+    assert [a.status for a in attempts] == [AttemptStatus.SUCCEEDED, AttemptStatus.SUCCEEDED]
+    report = rig.service.gate(run.id)
+    assert not report.passed
+    assert report.comparison is not None
+    assert report.comparison.differing_paths == ["$[2].evidence.result.tables.execution.content_sha256"]
+
+
 def test_evidence_edited_with_plain_sqlite_fails_integrity(rig: Rig) -> None:
     run, attempts = rig.rehearse(copy_example(rig.tmp / "inventory"), attempts=2)
     assert rig.service.gate(run.id).passed

@@ -38,6 +38,13 @@ class TestSemanticView:
         assert semantic_view(value) == {"items": [{"b": 2}, {"a": 1}]}
         assert value == before
 
+    def test_scenario_results_are_package_data_and_kept_verbatim(self) -> None:
+        # Table names are keys under ``result``: a table called "execution" or "run_id" must stay compared.
+        evidence = {"execution": {"worker": "w"}, "sandbox": {"id": "s"},
+                    "result": {"tables": {"execution": {"rows": 3}, "sandbox": {"rows": 1}, "run_id": {"rows": 2}}}}
+        assert semantic_view(evidence) == {"result": evidence["result"]}
+        assert semantic_view([{"position": 1, "evidence": evidence}])[0]["evidence"]["result"] == evidence["result"]
+
     def test_scalars_pass_through(self) -> None:
         for scalar in (None, 1, "execution", 2.5, True):
             assert semantic_view(scalar) == scalar

@@ -4,6 +4,9 @@ Seed: "Attempt Comparison". A second, non-persisted semantic fingerprint is comp
 removing volatile transport identity: sandbox and execution identity, external target receipt payloads,
 stable step/idempotency keys, and generated Attempt/Receipt/Run ids. Scenario order, codes, status and
 all remaining evidence must match.
+
+A scenario's ``result`` is the package's own data, keyed by the package's table names: it is kept verbatim,
+so a table that happens to be called ``execution`` or ``sandbox`` cannot hide its drift (fail closed).
 """
 
 from __future__ import annotations
@@ -29,11 +32,17 @@ VOLATILE_KEYS = frozenset({
     "run_id",
 })
 
+# Subtrees that hold the package's data rather than transport identity: never stripped.
+DATA_KEYS = frozenset({"result"})
+
 
 def semantic_view(value: Any) -> Any:
-    """``value`` with every ``VOLATILE_KEYS`` entry removed, recursively (lists keep their order)."""
+    """``value`` with every ``VOLATILE_KEYS`` entry removed, recursively (lists keep their order).
+
+    The value under a ``DATA_KEYS`` key is kept as it is: its keys are user data (table names).
+    """
     if isinstance(value, dict):
-        return {k: semantic_view(v) for k, v in value.items() if k not in VOLATILE_KEYS}
+        return {k: v if k in DATA_KEYS else semantic_view(v) for k, v in value.items() if k not in VOLATILE_KEYS}
     if isinstance(value, list):
         return [semantic_view(v) for v in value]
     return value
