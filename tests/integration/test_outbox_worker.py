@@ -1,0 +1,176 @@
+"""The outbox worker on plain commands (no rehearsal): claiming, batch delivery, failures, availability,
+heartbeats and the sandbox interrupt when a lease is lost mid-statement."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from fencepost.core.errors import InvalidInput, LeaseLost
+from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus
+from fencepost.outbox import CommandContext, FunctionHandler, HandlerRegistry, Worker, WorkerConfig
+from fencepost.outbox.heartbeat import Heartbeat
+from fencepost.rehearsal.scenarios import ScenarioEnv, ScenarioFailed
+from fencepost.store.base import Transaction
+from integration.rig import LEASE_SECONDS, Rig, Scenario, copy_example, write_package
+
+
+def _insert(rig: Rig, command_id: str, kind: str = "test.echo", payload: dict[str, Any] | None = None,
+            delay: float = 0.0) -> None:
+    def unit(tx: Transaction) -> None:
+        tx.insert_command(command_id=command_id, kind=kind, payload=payload or {"n": command_id},
+                          available_at=tx.now() + timedelta(seconds=delay))
+
+    rig.store.transact(unit)
+
+
+def _worker(rig: Rig, handlers: dict[str, FunctionHandler], batch_size: int = 10) -> Worker:
+    registry = HandlerRegistry()
+    for kind, handler in handlers.items():
+        registry.register(kind, handler)
+    worker = Worker(rig.store, registry, WorkerConfig(poll_interval=0.01, batch_size=batch_size,
+                                                      lease_seconds=LEASE_SECONDS, worker_id="plain"))
+    rig.workers.append(worker)
+    return worker
+
+
+def _status(rig: Rig, command_id: str) -> CommandStatus:
+    record = rig.store.read(lambda tx: tx.get_command(command_id))
+    assert record is not None
+    return record.status
+
+
+def test_batch_is_delivered_in_one_transaction_and_only_registered_kinds_are_claimed(rig: Rig) -> None:
+    seen: list[tuple[str, int, dict[str, Any]]] = []
+
+    def echo(ctx: CommandContext) -> None:
+        seen.append((ctx.command.id, ctx.delivery, ctx.command.payload))
+
+    for i in range(3):
+        _insert(rig, f"cmd_{i}")
+    _insert(rig, "cmd_other", kind="test.unregistered")
+    worker = _worker(rig, {"test.echo": FunctionHandler(echo)}, batch_size=2)
+    assert worker.run_once() == 2
+    assert worker.run_once() == 1
+    assert worker.run_once() == 0
+    assert sorted(s[0] for s in seen) == ["cmd_0", "cmd_1", "cmd_2"]
+    assert all(delivery == 1 for _, delivery, _ in seen)
+    assert seen[0][2] == {"n": seen[0][0]}
+    assert worker.stats.delivered == 3 and worker.stats.claimed == 3
+    assert [_status(rig, f"cmd_{i}") for i in range(3)] == [CommandStatus.DELIVERED] * 3
+    assert _status(rig, "cmd_other") is CommandStatus.PENDING
+    assert [e.event for e in rig.lease_events("cmd_0")] == ["claim", "deliver"]
+
+
+def test_available_at_delays_the_first_delivery(rig: Rig) -> None:
+    _insert(rig, "cmd_later", delay=60)
+    worker = _worker(rig, {"test.echo": FunctionHandler(lambda ctx: None)})
+    assert worker.run_once() == 0
+    rig.clock.advance(59)
+    assert worker.run_once() == 0
+    rig.clock.advance(1)
+    assert worker.run_once() == 1
+    assert _status(rig, "cmd_later") is CommandStatus.DELIVERED
+
+
+def test_a_failing_function_handler_fails_only_its_command(rig: Rig) -> None:
+    def maybe_fail(ctx: CommandContext) -> None:
+        if ctx.command.id == "cmd_bad":
+            raise ValueError("bad payload")
+
+    _insert(rig, "cmd_bad")
+    _insert(rig, "cmd_good")
+    worker = _worker(rig, {"test.echo": FunctionHandler(maybe_fail)})
+    worker.run(max_idle_polls=1)
+    assert (worker.stats.failed, worker.stats.delivered) == (1, 1)
+    bad = rig.store.read(lambda tx: tx.get_command("cmd_bad"))
+    assert bad is not None and bad.status is CommandStatus.FAILED
+    assert bad.last_error == "ValueError: bad payload"
+    assert _status(rig, "cmd_good") is CommandStatus.DELIVERED
+
+
+def test_a_handler_that_loses_its_lease_is_not_delivered(rig: Rig) -> None:
+    def aborted_meanwhile(ctx: CommandContext) -> None:
+        assert rig.store.transact(lambda tx: tx.abort_command(ctx.command.id, "operator"))
+
+    _insert(rig, "cmd_1")
+    worker = _worker(rig, {"test.echo": FunctionHandler(aborted_meanwhile)})
+    worker.run_once()
+    assert (worker.stats.delivered, worker.stats.lost) == (0, 1)
+    assert _status(rig, "cmd_1") is CommandStatus.ABORTED
+    assert [e.event for e in rig.lease_events("cmd_1")] == ["claim", "abort"]
+
+
+def test_worker_config_is_validated() -> None:
+    for bad in (WorkerConfig(poll_interval=0), WorkerConfig(batch_size=0), WorkerConfig(lease_seconds=0.01),
+                WorkerConfig(worker_id="")):
+        with pytest.raises(InvalidInput):
+            bad.validate()
+    registry = HandlerRegistry()
+    registry.register("k", FunctionHandler(lambda ctx: None))
+    with pytest.raises(InvalidInput, match="already registered"):
+        registry.register("k", FunctionHandler(lambda ctx: None))
+
+
+def test_heartbeat_renews_from_the_store_clock_and_records_history(rig: Rig) -> None:
+    _insert(rig, "cmd_hb")
+    claimed = rig.store.transact(lambda tx: tx.claim_commands(owner="w", kinds=["test.echo"], limit=1,
+                                                              lease_seconds=LEASE_SECONDS))[0]
+    ctx = CommandContext(rig.store, claimed, LEASE_SECONDS)
+    heartbeat = Heartbeat(LEASE_SECONDS)
+    assert heartbeat.interval == LEASE_SECONDS / 3
+    heartbeat.track(ctx)
+    rig.clock.advance(10)
+    heartbeat.beat()
+    record = rig.store.read(lambda tx: tx.get_command("cmd_hb"))
+    assert record is not None
+    assert record.lease_until == rig.clock.now() + timedelta(seconds=LEASE_SECONDS)
+    assert record.last_heartbeat_at == rig.clock.now()
+    assert ctx.lease.until == record.lease_until
+    last = rig.lease_events("cmd_hb")[-1]
+    assert (last.event, last.delivery, last.lease_until) == ("heartbeat", 1, record.lease_until)
+
+    assert rig.store.transact(lambda tx: tx.abort_command("cmd_hb", "stop"))
+    heartbeat.beat()
+    assert ctx.lost
+    with pytest.raises(LeaseLost):
+        ctx.check()
+    heartbeat.untrack(ctx)
+
+
+def test_a_lost_lease_interrupts_the_running_sandbox_statement(rig: Rig) -> None:
+    """After an abort, the next heartbeat marks the lease lost and the sandbox interrupts its statement;
+    the interruption is reported as a lost lease, never as a scenario failure."""
+    package = copy_example(rig.tmp / "inventory")
+    # A seed that runs for seconds unless interrupted (bounded, so a regression fails instead of hanging).
+    write_package(package, {"seed/demo.sql": "CREATE TABLE busy AS WITH RECURSIVE c(x) AS "
+                                             "(SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 3000000) "
+                                             "SELECT x FROM c;\n"})
+    run = rig.service.create_run(package)
+    attempt = rig.service.enqueue_attempt(run.id)
+    worker = rig.worker(worker_id="worker-a")
+    interrupted: list[str] = []
+
+    def wrap(original: Scenario) -> Scenario:
+        def scenario(env: ScenarioEnv) -> dict[str, Any]:
+            rig.service.abort(attempt.id, "operator abort")
+            worker.heartbeat.beat()  # what the heartbeat thread does every lease/3
+            try:
+                return original(env)
+            except ScenarioFailed as failure:
+                interrupted.append(failure.message)
+                raise
+
+        return scenario
+
+    rig.wrap_scenario(3, wrap)
+    worker.run(max_idle_polls=1)
+    assert len(interrupted) == 1 and "interrupted" in interrupted[0]
+    assert (worker.stats.lost, worker.stats.failed) == (1, 0)
+    aborted = rig.service.attempt(attempt.id)
+    assert aborted.status is AttemptStatus.ABORTED and aborted.command_status is CommandStatus.ABORTED
+    receipts = rig.receipts(attempt.id)
+    assert [r.status for r in receipts] == [ReceiptStatus.SUCCEEDED] * 2 + [ReceiptStatus.ABORTED] * 4
+    assert receipts[2].evidence is None, "the interrupted scenario recorded no FAILED evidence"
