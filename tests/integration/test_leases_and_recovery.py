@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fencepost.core.errors import Conflict, LeaseActive, LeaseLost, SchemaNotReady
+from fencepost.core.errors import Conflict, LeaseActive, LeaseLost, NotFound, SchemaNotReady
 from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus
 from fencepost.evidence.receipts import seal
 from fencepost.outbox import CommandContext
@@ -342,3 +342,20 @@ def test_unmigrated_store_is_refused_naming_fencepost_migrate(tmp_path: Path) ->
     finally:
         absent.close()
     assert not missing.exists(), "checking readiness never creates the database"
+
+
+def test_operator_paths_on_unknown_or_unfit_records(rig: Rig) -> None:
+    run = _run(rig)
+    for operation in (rig.service.reconcile, rig.service.abort, rig.service.attempt):
+        with pytest.raises(NotFound):
+            operation("att_missing")
+    with pytest.raises(NotFound):
+        rig.service.enqueue_attempt("run_missing")
+    attempt = rig.service.enqueue_attempt(run.id)
+    with pytest.raises(Conflict, match="is PENDING, only an expired PROCESSING lease can be reconciled"):
+        rig.service.reconcile(attempt.id)
+    assert rig.store.transact(lambda tx: tx.retire_run(run.id))
+    before = rig.snapshot()
+    with pytest.raises(Conflict, match="only a READY Run takes new Attempts"):
+        rig.service.enqueue_attempt(run.id)
+    assert rig.snapshot() == before
