@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime
@@ -126,7 +127,7 @@ class SQLiteStore(Store):
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_seconds * 1000)}")
             mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
             if mode.lower() != self.journal_mode:
-                conn.execute(f"PRAGMA journal_mode = {self.journal_mode.upper()}")
+                self._set_journal_mode(conn)
             conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
             conn.execute("PRAGMA foreign_keys = ON")
         except sqlite3.OperationalError as error:
@@ -138,6 +139,20 @@ class SQLiteStore(Store):
         with self._all_lock:
             self._all.append(conn)
         return conn
+
+    def _set_journal_mode(self, conn: sqlite3.Connection) -> None:
+        # Switching the journal mode needs an exclusive lock, and SQLite answers "database is locked" at
+        # once instead of running the busy handler, so processes opening a fresh file together (two
+        # `fencepost migrate` runs, workers starting at once) would fail. Retry within the busy timeout.
+        deadline = time.monotonic() + self.busy_timeout_seconds
+        while True:
+            try:
+                conn.execute(f"PRAGMA journal_mode = {self.journal_mode.upper()}")
+                return
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.005)
 
     def connection(self) -> sqlite3.Connection:
         """This thread's connection (opened on first use)."""
