@@ -19,6 +19,7 @@ import pytest
 from acceptance_support import (
     EXAMPLE_PACKAGE,
     SCENARIOS,
+    CliResult,
     Env,
     assert_one_line_error,
     parse_instant,
@@ -248,6 +249,27 @@ def test_bad_lease_seconds(bad_input_env: Env, tmp_path: Path, command: str, val
     assert not (tmp_path / "work").exists()
 
 
+@pytest.mark.parametrize("option", [("--poll-interval", "0"), ("--poll-interval", "61"), ("--batch-size", "0"),
+                                    ("--batch-size", "1001"), ("--worker-id", "x" * 201), ("--log-format", "xml")],
+                         ids=lambda o: f"{o[0]}={o[1][:8]}")
+def test_bad_worker_options(bad_input_env: Env, tmp_path: Path, option: tuple[str, str]) -> None:
+    result = bad_input_env.cli("worker", "--work-dir", str(tmp_path / "work"), *option)
+    assert_one_line_error(result, 2)
+    _assert_nothing_written(bad_input_env)
+
+
+@pytest.mark.parametrize(("url", "code", "needle"), [
+    ("mysql://db/x", 2, "unsupported database URL scheme"),
+    ("sqlite:///:memory:", 2, "in-memory"),
+    ("sqlite:///{root}/c.db?journal_mode=bogus", 2, "journal_mode"),
+    ("sqlite:///{root}/no/such/dir/c.db", 5, "unable to open"),
+], ids=["scheme", "memory", "option", "unwritable"])
+def test_bad_database_url(env: Env, url: str, code: int, needle: str) -> None:
+    result = env.cli("migrate", "-d", url.format(root=env.root), db=False)
+    line = assert_one_line_error(result, code, needle)
+    assert str(env.root) not in line, "an error message must not carry the database path"
+
+
 # ── reconcile and abort ──
 def test_reconcile_refuses_an_active_lease_and_returns_an_expired_one(migrated: Env, tmp_path: Path) -> None:
     run = migrated.cli("rehearsal", "create", str(small_package(tmp_path / "pkg")), "--json").json()
@@ -334,6 +356,26 @@ def test_rehearse_json_parses_and_passes(migrated: Env) -> None:
     assert data["comparison"]["comparable"] is True and data["comparison"]["equal"] is True
     assert data["gate"]["latest_attempt_id"] == data["attempts"][1]["id"]
     assert data["gate"]["baseline_attempt_id"] == data["attempts"][0]["id"]
+    migrated.assert_no_secrets()
+
+
+@pytest.mark.slow
+def test_rehearse_that_times_out_exits_1_and_leaves_the_attempt_queued(migrated: Env, tmp_path: Path) -> None:
+    result = migrated.cli("rehearse", str(slow_package(tmp_path / "slow")), "--work-dir", str(migrated.work_dir),
+                          "--attempts", "1", "--timeout", "0.2")
+    line = assert_one_line_error(CliResult(result.args, result.returncode, "", result.stderr), 1, "did not finish")
+    assert "fencepost worker" in line
+    (run,) = migrated.service.list_runs()
+    (attempt,) = migrated.service.attempts(run.id)
+    row = migrated.db.attempt(attempt.id)
+    assert row["command_status"] == "PENDING" and row["lease_token"] is None, row  # released or never claimed
+    assert migrated.cli("rehearsal", "gate", run.id).returncode == 1
+
+    worker = migrated.start_worker("w", lease_seconds=5)
+    final = migrated.wait_attempt(attempt.id)
+    assert final["status"] == "SUCCEEDED" and final["command_status"] == "DELIVERED", final
+    assert migrated.cli("rehearsal", "gate", run.id).returncode == 0
+    assert worker.stop() == 0
     migrated.assert_no_secrets()
 
 

@@ -214,5 +214,40 @@ def test_sigterm_stops_after_the_current_scenario_and_releases_the_lease(migrate
     migrated.assert_no_secrets(watch.stop())
 
 
+def _catches(pid: int, sig: signal.Signals) -> bool:
+    """Whether ``pid`` has a handler installed for ``sig`` (``SigCgt`` in /proc/PID/status)."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        mask = next(line.split()[1] for line in fh if line.startswith("SigCgt:"))
+    return bool(int(mask, 16) >> (sig - 1) & 1)
+
+
+@pytest.mark.slow
+def test_second_sigterm_interrupts_at_once_and_the_lease_expires(migrated: Env, tmp_path: Path) -> None:
+    """docs/operations.md: a second SIGTERM does not wait for the scenario; nothing is released or lost."""
+    run, attempt = _slow_attempt(migrated, tmp_path)
+    attempt_id, command_id = attempt["id"], attempt["outbox"]["command_id"]
+    first = migrated.start_worker("a", lease_seconds=2, worker_id="worker-a")
+    migrated.wait_receipt(attempt_id, 3, "RUNNING")
+    assert _catches(first.pid, signal.SIGTERM)
+    first.send(signal.SIGTERM)
+    wait_until(lambda: not _catches(first.pid, signal.SIGTERM), what="the first SIGTERM to be handled")
+    first.send(signal.SIGTERM)
+    assert first.wait_exit() == -signal.SIGTERM
+
+    interrupted = migrated.db.attempt(attempt_id)
+    assert interrupted["command_status"] == "PROCESSING" and interrupted["lease_owner"] == "worker-a"
+    assert migrated.db.receipt_status(attempt_id, 3) == "RUNNING", "the scenario ran on after the second SIGTERM"
+    assert "release" not in [e["event"] for e in migrated.db.lease_events(command_id)]
+
+    taker = migrated.start_worker("b", lease_seconds=2, worker_id="worker-b")
+    final = migrated.wait_attempt(attempt_id)
+    assert final["status"] == "SUCCEEDED" and final["delivery_count"] == 2, final
+    (takeover,) = [e for e in migrated.db.lease_events(command_id) if e["event"] == "takeover"]
+    assert parse_instant(takeover["at"]) >= parse_instant(interrupted["lease_until"])
+    _assert_replayed_by(migrated, attempt_id, "worker-b", 2)
+    assert migrated.cli("rehearsal", "gate", run["id"]).returncode == 0
+    assert taker.stop() == 0
+
+
 def test_proc_state_helper_reads_this_process() -> None:
     assert _process_state(os.getpid()) in {"R", "S"}

@@ -18,12 +18,12 @@ import typer
 from fencepost import __version__
 from fencepost.cli import logs, render
 from fencepost.cli.audit_cmd import audit
-from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
+from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, fail, handled, opened
 from fencepost.cli.package_cmds import app as package_app
 from fencepost.cli.rehearsal_cmds import app as rehearsal_app
 from fencepost.cli.serve import serve
 from fencepost.cli.workflow_cmds import app as workflow_app
-from fencepost.core.errors import InvalidInput
+from fencepost.core.errors import FencepostError, InvalidInput
 from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
 from fencepost.outbox.worker import default_worker_id
 from fencepost.rehearsal import views
@@ -50,6 +50,13 @@ LeaseOpt = Annotated[float, typer.Option(
     "--lease-seconds", envvar="FENCEPOST_LEASE_SECONDS", show_envvar=True,
     help="Lease duration in seconds (0.1-3600); heartbeat every third of it.")]
 DEFAULT_WORK_DIR = Path(".fencepost")
+
+
+class AttemptUnfinished(FencepostError):
+    """``rehearse`` stopped waiting for an Attempt: exit 1, like a blocked gate (docs/configuration.md)."""
+
+    exit_code = 1
+    kind = "unfinished"
 
 
 def _version(value: bool) -> None:
@@ -105,7 +112,7 @@ def worker(
     its lease so another worker continues at once.
     """
     if log_format not in ("json", "text"):
-        raise typer.BadParameter("must be json or text", param_hint="--log-format")
+        fail(InvalidInput(f"--log-format must be json or text, not {log_format!r}"))
     logs.configure(log_format)
     with opened(database) as store, handled():
         config = WorkerConfig(poll_interval=poll_interval, batch_size=batch_size, lease_seconds=lease_seconds,
@@ -114,6 +121,9 @@ def worker(
 
         def stop(signum: int, frame: FrameType | None) -> None:
             w.request_stop()
+            # A second SIGTERM or Ctrl-C interrupts at once (docs/operations.md); the lease then expires.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
@@ -197,8 +207,8 @@ def rehearse(
                 view = _watch(service, attempt.id, timeout) if not json else _quiet_wait(service, attempt.id, timeout)
                 finished.append(view)
                 if view["status"] not in ("SUCCEEDED", "FAILED", "ABORTED"):
-                    raise InvalidInput(f"attempt {attempt.id} did not finish within {timeout:g} s (still "
-                                       f"{view['status']}); it stays queued for `fencepost worker`")
+                    raise AttemptUnfinished(f"attempt {attempt.id} did not finish within {timeout:g} s (still "
+                                            f"{view['status']}); it stays queued for `fencepost worker`")
         finally:
             w.request_stop()
             thread.join(timeout=lease_seconds + 5)
