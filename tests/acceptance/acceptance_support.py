@@ -278,11 +278,12 @@ class Env:
         self._store: Any = None
 
     # CLI
-    def cli(self, *args: str, db: bool = True, timeout: float = CLI_TIMEOUT) -> CliResult:
+    def cli(self, *args: str, db: bool = True, timeout: float = CLI_TIMEOUT,
+            env: dict[str, str] | None = None) -> CliResult:
         """Run ``fencepost ARGS`` (with ``-d URL`` appended unless ``db=False``); never a traceback."""
         argv = list(args) + (["-d", self.url] if db else [])
-        done = subprocess.run(FENCEPOST + argv, cwd=self.root, env=subprocess_env(), capture_output=True,
-                              text=True, timeout=timeout, check=False)
+        done = subprocess.run(FENCEPOST + argv, cwd=self.root, env=subprocess_env(**(env or {})),
+                              capture_output=True, text=True, timeout=timeout, check=False)
         result = CliResult(argv, done.returncode, done.stdout, done.stderr)
         self.results.append(result)
         assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result.describe()
@@ -294,7 +295,8 @@ class Env:
 
     # workers
     def start_worker(self, name: str, *, lease_seconds: float = 30.0, worker_id: str | None = None,
-                     poll_interval: float = 0.05, extra: Iterable[str] = ()) -> WorkerProcess:
+                     poll_interval: float = 0.05, extra: Iterable[str] = (),
+                     env: dict[str, str] | None = None) -> WorkerProcess:
         args = ["worker", "-d", self.url, "--work-dir", str(self.work_dir), "--lease-seconds", f"{lease_seconds:g}",
                 "--poll-interval", f"{poll_interval:g}", "--log-format", "json", *extra]
         if worker_id is not None:
@@ -302,8 +304,8 @@ class Env:
         out = self.root / f"worker-{name}.out"
         err = self.root / f"worker-{name}.err"
         with open(out, "wb") as stdout, open(err, "wb") as stderr:
-            proc = subprocess.Popen(FENCEPOST + args, cwd=self.root, env=subprocess_env(), stdout=stdout,
-                                    stderr=stderr)
+            proc = subprocess.Popen(FENCEPOST + args, cwd=self.root, env=subprocess_env(**(env or {})),
+                                    stdout=stdout, stderr=stderr)
         worker = WorkerProcess(name, proc, out, err, worker_id, args)
         self.workers.append(worker)
         return worker
