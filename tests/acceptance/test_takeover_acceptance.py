@@ -177,9 +177,11 @@ def test_sigterm_stops_after_the_current_scenario_and_releases_the_lease(migrate
     watch = migrated.watch_tokens()
     run, attempt = _slow_attempt(migrated, tmp_path)
     attempt_id, command_id = attempt["id"], attempt["outbox"]["command_id"]
+    queued = migrated.cli("rehearsal", "attempt", run["id"], "--json").json()  # claimed in the same batch
 
     stopping = migrated.start_worker("a", lease_seconds=60, worker_id="worker-a")
     migrated.wait_receipt(attempt_id, 3, "RUNNING")
+    assert migrated.db.attempt(queued["id"])["lease_owner"] == "worker-a"
     stopping.send(signal.SIGTERM)
     assert stopping.wait_exit() == 0
 
@@ -190,11 +192,13 @@ def test_sigterm_stops_after_the_current_scenario_and_releases_the_lease(migrate
     assert released["delivery_count"] == 1
     receipts = migrated.db.receipts(attempt_id)
     assert receipts[2]["status"] == "SUCCEEDED" and receipts[2]["delivery"] == 1
-    assert [r["status"] for r in receipts[3:]] != ["SUCCEEDED"] * 3
     assert receipts[3]["status"] != "SUCCEEDED" and [r["status"] for r in receipts[4:]] == ["PENDING", "PENDING"]
     events = migrated.db.lease_events(command_id)
     assert events[-1]["event"] == "release" and events[-1]["owner"] == "worker-a" and events[-1]["delivery"] == 1
-    assert [e["command_id"] for e in stopping.events("released")] == [command_id]
+    assert [e["command_id"] for e in stopping.events("released")] == [command_id, queued["outbox"]["command_id"]]
+    untouched = migrated.db.attempt(queued["id"])
+    assert untouched["status"] == "PENDING" and untouched["command_status"] == "PENDING", untouched
+    assert [e["event"] for e in migrated.db.lease_events(queued["outbox"]["command_id"])] == ["claim", "release"]
     assert len(stopping.events("worker_stopped")) == 1
     last_lease_until = max(parse_instant(e["lease_until"]) for e in events if e["lease_until"])
 
@@ -208,8 +212,11 @@ def test_sigterm_stops_after_the_current_scenario_and_releases_the_lease(migrate
     assert takeover["owner"] == "worker-b" and takeover["delivery"] == 2
     assert parse_instant(takeover["at"]) < last_lease_until, "the released command waited for lease expiry"
     _assert_replayed_by(migrated, attempt_id, "worker-b", 2)
-    gate = migrated.cli("rehearsal", "gate", run["id"])
+    second = migrated.wait_attempt(queued["id"])
+    assert second["status"] == "SUCCEEDED" and second["delivery_count"] == 2, second
+    gate = migrated.cli("rehearsal", "gate", run["id"], "--json")
     assert gate.returncode == 0, gate.describe()
+    assert gate.json()["latest_attempt_id"] == queued["id"] and gate.json()["baseline_attempt_id"] == attempt_id
     assert taker.stop() == 0
     migrated.assert_no_secrets(watch.stop())
 
