@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fencepost import __version__
 from fencepost.api import problems
+from fencepost.api.archive import MAX_EXTRACTED_BYTES
 from fencepost.api.context import ApiContext
 from fencepost.api.routes import health, router
 from fencepost.rehearsal.service import RehearsalService
@@ -88,11 +89,15 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
-def _problem_openapi(schema: dict[str, Any]) -> dict[str, Any]:
-    """Every 4xx/5xx response is ``application/problem+json`` with the Problem schema."""
+def _problem_openapi(schema: dict[str, Any], *, open_reads: bool) -> dict[str, Any]:
+    """Every 4xx/5xx response is ``application/problem+json`` with the Problem schema; with open reads, GET
+    operations declare no security requirement and no 401."""
     ref = {"$ref": "#/components/schemas/Problem"}
     for operations in schema.get("paths", {}).values():
-        for operation in operations.values():
+        for method, operation in operations.items():
+            if open_reads and method == "get" and "security" in operation:
+                del operation["security"]
+                operation.get("responses", {}).pop("401", None)
             for code, response in operation.get("responses", {}).items():
                 if code[:1] in ("4", "5"):
                     response["content"] = {problems.PROBLEM_JSON: {"schema": ref}}
@@ -106,7 +111,7 @@ def _problem_openapi(schema: dict[str, Any]) -> dict[str, Any]:
 
 def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed_hosts: list[str] | None = None,
                on_work: Callable[[], None] | None = None, max_upload_bytes: int = 32 * 1024 * 1024,
-               ui: bool = True, poll_ms: int = 1000) -> FastAPI:
+               max_package_bytes: int = MAX_EXTRACTED_BYTES, ui: bool = True, poll_ms: int = 1000) -> FastAPI:
     """Build the ASGI app over an open ``store``.
 
     Args:
@@ -116,6 +121,7 @@ def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed
         allowed_hosts: accepted ``Host`` header names (DNS-rebinding guard); None accepts any.
         on_work: called after an enqueue or reconcile made work claimable (wakes in-process workers).
         max_upload_bytes: the largest request body accepted (413 above it).
+        max_package_bytes: the largest total an uploaded archive may expand to (422 above it).
         ui: serve the operator pages and their static files too.
         poll_ms: the operator page's polling interval while an Attempt is open.
     """
@@ -128,7 +134,7 @@ def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed
                   docs_url="/docs", redoc_url=None)
     app.state.fencepost = ApiContext(store=store, service=RehearsalService(store), api_token=api_token,
                                      open_reads=open_reads, on_work=on_work, max_upload_bytes=max_upload_bytes,
-                                     poll_ms=poll_ms)
+                                     max_package_bytes=max_package_bytes, poll_ms=poll_ms)
     problems.install(app)
     app.include_router(health)
     app.include_router(router)
@@ -139,8 +145,9 @@ def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = _problem_openapi(get_openapi(
-                title=app.title, version=app.version, description=app.description, routes=app.routes))
+            document = get_openapi(title=app.title, version=app.version, description=app.description,
+                                   routes=app.routes)
+            app.openapi_schema = _problem_openapi(document, open_reads=open_reads)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -91,13 +91,13 @@ def _extract_zip(fileobj: IO[bytes], dest: Path, budget: _Budget) -> None:
             for info in archive.infolist():
                 budget.member()
                 rel = _member_path(info.filename)
-                mode = info.external_attr >> 16
-                if mode and stat.S_ISLNK(mode):
+                kind = stat.S_IFMT(info.external_attr >> 16)  # 0 when the zip records no Unix mode
+                if kind == stat.S_IFLNK:
                     raise InvalidInput(f"archive member {info.filename!r} is a symbolic link")
                 if info.is_dir():
                     _mkdir(dest, rel)
                     continue
-                if mode and not stat.S_ISREG(mode):
+                if kind not in (0, stat.S_IFREG):
                     raise InvalidInput(f"archive member {info.filename!r} is not a regular file")
                 with archive.open(info) as source:
                     _copy(source, dest, rel, budget)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from fencepost.api.archive import MAX_EXTRACTED_BYTES
 from fencepost.core.errors import NotFound
 from fencepost.core.statuses import CommandStatus
 from fencepost.rehearsal import views
@@ -27,6 +28,7 @@ class ApiContext:
         open_reads: reads need no token (true when serving on loopback only).
         on_work: called after a request made work claimable (enqueue, reconcile): wakes in-process workers.
         max_upload_bytes: largest request body accepted.
+        max_package_bytes: largest total an uploaded archive may expand to.
         poll_ms: how often the operator page polls while an Attempt is open.
     """
 
@@ -36,6 +38,7 @@ class ApiContext:
     open_reads: bool = True
     on_work: Callable[[], None] | None = None
     max_upload_bytes: int = 32 * 1024 * 1024
+    max_package_bytes: int = MAX_EXTRACTED_BYTES
     poll_ms: int = 1000
     _ready: bool = field(default=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
 
 from fencepost.core.errors import (
     Conflict,
@@ -37,7 +38,6 @@ TYPE_PREFIX = "urn:fencepost:problem:"
 KINDS: dict[str, tuple[int, str]] = {
     "invalid-input": (422, "Invalid input"),
     "validation-error": (422, "Request validation failed"),
-    "bad-request": (400, "Bad request"),
     "unauthorized": (401, "Bearer token required"),
     "not-found": (404, "Not found"),
     "method-not-allowed": (405, "Method not allowed"),
@@ -51,7 +51,7 @@ KINDS: dict[str, tuple[int, str]] = {
     "internal": (500, "Internal error"),
 }
 
-_HTTP_KINDS = {400: "bad-request", 401: "unauthorized", 404: "not-found", 405: "method-not-allowed",
+_HTTP_KINDS = {400: "validation-error", 401: "unauthorized", 404: "not-found", 405: "method-not-allowed",
                409: "conflict", 413: "payload-too-large", 415: "unsupported-media-type", 422: "validation-error"}
 
 
@@ -113,12 +113,31 @@ async def _validation_error(request: Request, error: Exception) -> JSONResponse:
     return problem("validation-error", f"{where}: {first['msg']}", instance=request.url.path, errors=errors)
 
 
+def _allowed_methods(request: Request) -> str:
+    # FastAPI makes one route per method, and Starlette's 405 names only the first route matching the path:
+    # list every method any route serves at this path.
+    methods: set[str] = set()
+    for route in request.app.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match is not Match.NONE and isinstance(route, BaseRoute):
+            methods |= set(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
+
+
 async def _http_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, StarletteHTTPException)
-    kind = _HTTP_KINDS.get(error.status_code, "bad-request" if error.status_code < 500 else "internal")
+    kind = _HTTP_KINDS.get(error.status_code, "validation-error" if error.status_code < 500 else "internal")
     detail = error.detail if isinstance(error.detail, str) else KINDS[kind][1]
-    return problem(kind, detail, instance=request.url.path, status=error.status_code,
-                   headers=dict(error.headers) if error.headers else None)
+    headers = dict(error.headers) if error.headers else {}
+    if error.status_code == 400:
+        # Only the framework raises 400, for a body it cannot even parse (bad encoding, broken multipart): that is
+        # invalid input like any other invalid body, so 422 with the same kind as request validation.
+        return problem("validation-error", f"the request body could not be parsed ({detail.rstrip('.')})",
+                       instance=request.url.path,
+                       errors=[{"loc": ["body"], "msg": "could not be parsed", "type": "body_parse_error"}])
+    if error.status_code == 405:
+        headers["Allow"] = _allowed_methods(request)
+    return problem(kind, detail, instance=request.url.path, status=error.status_code, headers=headers or None)
 
 
 async def _unexpected(request: Request, error: Exception) -> JSONResponse:

@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException
 from fencepost.api import models
 from fencepost.api.archive import extract_package
 from fencepost.api.context import ApiContext
+from fencepost.core.errors import InvalidInput
 from fencepost.rehearsal import views
 
 bearer = HTTPBearer(auto_error=False, description="The API token printed by `fencepost serve` "
@@ -92,7 +93,11 @@ def _created(response: Response, run_view: dict[str, Any]) -> models.Rehearsal:
 @router.post("/delivery-rehearsals", status_code=201, response_model=models.Rehearsal, dependencies=Write,
              responses=_errors(401, 422, 503), summary="Create a rehearsal from a package directory on the server")
 def create_rehearsal(body: models.CreateRehearsal, ctx: Ctx, response: Response) -> models.Rehearsal:
-    return _created(response, views.run_view(ctx.service.create_run(body.package_path)))
+    try:
+        run = ctx.service.create_run(body.package_path)
+    except OSError as error:  # e.g. a name too long for the file system: still the caller's input
+        raise InvalidInput(f"the package path cannot be read: {error.strerror or type(error).__name__}") from None
+    return _created(response, views.run_view(run))
 
 
 @router.post("/delivery-rehearsals/uploads", status_code=201, response_model=models.Rehearsal, dependencies=Write,
@@ -102,7 +107,8 @@ def upload_rehearsal(archive: Annotated[UploadFile, File(description="The packag
                                                                      "(at the top level or in one folder).")],
                      ctx: Ctx, response: Response) -> models.Rehearsal:
     with tempfile.TemporaryDirectory(prefix="fencepost-upload-") as tmp:
-        package_dir = extract_package(archive.file, archive.filename or "", FsPath(tmp))
+        package_dir = extract_package(archive.file, archive.filename or "", FsPath(tmp),
+                                      max_bytes=ctx.max_package_bytes)
         run = ctx.service.create_run(package_dir)
     return _created(response, views.run_view(run))
 

@@ -1,0 +1,61 @@
+"""Health endpoints: liveness always; readiness (and every rehearsal endpoint) 503 on an unmigrated schema."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from api.conftest import AUTH, TOKEN, Api, assert_problem
+from fencepost.api import create_app
+from fencepost.store import open_store
+
+
+def test_live_answers(api: Api) -> None:
+    response = api.client.get("/health/live")
+    assert response.status_code == 200
+    assert response.json() == {"status": "live"}
+
+
+def test_ready_reports_the_schema_version(api: Api) -> None:
+    response = api.client.get("/health/ready")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "ready" and body["backend"] == "sqlite"
+    assert body["schema_version"] == api.store.expected_version
+
+
+def test_ready_is_503_on_an_unmigrated_schema(unmigrated_api: Api) -> None:
+    response = unmigrated_api.client.get("/health/ready")
+    body = assert_problem(response, 503, "schema-not-ready")
+    assert "fencepost migrate" in body["detail"]
+    assert str(unmigrated_api.db_path) not in response.text
+    assert unmigrated_api.client.get("/health/live").status_code == 200
+
+
+def test_ready_is_503_when_the_database_file_is_missing(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "absent.db"
+    store = open_store(f"sqlite:///{missing}", create=False)
+    with TestClient(create_app(store, api_token=TOKEN), raise_server_exceptions=False) as client:
+        response = client.get("/health/ready")
+        body = assert_problem(response, 503, "schema-not-ready")
+        assert "fencepost migrate" in body["detail"]
+        assert str(missing) not in response.text and "absent.db" not in response.text
+    assert not missing.exists()
+
+
+def test_rehearsal_endpoints_and_pages_refuse_an_unmigrated_schema(unmigrated_api: Api) -> None:
+    client = unmigrated_api.client
+    assert_problem(client.get("/delivery-rehearsals"), 503, "schema-not-ready")
+    assert_problem(client.post("/delivery-rehearsals", json={"package_path": "x"}, headers=AUTH), 503,
+                   "schema-not-ready")
+    page = client.get("/")
+    assert page.status_code == 503 and "fencepost migrate" in page.text
+    assert page.headers["content-type"].startswith("text/html")
+
+
+def test_readiness_recovers_once_migrated(unmigrated_api: Api) -> None:
+    assert unmigrated_api.client.get("/health/ready").status_code == 503
+    unmigrated_api.store.migrate()
+    assert unmigrated_api.client.get("/health/ready").status_code == 200
+    assert unmigrated_api.client.get("/delivery-rehearsals").json() == {"items": []}
