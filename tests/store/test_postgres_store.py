@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -35,13 +37,22 @@ def seed(store: Store, *ids: str) -> None:
     store.transact(fn)
 
 
-def locked_by_other_session(backend: StoreBackend, command_id: str) -> psycopg.Connection[Any]:
-    """An open transaction of another session holding ``command_id``'s row lock."""
+@contextmanager
+def locked_by_other_session(backend: StoreBackend, command_id: str) -> Iterator[None]:
+    """Another session holds ``command_id``'s row lock inside this block.
+
+    The lock is released by an explicit ROLLBACK: merely closing the connection would let the server
+    release it a moment later, racing the next statement.
+    """
     conn = admin_connect()
-    conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(str(backend.schema))))
-    conn.execute(b"BEGIN")
-    conn.execute(b"SELECT id FROM commands WHERE id = %s FOR UPDATE", (command_id,))
-    return conn
+    try:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(str(backend.schema))))
+        conn.execute(b"BEGIN")
+        conn.execute(b"SELECT id FROM commands WHERE id = %s FOR UPDATE", (command_id,))
+        yield
+        conn.execute(b"ROLLBACK")
+    finally:
+        conn.close()
 
 
 # ── connecting ──
@@ -109,14 +120,11 @@ def test_tx_now_is_the_server_instant_the_statements_use(pg: Store) -> None:
 
 def test_claim_skips_a_locked_row_without_waiting(pg: Store, pg_backend: StoreBackend) -> None:
     seed(pg, "a", "b", "c")
-    holder = locked_by_other_session(pg_backend, "b")
-    try:
+    with locked_by_other_session(pg_backend, "b"):
         started = time.monotonic()
         got = pg.transact(lambda tx: tx.claim_commands(owner="w", kinds=["k"], limit=10, lease_seconds=60))
         assert time.monotonic() - started < 2.0  # lock_timeout is 5 s: it never waited
         assert sorted(c.id for c in got) == ["a", "c"]
-    finally:
-        holder.close()
     assert [c.id for c in pg.transact(
         lambda tx: tx.claim_commands(owner="w", kinds=["k"], limit=10, lease_seconds=60))] == ["b"]
 
@@ -126,11 +134,8 @@ def test_claim_skips_a_locked_expired_lease_and_fills_the_limit(pg: Store, pg_ba
     pg.transact(lambda tx: tx.claim_commands(owner="dead", kinds=["k"], limit=2, lease_seconds=0.1))
     seed(pg, "p1", "p2")
     pg_backend.advance(0.2)
-    holder = locked_by_other_session(pg_backend, "x")
-    try:
+    with locked_by_other_session(pg_backend, "x"):
         got = pg.transact(lambda tx: tx.claim_commands(owner="w", kinds=["k"], limit=3, lease_seconds=60))
-    finally:
-        holder.close()
     ids = sorted(c.id for c in got)
     assert len(ids) == 3 and "x" not in ids and "y" in ids
 
@@ -162,14 +167,11 @@ def test_lock_attempt_holds_the_attempt_row_lock(pg: Store, pg_backend: StoreBac
 def test_a_lock_wait_past_lock_timeout_is_store_busy_after_bounded_retries(pg_backend: StoreBackend) -> None:
     store = pg_backend.migrated(lock_timeout_seconds=0.05, busy_wait_seconds=0.3)
     seed(store, "c1")
-    holder = locked_by_other_session(pg_backend, "c1")
-    try:
+    with locked_by_other_session(pg_backend, "c1"):
         started = time.monotonic()
         with pytest.raises(StoreBusy, match="lock"):
             store.transact(lambda tx: tx.abort_command("c1"))
         assert time.monotonic() - started < 5
-    finally:
-        holder.close()
     assert store.transact(lambda tx: tx.abort_command("c1")) is True
 
 

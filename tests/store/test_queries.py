@@ -7,14 +7,14 @@ import re
 
 import pytest
 
-from fencepost.store import outbox_ops, rehearsal_ops
-from fencepost.store.queries import load_queries, to_pyformat
+from fencepost.store import outbox_ops, rehearsal_ops, workflow_ops
+from fencepost.store.queries import DIALECT_FILES, load_dialect, load_queries, to_pyformat
 
 DIALECTS = ("fencepost.store.sqlite", "fencepost.store.postgres")
 
 
-def _names(package: str) -> set[str]:
-    return set(load_queries(package))
+def _names(package: str, filename: str | None = None) -> set[str]:
+    return set(load_dialect(package) if filename is None else load_queries(package, filename))
 
 
 def _sql(text: str) -> str:
@@ -22,17 +22,18 @@ def _sql(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not line.strip().startswith("--"))
 
 
-def test_both_dialects_define_the_same_query_names() -> None:
-    sqlite, postgres = (_names(p) for p in DIALECTS)
-    assert sqlite, "no queries loaded"
-    assert sqlite - postgres == set(), "queries missing from postgres/queries.sql"
-    assert postgres - sqlite == set(), "queries missing from sqlite/queries.sql"
+@pytest.mark.parametrize("filename", DIALECT_FILES)
+def test_both_dialects_define_the_same_query_names(filename: str) -> None:
+    sqlite, postgres = (_names(p, filename) for p in DIALECTS)
+    assert sqlite, f"no queries loaded from {filename}"
+    assert sqlite - postgres == set(), f"queries missing from postgres/{filename}"
+    assert postgres - sqlite == set(), f"queries missing from sqlite/{filename}"
 
 
 @pytest.mark.parametrize("package", DIALECTS)
 def test_every_query_the_operations_run_exists(package: str) -> None:
     used: set[str] = set()
-    for module in (outbox_ops, rehearsal_ops):
+    for module in (outbox_ops, rehearsal_ops, workflow_ops):
         used |= set(re.findall(r"""_run\(\s*["']([a-z_0-9]+)["']""", inspect.getsource(module)))
     assert {"claim_commands", "renew_lease", "insert_run"} <= used  # the scan itself works
     assert used - _names(package) == set()
@@ -40,7 +41,7 @@ def test_every_query_the_operations_run_exists(package: str) -> None:
 
 @pytest.mark.parametrize("package", DIALECTS)
 def test_no_query_is_empty(package: str) -> None:
-    for name, text in load_queries(package).items():
+    for name, text in load_dialect(package).items():
         assert _sql(text).strip(), f"query {name} of {package} has no SQL"
 
 
