@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fencepost.core.canonical import canonical_json
-from fencepost.core.errors import Conflict, InvalidInput, NotAllowed, NotFound
+from fencepost.core.errors import Conflict, InvalidInput, NotFound
 from fencepost.core.ids import new_id
 from fencepost.evidence.gate import GateReport, evaluate_gate
 from fencepost.rehearsal.package import PackageSpec, load_package
@@ -27,7 +27,7 @@ from fencepost.store.workflow_records import (
     PublicationRecord,
     QuarantineRecord,
 )
-from fencepost.workflows.admission import AdmissionResult, admit
+from fencepost.workflows.admission import AdmissionResult, admit, not_allowed
 from fencepost.workflows.plan import PLAN_FORMAT, normalize_plan
 from fencepost.workflows.publication import definition_digest, lock_digest, publication_definition
 
@@ -108,8 +108,8 @@ class PackageService:
             if (gate is None or not gate.passed) and not allow_ungated:
                 why = ("no rehearsal of this exact content exists" if gate is None else
                        "; ".join(f"{c.name}: {c.reason}" for c in gate.blocking))
-                raise NotAllowed(f"release gate does not pass for {spec.name} {spec.version}: {why} "
-                                 "(rehearse it, or publish with --allow-ungated)", "release_gate")
+                raise not_allowed("release_gate", f"release gate does not pass for {spec.name} {spec.version}: "
+                                                  f"{why} (rehearse it, or publish with --allow-ungated)")
             head = tx.get_head(spec.name)
             seen = head.revision if head else 0
             if expected_revision is not None and expected_revision != seen:
@@ -161,7 +161,7 @@ class PackageService:
             if pub is None:
                 raise NotFound(f"{package} {version} is not published")
             if pub.status != "active":
-                raise NotAllowed(f"publication {pub.id} is {pub.status}", "publication_active")
+                raise not_allowed("publication_active", f"publication {pub.id} is {pub.status}")
             lock = lock_digest(pub.id, pub.content_digest, pub.definition_digest)
             current = tx.get_installation(package)
             if current is None:

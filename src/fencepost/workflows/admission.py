@@ -76,32 +76,37 @@ def admit(store: Store, raw_plan: Any) -> AdmissionResult:
     return store.transact(unit, name="workflow.admit")
 
 
+def not_allowed(guard: str, detail: str) -> NotAllowed:
+    """A false start guard, named in the one-line message (``guard <name>: ...``) and in ``.guard``."""
+    return NotAllowed(f"not allowed by guard {guard}: {detail}", guard)
+
+
 def check_guards(tx: Transaction, plan: NormalizedPlan) -> tuple[PublicationRecord, InstallationRecord]:
     """Re-check every start guard inside the admission transaction (ADR-0224 decision 2, step 3)."""
     package = str(plan.data["package"])
     head = tx.get_head(package)
     if head is None or head.publication_id != plan.data["publication_id"]:
         current = head.publication_id if head else "none"
-        raise NotAllowed(f"the publication head of {package} is {current}, not the plan's "
-                         f"{plan.data['publication_id']}", "publication_head")
+        raise not_allowed("publication_head", f"the publication head of {package} is {current}, not the plan's "
+                                              f"{plan.data['publication_id']}")
     publication = tx.get_publication(head.publication_id)
     if publication is None or publication.package_name != package:
-        raise NotAllowed(f"the publication head of {package} names no publication of it", "publication_head")
+        raise not_allowed("publication_head", f"the publication head of {package} names no publication of it")
     if publication.status != "active":
-        raise NotAllowed(f"publication {publication.id} of {package} is {publication.status}", "publication_active")
+        raise not_allowed("publication_active", f"publication {publication.id} of {package} is {publication.status}")
     installation = tx.get_installation(package)
     if installation is None or installation.status != "active" or installation.id != plan.data["installation_id"]:
-        raise NotAllowed(f"{package} has no active installation {plan.data['installation_id']}", "installation_active")
+        raise not_allowed("installation_active", f"{package} has no active installation {plan.data['installation_id']}")
     if installation.lock_digest != plan.data["lock"] or installation.publication_id != publication.id:
-        raise NotAllowed(f"installation {installation.id} is locked to another publication than the plan's",
-                         "installation_lock")
+        raise not_allowed("installation_lock",
+                          f"installation {installation.id} is locked to another publication than the plan's")
     disposition = tx.get_disposition(installation.id)
     if disposition is not None and disposition.disposition != "active":
-        raise NotAllowed(f"installation {installation.id} is {disposition.disposition}", "lifecycle_disposition")
+        raise not_allowed("lifecycle_disposition", f"installation {installation.id} is {disposition.disposition}")
     quarantine = tx.open_quarantine(installation.id, installation.lock_digest)
     if quarantine is not None:
-        raise NotAllowed(f"installation {installation.id} at this lock is quarantined: {quarantine.reason}",
-                         "quarantine")
+        raise not_allowed("quarantine",
+                          f"installation {installation.id} at this lock is quarantined: {quarantine.reason}")
     return publication, installation
 
 
