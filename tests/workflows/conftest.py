@@ -1,0 +1,44 @@
+"""Fixtures of the workflow-admission proof suite (issue 6). The backend fixtures (``backend``, ``store``)
+come from ``tests/conftest.py``: every test here that takes ``world`` runs once per selected backend, and
+PostgreSQL unreachable FAILS it (unless ``FENCEPOST_TEST_BACKENDS`` excludes postgres).
+
+``@pytest.mark.soak`` tests of this folder (the full three-backend crash matrix and the longer
+linearizability runs) are deselected unless the ``-m`` expression names ``soak``: run them with
+``pytest tests/workflows -m soak``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from wf_support import World
+
+from fencepost.store import Store
+from helpers.store_backends import StoreBackend
+
+_HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if "soak" in (config.getoption("markexpr", "") or ""):
+        return
+    deselected = [item for item in items
+                  if item.get_closest_marker("soak") is not None and _HERE in Path(str(item.path)).parents]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        dropped = set(deselected)
+        items[:] = [item for item in items if item not in dropped]
+
+
+@pytest.fixture
+def world(backend: StoreBackend, store: Store, tmp_path: Path) -> World:
+    """A migrated store of one backend with the package service; packages are written under tmp_path."""
+    return World(backend, store, tmp_path / "packages")
+
+
+@pytest.fixture
+def ready_world(world: World) -> World:
+    """``world`` with version 1.0.0 of the two-step package published (gate waived) and installed."""
+    world.ready()
+    return world
