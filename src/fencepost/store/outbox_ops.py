@@ -6,10 +6,12 @@ Each lease-guarded write is a conditional statement naming the token; zero rows 
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from fencepost.core.canonical import canonical_json, parse_json
+from fencepost.core.clock import to_iso
 from fencepost.core.errors import Conflict, LeaseActive, LeaseLost, NotFound
 from fencepost.core.statuses import CommandStatus, LeaseEventKind
 from fencepost.store.records import ClaimedCommand, CommandRecord, Lease, LeaseEvent
@@ -39,6 +41,16 @@ class OutboxOps:
                at: datetime, lease_until: datetime | None) -> None:
         self._run("insert_lease_event", {"command_id": command_id, "event": str(event), "owner": owner,
                                          "delivery": delivery, "at": at, "lease_until": lease_until})
+
+    def _events(self, events: list[tuple[str, LeaseEventKind, str | None, int, datetime | None]],
+                at: datetime) -> None:
+        """Append several heartbeat-history rows ``(command_id, event, owner, delivery, lease_until)`` that
+        share the instant ``at``, in order, with one statement (one round trip on PostgreSQL)."""
+        if not events:
+            return
+        rows = [{"command_id": c, "event": str(e), "owner": o, "delivery": d,
+                 "lease_until": to_iso(u) if u is not None else None} for c, e, o, d, u in events]
+        self._run("insert_lease_events", {"events": _json(rows), "at": at})
 
     # ── producer side ──
     def insert_command(self, *, command_id: str, kind: str, payload: dict[str, Any],
@@ -79,13 +91,16 @@ class OutboxOps:
                           limit=limit - len(rows))
             rows.extend(self._run("claim_commands", params).rows)
         claimed = []
+        events: list[tuple[str, LeaseEventKind, str | None, int, datetime | None]] = []
         for row in rows:
             lease = Lease(command_id=row["id"], owner=row["lease_owner"], token=row["lease_token"],
                           delivery=int(row["delivery_count"]), until=row["lease_until"])
             kind = LeaseEventKind.CLAIM if lease.delivery == 1 else LeaseEventKind.TAKEOVER
-            self._event(lease.command_id, kind, owner, lease.delivery, params["now"], lease.until)
+            events.append((lease.command_id, kind, owner, lease.delivery, lease.until))
             claimed.append(ClaimedCommand(id=row["id"], kind=row["kind"], payload=_payload(row["payload"]),
                                           lease=lease))
+        # Heartbeat history of the whole batch in one statement, in the same transaction as the claim.
+        self._events(events, params["now"])
         return claimed
 
     def renew_lease(self, lease: Lease, *, lease_seconds: float, record: bool = True) -> Lease:
@@ -130,19 +145,26 @@ class OutboxOps:
     def finish_commands(self, leases: list[Lease]) -> list[bool]:
         """Mark several commands DELIVERED in this transaction; one lost lease does not undo the others.
 
+        One multi-row conditional UPDATE: a row changes only while its own token is current, exactly as
+        ``finish_command`` would change it; then one statement records every ``deliver`` event.
+
         Returns:
             For each lease, whether it was still current (and is now DELIVERED).
         """
+        if not leases:
+            return []
         params = self._times()
+        wanted = [{"id": lease.command_id, "token": lease.token} for lease in leases]
+        done = {row["id"] for row in self._run("finish_commands", dict(params, leases=_json(wanted))).rows}
         outcome = []
+        events: list[tuple[str, LeaseEventKind, str | None, int, datetime | None]] = []
         for lease in leases:
-            row_params = dict(params, id=lease.command_id, token=lease.token,
-                              status=str(CommandStatus.DELIVERED), error=None)
-            ok = self._run("finish_command", row_params).rowcount == 1
+            ok = lease.command_id in done
+            done.discard(lease.command_id)  # a lease listed twice is delivered once
             if ok:
-                self._event(lease.command_id, LeaseEventKind.DELIVER, lease.owner, lease.delivery,
-                            params["now"], None)
+                events.append((lease.command_id, LeaseEventKind.DELIVER, lease.owner, lease.delivery, None))
             outcome.append(ok)
+        self._events(events, params["now"])
         return outcome
 
     def release_command(self, lease: Lease) -> None:
@@ -215,6 +237,11 @@ class OutboxOps:
     def count_commands_by_status(self) -> dict[CommandStatus, int]:
         rows = self._run("count_commands_by_status", {}).rows
         return {CommandStatus(r["status"]): int(r["n"]) for r in rows}
+
+
+def _json(rows: list[dict[str, Any]]) -> str:
+    """Internal statement parameters (ids, tokens, numbers, instants): plain compact JSON, never stored."""
+    return json.dumps(rows, separators=(",", ":"))
 
 
 def _payload(raw: Any) -> dict[str, Any]:

@@ -66,6 +66,18 @@ SET status = :status, lease_owner = NULL, lease_token = NULL, lease_until = NULL
 WHERE id = :id AND lease_token = :token AND status = 'PROCESSING'
 RETURNING delivery_count;
 
+-- name: finish_commands
+-- Batched completion: every listed command whose token is still current becomes DELIVERED, in one
+-- statement (one round trip). :leases is a JSON array of {"id", "token"}; each row is found by its primary
+-- key and changes only under its own token, re-checked on the newest row version after any lock wait,
+-- exactly as finish_command would change it. Returns the ids delivered.
+UPDATE commands AS c
+SET status = 'DELIVERED', lease_owner = NULL, lease_token = NULL, lease_until = NULL,
+    finished_at = :now, updated_at = :now, last_error = NULL
+FROM json_to_recordset(:leases::json) AS wanted (id text, token text)
+WHERE c.id = wanted.id AND c.lease_token = wanted.token AND c.status = 'PROCESSING'
+RETURNING c.id;
+
 -- name: release_command
 -- Graceful stop: give the command back at once instead of waiting for the lease to expire.
 UPDATE commands
@@ -99,6 +111,15 @@ FROM commands WHERE id = :id;
 -- name: insert_lease_event
 INSERT INTO lease_events (command_id, event, owner, delivery, at, lease_until)
 VALUES (:command_id, :event, :owner, :delivery, :at, :lease_until);
+
+-- name: insert_lease_events
+-- Several heartbeat-history rows sharing the instant :at, in list order, with one statement (one round
+-- trip). :events is a JSON array of {"command_id", "event", "owner", "delivery", "lease_until"}.
+INSERT INTO lease_events (command_id, event, owner, delivery, at, lease_until)
+SELECT e.value ->> 'command_id', e.value ->> 'event', e.value ->> 'owner', (e.value ->> 'delivery')::integer,
+       :at, (e.value ->> 'lease_until')::timestamptz
+FROM json_array_elements(:events::json) WITH ORDINALITY AS e (value, n)
+ORDER BY e.n;
 
 -- name: lease_events
 SELECT seq, command_id, event, owner, delivery, at, lease_until

@@ -48,6 +48,18 @@ SET status = :status, lease_owner = NULL, lease_token = NULL, lease_until = NULL
 WHERE id = :id AND lease_token = :token AND status = 'PROCESSING'
 RETURNING delivery_count;
 
+-- name: finish_commands
+-- Batched completion: every listed command whose token is still current becomes DELIVERED, in one
+-- statement. :leases is a JSON array of {"id", "token"}; each row is found by its primary key and changes
+-- only under its own token, exactly as finish_command would change it. Returns the ids delivered.
+UPDATE commands
+SET status = 'DELIVERED', lease_owner = NULL, lease_token = NULL, lease_until = NULL,
+    finished_at = :now, updated_at = :now, last_error = NULL
+FROM (SELECT json_extract(l.value, '$.id') AS id, json_extract(l.value, '$.token') AS token
+      FROM json_each(:leases) AS l) AS wanted
+WHERE commands.id = wanted.id AND commands.lease_token = wanted.token AND commands.status = 'PROCESSING'
+RETURNING commands.id;
+
 -- name: release_command
 -- Graceful stop: give the command back at once instead of waiting for the lease to expire.
 UPDATE commands
@@ -81,6 +93,15 @@ FROM commands WHERE id = :id;
 -- name: insert_lease_event
 INSERT INTO lease_events (command_id, event, owner, delivery, at, lease_until)
 VALUES (:command_id, :event, :owner, :delivery, :at, :lease_until);
+
+-- name: insert_lease_events
+-- Several heartbeat-history rows sharing the instant :at, in list order. :events is a JSON array of
+-- {"command_id", "event", "owner", "delivery", "lease_until"} (lease_until as fixed-width UTC text or null).
+INSERT INTO lease_events (command_id, event, owner, delivery, at, lease_until)
+SELECT json_extract(e.value, '$.command_id'), json_extract(e.value, '$.event'), json_extract(e.value, '$.owner'),
+       json_extract(e.value, '$.delivery'), :at, json_extract(e.value, '$.lease_until')
+FROM json_each(:events) AS e
+ORDER BY e.key;
 
 -- name: lease_events
 SELECT seq, command_id, event, owner, delivery, at, lease_until
