@@ -271,6 +271,7 @@ def test_bad_database_url(env: Env, url: str, code: int, needle: str) -> None:
 
 
 # ── reconcile and abort ──
+@pytest.mark.slow
 def test_reconcile_refuses_an_active_lease_and_returns_an_expired_one(migrated: Env, tmp_path: Path) -> None:
     run = migrated.cli("rehearsal", "create", str(small_package(tmp_path / "pkg")), "--json").json()
     held = migrated.cli("rehearsal", "attempt", run["id"], "--json").json()
@@ -410,13 +411,22 @@ def test_step_by_step_with_a_separate_worker(migrated: Env, tmp_path: Path) -> N
     worker = migrated.start_worker("w", lease_seconds=2)  # default worker id: host:pid:random
     worker_id = worker.started_id()
 
-    # While it runs, status shows the lease owner and deadline, never the token.
+    # While it runs, status shows the lease owner and deadline, never the token, and the gate is blocked.
+    # The worker is held (SIGSTOP) so the Attempt cannot finish under the two reads; no other worker
+    # exists, so its token stays current and it simply continues after SIGCONT.
     migrated.wait_receipt(first["id"], 3, "RUNNING")
-    status = migrated.cli("rehearsal", "status", run["id"], "--json")
+    worker.send(signal.SIGSTOP)
+    try:
+        status = migrated.cli("rehearsal", "status", run["id"], "--json")
+        running_gate = migrated.cli("rehearsal", "gate", run["id"])
+    finally:
+        worker.send(signal.SIGCONT)
     assert status.returncode == 0, status.describe()
     _assert_no_token_field(status.json())
-    outbox = status.json()["attempts"][0]["outbox"]
-    assert outbox["lease_owner"] == worker_id and outbox["lease_until"]
+    (running,) = status.json()["attempts"]
+    assert running["status"] == "RUNNING" and running["outbox"]["status"] == "PROCESSING"
+    assert running["outbox"]["lease_owner"] == worker_id and running["outbox"]["lease_until"]
+    assert running_gate.returncode == 1, "the gate passed while the latest Attempt was still running"
 
     migrated.wait_attempt(first["id"])
     status = migrated.cli("rehearsal", "status", run["id"], "--json", "--evidence").json()
