@@ -5,9 +5,11 @@ from __future__ import annotations
 import ipaddress
 import logging
 import secrets
+import signal
 import socket
 import threading
 from pathlib import Path
+from types import FrameType
 from typing import Annotated
 
 import typer
@@ -134,6 +136,15 @@ def serve(
             typer.echo("fencepost: not on loopback: reads need the token too", err=True)
         server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off",
                                                timeout_graceful_shutdown=5))
+
+        def stop_workers(signum: int, frame: FrameType | None) -> None:
+            # uvicorn handles the signal itself, then re-raises it after its shutdown with the handlers it found:
+            # these, so the process goes on to stop the workers instead of dying with their leases held.
+            for w in pool:
+                w.request_stop()
+
+        signal.signal(signal.SIGTERM, stop_workers)
+        signal.signal(signal.SIGINT, stop_workers)
         try:
             server.run(sockets=[sock])
         finally:

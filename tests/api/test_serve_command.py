@@ -1,0 +1,67 @@
+"""``fencepost serve`` as a process: refuses an unmigrated database (exit 4), prints its address and a
+generated token once, and stops gracefully (workers released) on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+FENCEPOST = [sys.executable, "-m", "fencepost.cli"]
+
+
+def test_serve_refuses_an_unmigrated_database(tmp_path: Path) -> None:
+    db = tmp_path / "fresh.db"
+    result = subprocess.run([*FENCEPOST, "serve", "--database", f"sqlite:///{db}", "--port", "0"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 4, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "fencepost migrate" in lines[0]
+    assert str(db) not in result.stderr and result.stdout == ""
+
+
+def test_serve_refuses_a_short_api_token(tmp_path: Path) -> None:
+    result = subprocess.run([*FENCEPOST, "serve", "--database", f"sqlite:///{tmp_path / 'x.db'}",
+                             "--api-token", "short"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "at least 16" in result.stderr
+
+
+def test_serve_prints_address_and_token_then_stops_gracefully(tmp_path: Path) -> None:
+    database = f"sqlite:///{tmp_path / 'control.db'}"
+    subprocess.run([*FENCEPOST, "migrate", "--database", database], check=True, capture_output=True)
+    proc = subprocess.Popen([*FENCEPOST, "serve", "--database", database, "--port", "0", "--workers", "2",
+                             "--work-dir", str(tmp_path / "work"), "--log-format", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        address = proc.stdout.readline()
+        token_line = proc.stdout.readline()
+        assert "serving on http://127.0.0.1:" in address and "2 worker threads" in address
+        assert str(tmp_path) not in address
+        token = token_line.rsplit(" ", 1)[1].strip()
+        assert len(token) >= 24
+        url = address.split("serving on ", 1)[1].split(" ", 1)[0].rstrip("/")
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/health/ready", timeout=2) as response:
+                    assert json.load(response)["status"] == "ready"
+                    break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert token not in out and token not in err, "the token is printed once, never logged"
+    stopped = [json.loads(line) for line in err.splitlines() if '"worker_stopped"' in line]
+    assert len(stopped) == 2
+    assert str(tmp_path) not in err
