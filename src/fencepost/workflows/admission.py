@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from fencepost.core.canonical import canonical_json, parse_json
+from fencepost.core.clock import to_iso
 from fencepost.core.crashpoints import crashpoint
 from fencepost.core.errors import Conflict, IntegrityViolation, InvalidPlan, NotAllowed
 from fencepost.core.fingerprint import fingerprint
@@ -138,7 +139,9 @@ def check_definitions(publication: PublicationRecord, installation: Installation
             raise Conflict(f"task {step['task']} of step {step['key']!r} drifted from publication {publication.id}")
 
 
-# Columns that later progress may change (status, fence) are not admission facts: replay skips them.
+# Columns that later progress may change (status, fence) are not admission facts: replay does not compare
+# them with the bundle. A StepRun's status and fence must still equal its latest StepRun mutation's (every
+# change of a StepRun writes a mutation), which replay checks; the Run's have no such ledger yet.
 _MUTABLE = {"workflow_runs": {"status", "fence"}, "workflow_step_runs": {"status", "fence"}}
 _KEYS = {"workflow_runs": ("id",), "workflow_events": ("id",), "workflow_step_runs": ("id",),
          "workflow_step_mutations": ("id",), "workflow_admission_steps": ("plan_id", "step_key"),
@@ -155,9 +158,11 @@ def verify_admission(tx: Transaction, existing: AdmissionRow) -> AdmissionResult
     try:
         plan = normalize_plan(parse_json(existing.plan))
     except (ValueError, InvalidPlan) as error:
-        raise IntegrityViolation(f"admission {existing.plan_id}: stored plan is corrupt: {error}") from None
+        raise IntegrityViolation(f"corrupt admission evidence: workflow_admissions row {existing.plan_id}: column plan "
+                                 f"is not a valid plan: {error}") from None
     if plan.plan_id != existing.plan_id or plan.digest != existing.plan_digest:
-        raise IntegrityViolation(f"admission {existing.plan_id}: stored plan does not match its plan id and digest")
+        raise IntegrityViolation(f"corrupt admission evidence: workflow_admissions row {existing.plan_id}: column plan "
+                                 "does not match its plan id and digest")
     return _replay(tx, existing, derive_bundle(plan))
 
 
@@ -169,6 +174,7 @@ def _replay(tx: Transaction, existing: AdmissionRow, bundle: AdmissionBundle) ->
     stored_admission = {**existing.__dict__}
     _compare("workflow_admissions", expected["workflow_admissions"][0], stored_admission, plan.plan_id)
     stored = tx.admission_rows(plan.plan_id, existing.run_id)
+    _check_admitted_at(existing, stored["workflow_admission_receipts"])
     for table, rows in expected.items():
         if table == "workflow_admissions":
             continue
@@ -183,12 +189,43 @@ def _replay(tx: Transaction, existing: AdmissionRow, bundle: AdmissionBundle) ->
         if len(stored[table]) != len(plan.steps):
             raise IntegrityViolation(f"admission {plan.plan_id}: {table} has {len(stored[table])} rows for "
                                      f"{len(plan.steps)} steps")
+    _check_step_run_states(stored["workflow_step_runs"], stored["workflow_step_mutations"])
     receipt_row = stored["workflow_admission_receipts"][0]
     receipt = parse_json(receipt_row["receipt"])
     if fingerprint(RECEIPT_DOMAIN, receipt) != receipt_row["receipt_digest"]:
         raise IntegrityViolation(f"admission {plan.plan_id}: workflow_admission_receipts row {receipt_row['id']} "
                                  "does not match its digest")
     return AdmissionResult("existing", existing.run_id, receipt)
+
+
+def _check_admitted_at(existing: AdmissionRow, receipts: list[dict[str, Any]]) -> None:
+    """The admission's ``admitted_at`` is the one sealed in its (self-consistent) receipt.
+
+    Every other row is re-derived from ``admitted_at``, so without this check an edited ``admitted_at``
+    would be reported as a disagreement of the Run instead of the admission row that was changed.
+    """
+    if not receipts:
+        return  # reported as a missing receipt row
+    receipt = parse_json(receipts[0]["receipt"])
+    if not isinstance(receipt, dict) or fingerprint(RECEIPT_DOMAIN, receipt) != receipts[0]["receipt_digest"]:
+        return  # reported against the receipt row itself
+    if receipt.get("admitted_at") != to_iso(existing.admitted_at):
+        raise IntegrityViolation(f"corrupt admission evidence: workflow_admissions row {existing.plan_id}: column "
+                                 "admitted_at differs from the one sealed in its receipt")
+
+
+def _check_step_run_states(step_runs: list[dict[str, Any]], mutations: list[dict[str, Any]]) -> None:
+    """Every StepRun's status and fence are those of its latest mutation (the ledger of its changes)."""
+    latest: dict[str, dict[str, Any]] = {}
+    for mutation in mutations:
+        current = latest.get(mutation["step_run_id"])
+        if current is None or int(mutation["fence"]) > int(current["fence"]):
+            latest[mutation["step_run_id"]] = mutation
+    for step_run in step_runs:
+        last = latest.get(step_run["id"])
+        if last is None or (step_run["status"], int(step_run["fence"])) != (last["to_status"], int(last["fence"])):
+            raise IntegrityViolation(f"corrupt admission evidence: workflow_step_runs row {step_run['id']}: columns "
+                                     "status and fence differ from its latest StepRun mutation")
 
 
 def _compare(table: str, expected: dict[str, Any], stored: dict[str, Any], subject: str) -> None:
