@@ -9,10 +9,11 @@ linearizability runs) are deselected unless the ``-m`` expression names ``soak``
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from wf_support import World
+from wf_support import World, backend_params, opened_backend
 
 from fencepost.store import Store
 from helpers.store_backends import StoreBackend
@@ -42,3 +43,11 @@ def ready_world(world: World) -> World:
     """``world`` with version 1.0.0 of the two-step package published (gate waived) and installed."""
     world.ready()
     return world
+
+
+@pytest.fixture(params=backend_params(["sqlite-wal", "postgres"]))
+def lean_world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
+    """``world`` on SQLite WAL and PostgreSQL only: for the heavier tests whose behaviour does not depend
+    on the SQLite journal (the journal modes are covered by ``world`` and the crash matrix)."""
+    with opened_backend(str(request.param), tmp_path) as backend:
+        yield World(backend, backend.migrated(), tmp_path / "packages")
