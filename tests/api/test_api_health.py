@@ -59,3 +59,16 @@ def test_readiness_recovers_once_migrated(unmigrated_api: Api) -> None:
     unmigrated_api.store.migrate()
     assert unmigrated_api.client.get("/health/ready").status_code == 200
     assert unmigrated_api.client.get("/delivery-rehearsals").json() == {"items": []}
+
+
+def test_a_loopback_app_refuses_foreign_host_headers(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'h.db'}")
+    store.migrate()
+    app = create_app(store, api_token=TOKEN, allowed_hosts=["127.0.0.1", "localhost", "::1"])
+    with TestClient(app, raise_server_exceptions=False) as client:
+        for host in ("127.0.0.1:8080", "localhost", "[::1]:9000", "LOCALHOST:1"):
+            assert client.get("/health/live", headers={"host": host}).status_code == 200, host
+        for host in ("evil.example:8080", "127.0.0.1.evil.example", "", "[::1"):
+            response = client.get("/delivery-rehearsals", headers={"host": host})
+            assert_problem(response, 400, "invalid-host")
+    store.close()

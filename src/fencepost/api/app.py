@@ -13,7 +13,6 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fencepost import __version__
@@ -67,13 +66,8 @@ class BodyLimit:
             return
         declared = dict(scope.get("headers", [])).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
-            body = json.dumps({"type": problems.problem_type("payload-too-large"), "title": "Request body too large",
-                               "status": 413, "detail": f"the request body exceeds {self.max_bytes} bytes",
-                               "instance": scope.get("path", "")}).encode()
-            await send({"type": "http.response.start", "status": 413,
-                        "headers": [(b"content-type", problems.PROBLEM_JSON.encode()),
-                                    (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
-            await send({"type": "http.response.body", "body": body})
+            await _send_problem(send, 413, "payload-too-large", f"the request body exceeds {self.max_bytes} bytes",
+                                scope.get("path", ""))
             return
         seen = 0
 
@@ -87,6 +81,41 @@ class BodyLimit:
             return message
 
         await self.app(scope, counted, send)
+
+
+async def _send_problem(send: Send, status: int, kind: str, detail: str, path: str) -> None:
+    body = json.dumps({"type": problems.problem_type(kind), "title": problems.KINDS[kind][1], "status": status,
+                       "detail": detail, "instance": path}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", problems.PROBLEM_JSON.encode()),
+                            (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def host_name(header: str) -> str:
+    """The name in a ``Host`` header, without port or IPv6 brackets, lower case ("" when malformed)."""
+    value = header.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        return value[1:end] if end > 0 else ""
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+class HostAllowList:
+    """Answers 400 to a ``Host`` header outside ``allowed`` (a DNS-rebinding page cannot read a loopback API)."""
+
+    def __init__(self, app: ASGIApp, allowed: list[str]) -> None:
+        self.app = app
+        self.allowed = {h.lower().strip("[]") for h in allowed}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            raw = dict(scope.get("headers", [])).get(b"host", b"").decode("latin-1")
+            if host_name(raw) not in self.allowed:
+                await _send_problem(send, 400, "invalid-host", "this server answers only to its loopback names",
+                                    scope.get("path", ""))
+                return
+        await self.app(scope, receive, send)
 
 
 def _problem_openapi(schema: dict[str, Any], *, open_reads: bool) -> dict[str, Any]:
@@ -153,6 +182,6 @@ def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed
     app.openapi = openapi  # type: ignore[method-assign]
     app.add_middleware(BodyLimit, max_bytes=max_upload_bytes)
     if allowed_hosts is not None:
-        app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
+        app.add_middleware(HostAllowList, allowed=allowed_hosts)
     app.add_middleware(SecurityHeaders)
     return app

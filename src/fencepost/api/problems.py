@@ -38,6 +38,7 @@ TYPE_PREFIX = "urn:fencepost:problem:"
 KINDS: dict[str, tuple[int, str]] = {
     "invalid-input": (422, "Invalid input"),
     "validation-error": (422, "Request validation failed"),
+    "invalid-host": (400, "Host not allowed"),
     "unauthorized": (401, "Bearer token required"),
     "not-found": (404, "Not found"),
     "method-not-allowed": (405, "Method not allowed"),
