@@ -45,7 +45,7 @@ CREATE TABLE rehearsal_runs (
     package_name     TEXT NOT NULL CHECK (length(package_name) BETWEEN 1 AND 100),
     package_version  TEXT NOT NULL CHECK (length(package_version) BETWEEN 1 AND 64),
     previous_version TEXT,
-    content_digest   TEXT NOT NULL CHECK (content_digest GLOB 'sha256:[0-9a-f]*' AND length(content_digest) = 71),
+    content_digest   TEXT NOT NULL CHECK ((length(content_digest) = 71 AND substr(content_digest, 1, 7) = 'sha256:' AND NOT substr(content_digest, 8) GLOB '*[^0-9a-f]*')),
     manifest         TEXT NOT NULL CHECK (json_valid(manifest)),
     status           TEXT NOT NULL CHECK (status IN ('READY', 'RETIRED')),
     created_at       TEXT NOT NULL
@@ -55,7 +55,8 @@ CREATE TABLE rehearsal_runs (
 CREATE TABLE rehearsal_run_files (
     run_id  TEXT NOT NULL REFERENCES rehearsal_runs (id),
     path    TEXT NOT NULL CHECK (length(path) BETWEEN 1 AND 300),
-    sha256  TEXT NOT NULL CHECK (sha256 GLOB 'sha256:[0-9a-f]*' AND length(sha256) = 71),
+    sha256  TEXT NOT NULL CHECK (length(sha256) = 71 AND substr(sha256, 1, 7) = 'sha256:'
+                                 AND NOT substr(sha256, 8) GLOB '*[^0-9a-f]*'),
     size    INTEGER NOT NULL CHECK (size >= 0),
     content BLOB NOT NULL CHECK (length(content) = size),
     PRIMARY KEY (run_id, path)
@@ -85,8 +86,9 @@ CREATE TABLE rehearsal_receipts (
     delivery             INTEGER,
     evidence             TEXT CHECK (evidence IS NULL OR json_valid(evidence)),
     evidence_fingerprint TEXT CHECK (evidence_fingerprint IS NULL
-                                     OR (evidence_fingerprint GLOB 'sha256:[0-9a-f]*'
-                                         AND length(evidence_fingerprint) = 71)),
+                                     OR (length(evidence_fingerprint) = 71
+                                         AND substr(evidence_fingerprint, 1, 7) = 'sha256:'
+                                         AND NOT substr(evidence_fingerprint, 8) GLOB '*[^0-9a-f]*')),
     started_at           TEXT,
     finished_at          TEXT,
     UNIQUE (attempt_id, position),
@@ -101,9 +103,9 @@ CREATE TABLE package_publications (
     id                      TEXT PRIMARY KEY,
     package_name            TEXT NOT NULL CHECK (length(package_name) BETWEEN 1 AND 100),
     version                 TEXT NOT NULL CHECK (length(version) BETWEEN 1 AND 64),
-    content_digest          TEXT NOT NULL CHECK (content_digest GLOB 'sha256:[0-9a-f]*' AND length(content_digest) = 71),
+    content_digest          TEXT NOT NULL CHECK ((length(content_digest) = 71 AND substr(content_digest, 1, 7) = 'sha256:' AND NOT substr(content_digest, 8) GLOB '*[^0-9a-f]*')),
     definition              TEXT NOT NULL CHECK (json_valid(definition) AND length(definition) <= 262144),
-    definition_digest       TEXT NOT NULL CHECK (definition_digest GLOB 'sha256:[0-9a-f]*' AND length(definition_digest) = 71),
+    definition_digest       TEXT NOT NULL CHECK ((length(definition_digest) = 71 AND substr(definition_digest, 1, 7) = 'sha256:' AND NOT substr(definition_digest, 8) GLOB '*[^0-9a-f]*')),
     status                  TEXT NOT NULL CHECK (status IN ('active', 'withdrawn')),
     gate                    TEXT NOT NULL CHECK (gate IN ('passed', 'waived')),
     gate_run_id             TEXT REFERENCES rehearsal_runs (id),
@@ -133,7 +135,7 @@ CREATE TABLE package_installations (
     id             TEXT PRIMARY KEY,
     package_name   TEXT NOT NULL UNIQUE CHECK (length(package_name) BETWEEN 1 AND 100),
     publication_id TEXT NOT NULL REFERENCES package_publications (id),
-    lock_digest    TEXT NOT NULL CHECK (lock_digest GLOB 'sha256:[0-9a-f]*' AND length(lock_digest) = 71),
+    lock_digest    TEXT NOT NULL CHECK ((length(lock_digest) = 71 AND substr(lock_digest, 1, 7) = 'sha256:' AND NOT substr(lock_digest, 8) GLOB '*[^0-9a-f]*')),
     status         TEXT NOT NULL CHECK (status IN ('active', 'uninstalled')),
     generation     INTEGER NOT NULL CHECK (generation >= 1),
     installed_at   TEXT NOT NULL,
@@ -152,7 +154,7 @@ CREATE TABLE installation_dispositions (
 CREATE TABLE installation_quarantines (
     id              TEXT PRIMARY KEY,
     installation_id TEXT NOT NULL REFERENCES package_installations (id),
-    lock_digest     TEXT NOT NULL CHECK (lock_digest GLOB 'sha256:[0-9a-f]*' AND length(lock_digest) = 71),
+    lock_digest     TEXT NOT NULL CHECK ((length(lock_digest) = 71 AND substr(lock_digest, 1, 7) = 'sha256:' AND NOT substr(lock_digest, 8) GLOB '*[^0-9a-f]*')),
     reason          TEXT NOT NULL CHECK (length(reason) BETWEEN 1 AND 1000),
     quarantined_at  TEXT NOT NULL,
     released_at     TEXT,
@@ -178,7 +180,7 @@ CREATE TABLE workflow_step_runs (
     run_id      TEXT NOT NULL REFERENCES workflow_runs (id),
     step_key    TEXT NOT NULL CHECK (length(step_key) BETWEEN 1 AND 64),
     task_id     TEXT NOT NULL,
-    task_digest TEXT NOT NULL CHECK (task_digest GLOB 'sha256:[0-9a-f]*' AND length(task_digest) = 71),
+    task_digest TEXT NOT NULL CHECK ((length(task_digest) = 71 AND substr(task_digest, 1, 7) = 'sha256:' AND NOT substr(task_digest, 8) GLOB '*[^0-9a-f]*')),
     needs       TEXT NOT NULL CHECK (json_valid(needs) AND json_type(needs) = 'array'),
     status      TEXT NOT NULL CHECK (status IN ('waiting', 'ready', 'running', 'succeeded', 'failed', 'cancelled')),
     fence       INTEGER NOT NULL CHECK (fence >= 1),
@@ -213,15 +215,15 @@ CREATE TABLE workflow_step_mutations (
 -- The admission ledger: one row per admitted plan ...
 CREATE TABLE workflow_admissions (
     plan_id         TEXT PRIMARY KEY CHECK (length(plan_id) BETWEEN 1 AND 128),
-    plan_digest     TEXT NOT NULL CHECK (plan_digest GLOB 'sha256:[0-9a-f]*' AND length(plan_digest) = 71),
+    plan_digest     TEXT NOT NULL CHECK ((length(plan_digest) = 71 AND substr(plan_digest, 1, 7) = 'sha256:' AND NOT substr(plan_digest, 8) GLOB '*[^0-9a-f]*')),
     plan            TEXT NOT NULL CHECK (json_valid(plan) AND length(plan) <= 262144),
     run_id          TEXT NOT NULL UNIQUE REFERENCES workflow_runs (id),
     package_name    TEXT NOT NULL,
     publication_id  TEXT NOT NULL REFERENCES package_publications (id),
     installation_id TEXT NOT NULL REFERENCES package_installations (id),
-    lock_digest     TEXT NOT NULL CHECK (lock_digest GLOB 'sha256:[0-9a-f]*' AND length(lock_digest) = 71),
+    lock_digest     TEXT NOT NULL CHECK ((length(lock_digest) = 71 AND substr(lock_digest, 1, 7) = 'sha256:' AND NOT substr(lock_digest, 8) GLOB '*[^0-9a-f]*')),
     workflow_id     TEXT NOT NULL,
-    workflow_digest TEXT NOT NULL CHECK (workflow_digest GLOB 'sha256:[0-9a-f]*' AND length(workflow_digest) = 71),
+    workflow_digest TEXT NOT NULL CHECK ((length(workflow_digest) = 71 AND substr(workflow_digest, 1, 7) = 'sha256:' AND NOT substr(workflow_digest, 8) GLOB '*[^0-9a-f]*')),
     step_count      INTEGER NOT NULL CHECK (step_count BETWEEN 1 AND 128),
     final_fence     INTEGER NOT NULL CHECK (final_fence >= 1),
     receipt_id      TEXT NOT NULL UNIQUE,
@@ -242,7 +244,7 @@ CREATE TABLE workflow_admission_steps (
     plan_id     TEXT NOT NULL REFERENCES workflow_admissions (plan_id),
     step_key    TEXT NOT NULL,
     task_id     TEXT NOT NULL,
-    task_digest TEXT NOT NULL CHECK (task_digest GLOB 'sha256:[0-9a-f]*' AND length(task_digest) = 71),
+    task_digest TEXT NOT NULL CHECK ((length(task_digest) = 71 AND substr(task_digest, 1, 7) = 'sha256:' AND NOT substr(task_digest, 8) GLOB '*[^0-9a-f]*')),
     needs       TEXT NOT NULL CHECK (json_valid(needs) AND json_type(needs) = 'array'),
     step_run_id TEXT NOT NULL UNIQUE REFERENCES workflow_step_runs (id),
     mutation_id TEXT NOT NULL UNIQUE REFERENCES workflow_step_mutations (id),
@@ -255,7 +257,7 @@ CREATE TABLE workflow_admission_receipts (
     plan_id        TEXT NOT NULL UNIQUE REFERENCES workflow_admissions (plan_id),
     run_id         TEXT NOT NULL UNIQUE REFERENCES workflow_runs (id),
     receipt        TEXT NOT NULL CHECK (json_valid(receipt) AND length(receipt) <= 262144),
-    receipt_digest TEXT NOT NULL CHECK (receipt_digest GLOB 'sha256:[0-9a-f]*' AND length(receipt_digest) = 71),
+    receipt_digest TEXT NOT NULL CHECK ((length(receipt_digest) = 71 AND substr(receipt_digest, 1, 7) = 'sha256:' AND NOT substr(receipt_digest, 8) GLOB '*[^0-9a-f]*')),
     CHECK (json_extract(receipt, '$.receipt_id') IS id),
     CHECK (json_extract(receipt, '$.plan_id') IS plan_id),
     CHECK (json_extract(receipt, '$.run_id') IS run_id)

@@ -45,7 +45,7 @@ CREATE TABLE rehearsal_runs (
     package_name     TEXT NOT NULL CHECK (length(package_name) BETWEEN 1 AND 100),
     package_version  TEXT NOT NULL CHECK (length(package_version) BETWEEN 1 AND 64),
     previous_version TEXT,
-    content_digest   TEXT NOT NULL CHECK (content_digest GLOB 'sha256:[0-9a-f]*' AND length(content_digest) = 71),
+    content_digest   TEXT NOT NULL CHECK ((length(content_digest) = 71 AND substr(content_digest, 1, 7) = 'sha256:' AND NOT substr(content_digest, 8) GLOB '*[^0-9a-f]*')),
     manifest         TEXT NOT NULL CHECK (json_valid(manifest)),
     status           TEXT NOT NULL CHECK (status IN ('READY', 'RETIRED')),
     created_at       TEXT NOT NULL
@@ -55,7 +55,8 @@ CREATE TABLE rehearsal_runs (
 CREATE TABLE rehearsal_run_files (
     run_id  TEXT NOT NULL REFERENCES rehearsal_runs (id),
     path    TEXT NOT NULL CHECK (length(path) BETWEEN 1 AND 300),
-    sha256  TEXT NOT NULL CHECK (sha256 GLOB 'sha256:[0-9a-f]*' AND length(sha256) = 71),
+    sha256  TEXT NOT NULL CHECK (length(sha256) = 71 AND substr(sha256, 1, 7) = 'sha256:'
+                                 AND NOT substr(sha256, 8) GLOB '*[^0-9a-f]*'),
     size    INTEGER NOT NULL CHECK (size >= 0),
     content BLOB NOT NULL CHECK (length(content) = size),
     PRIMARY KEY (run_id, path)
@@ -85,8 +86,9 @@ CREATE TABLE rehearsal_receipts (
     delivery             INTEGER,
     evidence             TEXT CHECK (evidence IS NULL OR json_valid(evidence)),
     evidence_fingerprint TEXT CHECK (evidence_fingerprint IS NULL
-                                     OR (evidence_fingerprint GLOB 'sha256:[0-9a-f]*'
-                                         AND length(evidence_fingerprint) = 71)),
+                                     OR (length(evidence_fingerprint) = 71
+                                         AND substr(evidence_fingerprint, 1, 7) = 'sha256:'
+                                         AND NOT substr(evidence_fingerprint, 8) GLOB '*[^0-9a-f]*')),
     started_at           TEXT,
     finished_at          TEXT,
     UNIQUE (attempt_id, position),
