@@ -21,7 +21,10 @@ VALUES (:id, :kind, :payload, 'PENDING', :available_at, :now, :now, 0);
 -- rows first (they waited longest), then due PENDING rows up to the limit; skipped rows do not count
 -- against LIMIT. A row changed by a concurrent committed claim is re-checked against the WHERE clause on
 -- its newest version before it is locked. Each claimed row gets its own fresh random token. One kind per
--- statement keeps both scans index range scans on the partial indexes (no sort of all due rows).
+-- statement keeps both scans index range scans on the partial indexes (no sort of all due rows). The
+-- picked ids reach the UPDATE as one array (= ANY (ARRAY(...))), so it finds them by primary key: joining
+-- the CTEs instead let the planner guess 10% of the table for the computed LIMIT and hash-join a
+-- sequential scan of every row (claim time grew with the table: 3.6 ms at 10^3 rows, 250 ms at 10^6).
 WITH expired AS MATERIALIZED (
     SELECT id FROM commands
     WHERE status = 'PROCESSING' AND kind = :kind AND lease_until <= :now
@@ -43,8 +46,7 @@ SET status = 'PROCESSING',
     last_heartbeat_at = :now,
     updated_at = :now,
     delivery_count = c.delivery_count + 1
-FROM (SELECT id FROM expired UNION ALL SELECT id FROM due) AS picked
-WHERE c.id = picked.id
+WHERE c.id = ANY (ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM due))
 RETURNING c.id, c.kind, c.payload, c.lease_owner, c.lease_token, c.lease_until, c.delivery_count;
 
 
