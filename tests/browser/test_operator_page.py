@@ -62,6 +62,7 @@ def test_create_start_and_watch_the_gate_pass_without_reloading(page: Page, depl
     page.fill("#package-path", str(EXAMPLE))
     page.click("#create-path button[type=submit]")
     expect(page.locator("#alert")).to_contain_text("API token")
+    expect(page.locator("#notice")).to_be_empty()
     shot(page, "01-list-empty-needs-token")
 
     use_token(page, deployment.token)

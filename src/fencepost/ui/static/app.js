@@ -76,13 +76,14 @@
     return "Cannot reach the server: " + (error && error.message ? error.message : String(error));
   }
 
-  async function mutate(method, url, body) {
+  async function mutate(method, url, body, pending) {
     if (!token()) {
       alarm("Paste the API token printed by `fencepost serve` into the API token field first.");
       const input = document.getElementById("api-token");
       if (input) input.focus();
       return null;
     }
+    if (pending) say(pending);
     try {
       const result = await call(method, url, body);
       alarm("");
@@ -133,8 +134,7 @@
     document.getElementById("create-path").addEventListener("submit", async (event) => {
       event.preventDefault();
       const path = document.getElementById("package-path").value.trim();
-      say("Creating the rehearsal…");
-      created(await mutate("POST", "/delivery-rehearsals", { package_path: path }));
+      created(await mutate("POST", "/delivery-rehearsals", { package_path: path }, "Creating the rehearsal…"));
     });
     document.getElementById("create-upload").addEventListener("submit", async (event) => {
       event.preventDefault();
@@ -142,8 +142,7 @@
       if (!input.files.length) { alarm("Choose a .zip or .tar.gz archive first."); return; }
       const form = new FormData();
       form.append("archive", input.files[0]);
-      say("Uploading the archive…");
-      created(await mutate("POST", "/delivery-rehearsals/uploads", form));
+      created(await mutate("POST", "/delivery-rehearsals/uploads", form, "Uploading the archive…"));
     });
     if (main.dataset.openReads !== "true") {
       call("GET", "/delivery-rehearsals").then((data) => renderRuns(data.items)).catch((e) => alarm(describe(e)));
