@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,18 @@ def _require(ok: bool, what: str) -> None:
     # treat it as a lost lease so the whole transaction rolls back and the work stops.
     if not ok:
         raise LeaseLost(f"rehearsal state changed under the lease: {what}")
+
+
+def discard_stale_sandboxes(attempt_dir: Path, delivery: int) -> None:
+    """Delete sandboxes that earlier deliveries of this Attempt left behind on this machine (a killed
+    worker never cleans up). Safe: a delivery older than ours has lost its lease, so even a worker that is
+    merely frozen can persist nothing from its sandbox."""
+    if not attempt_dir.is_dir():
+        return
+    for child in attempt_dir.iterdir():
+        number = child.name[1:].split("-", 1)[0]
+        if child.name.startswith("d") and number.isdigit() and int(number) < delivery:
+            shutil.rmtree(child, ignore_errors=True)
 
 
 class AttemptHandler:
@@ -66,8 +79,9 @@ class AttemptHandler:
         run, files = ctx.store.read(lambda tx: (tx.get_run(run_id), tx.run_files(run_id)))
         assert run is not None
         package = package_from_run(run.manifest, files)
-        sandbox = Sandbox(self.work_dir / "sandboxes" / attempt_id / f"d{delivery}-{secrets.token_hex(4)}",
-                          package.functions, lambda: ctx.lost)
+        attempt_dir = self.work_dir / "sandboxes" / attempt_id
+        discard_stale_sandboxes(attempt_dir, delivery)
+        sandbox = Sandbox(attempt_dir / f"d{delivery}-{secrets.token_hex(4)}", package.functions, lambda: ctx.lost)
         try:
             self._scenarios(ctx, attempt_id, package, sandbox)
         finally:
