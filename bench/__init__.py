@@ -1,0 +1,1 @@
+"""fencepost benchmark suite: run with `bash bench/run` (see docs/benchmarks.md)."""

@@ -1,0 +1,360 @@
+"""Run the benchmark suite: ``python -m bench [--quick] [--reps R] [--n N] [name ...]`` (``bash bench/run``).
+
+Names: throughput, peers, latency, takeover, size, rehearsal (default: all). Every figure is printed as it
+is measured; the run ends with a markdown report in bench/results/<UTC date-time>.md. Repetitions are
+interleaved (fencepost, then each peer, then the next repetition) and every ratio is taken within one
+repetition, then the median of those ratios is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import platform
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from bench.common import ROOT, Row, database, drop_stale_pg_databases, fmt, median, scratch_dir
+
+NAMES = ("throughput", "peers", "latency", "takeover", "size", "rehearsal")
+BACKENDS = ("sqlite", "postgres")
+# Peer worker counts: pgqueuer (a target at 1 and 4) and Huey at both; the slow peers at one worker.
+PEERS = {"sqlite": [("huey", [1, 4]), ("dbos", [1])],
+         "postgres": [("pgqueuer", [1, 4]), ("pgqueuer-b100", [1, 4]), ("procrastinate", [1]), ("dbos", [1])]}
+
+
+class Report:
+    def __init__(self) -> None:
+        self.rows: list[Row] = []
+        self.ratios: list[Row] = []
+        self.targets: list[tuple[str, str, str, str]] = []
+        self.notes: list[str] = []
+        self.failures: list[str] = []
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        print(f"  {row.benchmark:<11} {row.case:<46} median {fmt(row.median):>10} {row.unit:<10} "
+              f"runs {', '.join(fmt(v) for v in row.values)}", flush=True)
+
+    def ratio(self, row: Row) -> None:
+        self.ratios.append(row)
+        print(f"  ratio       {row.case:<46} median {fmt(row.median):>10} x          "
+              f"runs {', '.join(fmt(v) for v in row.values)}", flush=True)
+
+    def target(self, name: str, wanted: str, measured: str, verdict: str) -> None:
+        self.targets.append((name, wanted, measured, verdict))
+        print(f"  target      {name}: {measured} (want {wanted}) -> {verdict}", flush=True)
+
+    def markdown(self, args: argparse.Namespace, started: dt.datetime) -> str:
+        out = [f"# fencepost benchmarks, {started:%Y-%m-%d %H:%M} UTC", "",
+               f"`bash bench/run {' '.join(sys.argv[1:])}`: N = {args.n:,}, {args.reps} repetition(s); "
+               f"Python {platform.python_version()}, {platform.machine()}, "
+               f"{_cpus()} CPU(s). Medians of the repetitions; each ratio is computed within one repetition "
+               "and the median of those ratios is shown.", ""]
+        if self.targets:
+            out += ["## Targets", "", "| target | wanted | measured | verdict |", "| --- | --- | --- | --- |"]
+            out += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in self.targets]
+            out.append("")
+        out += ["## Figures", "", "| benchmark | case | median | unit | runs | note |",
+                "| --- | --- | ---: | --- | --- | --- |"]
+        out += [f"| {r.benchmark} | {r.case} | {fmt(r.median)} | {r.unit} | {', '.join(fmt(v) for v in r.values)} "
+                f"| {r.note} |" for r in self.rows]
+        if self.ratios:
+            out += ["", "## Ratios (same run, same repetition)", "", "| ratio | median | runs | note |",
+                    "| --- | ---: | --- | --- |"]
+            out += [f"| {r.case} | {fmt(r.median)}x | {', '.join(fmt(v) for v in r.values)} | {r.note} |"
+                    for r in self.ratios]
+        if self.notes:
+            out += ["", "## Notes", ""] + [f"- {n}" for n in self.notes]
+        if self.failures:
+            out += ["", "## Failures", ""] + [f"- {f}" for f in self.failures]
+        return "\n".join(out) + "\n"
+
+
+def _cpus() -> int:
+    import os
+
+    return os.cpu_count() or 0
+
+
+def _verdict(ok: bool, how: str) -> str:
+    return ("met" if ok else "MISSED") + (f" ({how})" if how else "")
+
+
+# ───────────────────────── throughput and peers ─────────────────────────
+
+def bench_throughput(rep: Report, args: argparse.Namespace, with_peers: bool) -> None:
+    from bench import fp_outbox
+
+    n = args.n
+    series: dict[str, list[float]] = {}
+
+    def put(key: str, value: float) -> None:
+        series.setdefault(key, []).append(value)
+
+    for i in range(args.reps):
+        print(f"throughput repetition {i + 1}/{args.reps}", flush=True)
+        for backend in BACKENDS:
+            for workers in (1, 4):
+                with database(backend, f"tp{workers}") as url:
+                    got = fp_outbox.run_throughput(url, n, workers, batch=args.batch)
+                if not got.verified["ok"]:
+                    raise RuntimeError(f"fencepost {backend} x{workers}: not every command delivered exactly "
+                                       f"once: {got.verified}")
+                put(f"{backend}/raw/{workers}", got.raw_per_s)
+                put(f"{backend}/fp-enqueue/{workers}", got.enqueue_per_s)
+                put(f"{backend}/fp/{workers}", got.process_per_s)
+                print(f"  {backend} x{workers}: raw {got.raw_per_s:,.0f}/s, enqueue {got.enqueue_per_s:,.0f}/s, "
+                      f"process {got.process_per_s:,.0f}/s", flush=True)
+            if not with_peers:
+                continue
+            for peer, counts in PEERS[backend]:
+                for workers in counts:
+                    key = f"{backend}/{peer}/{workers}"
+                    try:
+                        got_peer = _run_peer(peer, backend, n, workers)
+                    except Exception as error:  # a peer that cannot run here is reported, never faked
+                        rep.failures.append(f"{peer} on {backend} x{workers}: {type(error).__name__}: {error}")
+                        traceback.print_exc()
+                        continue
+                    if got_peer.processed != n:
+                        rep.failures.append(f"{peer} on {backend} x{workers} processed {got_peer.processed} of {n}")
+                    put(key, got_peer.process_per_s)
+                    put(f"{backend}/{peer}-enqueue/{workers}", got_peer.enqueue_per_s)
+                    fp = series[f"{backend}/fp/{workers}"][-1]
+                    put(f"ratio/{backend}/{peer}/{workers}", fp / got_peer.process_per_s)
+                    print(f"  {peer} {backend} x{workers}: enqueue {got_peer.enqueue_per_s:,.0f}/s, "
+                          f"process {got_peer.process_per_s:,.0f}/s", flush=True)
+        for backend in BACKENDS:
+            for workers in (1, 4):
+                put(f"ratio/{backend}/raw/{workers}",
+                    series[f"{backend}/fp/{workers}"][-1] / series[f"{backend}/raw/{workers}"][-1])
+                put(f"ratio/{backend}/enqueue-raw/{workers}",
+                    series[f"{backend}/fp-enqueue/{workers}"][-1] / series[f"{backend}/raw/{workers}"][-1])
+
+    label = {"sqlite": "SQLite WAL/FULL", "postgres": "PostgreSQL"}
+    for backend in BACKENDS:
+        for workers in (1, 4):
+            rep.add(Row("throughput", f"{label[backend]} raw single-row commits (x{workers} run)",
+                        series[f"{backend}/raw/{workers}"], "commits/s", "1 connection, 1 INSERT per transaction"))
+            rep.add(Row("throughput", f"{label[backend]} fencepost enqueue, {workers} worker run",
+                        series[f"{backend}/fp-enqueue/{workers}"], "cmds/s", "1 transaction per command"))
+            rep.add(Row("throughput", f"{label[backend]} fencepost processing, {workers} worker(s)",
+                        series[f"{backend}/fp/{workers}"], "cmds/s",
+                        f"claim + no-op + fenced completion, batch {args.batch}"))
+        if with_peers:
+            for peer, counts in PEERS[backend]:
+                for workers in counts:
+                    if f"{backend}/{peer}/{workers}" in series:
+                        rep.add(Row("peers", f"{peer} on {label[backend]}, {workers} worker(s)",
+                                    series[f"{backend}/{peer}/{workers}"], "jobs/s", _peer_note(peer)))
+                        rep.add(Row("peers", f"{peer} on {label[backend]} enqueue",
+                                    series[f"{backend}/{peer}-enqueue/{workers}"], "jobs/s",
+                                    "single enqueues, one transaction each"))
+    for backend in BACKENDS:
+        for workers in (1, 4):
+            rep.ratio(Row("ratio", f"{label[backend]} fencepost processing / raw commits, x{workers}",
+                          series[f"ratio/{backend}/raw/{workers}"], "x"))
+            rep.ratio(Row("ratio", f"{label[backend]} fencepost enqueue / raw commits, x{workers}",
+                          series[f"ratio/{backend}/enqueue-raw/{workers}"], "x"))
+        if with_peers:
+            for peer, counts in PEERS[backend]:
+                for workers in counts:
+                    key = f"ratio/{backend}/{peer}/{workers}"
+                    if key in series:
+                        rep.ratio(Row("ratio", f"{label[backend]} fencepost / {peer}, {workers} worker(s)",
+                                      series[key], "x"))
+
+    raw1 = median(series["ratio/sqlite/raw/1"])
+    rep.target("SQLite WAL/FULL, 1 worker: processing >= 50% of raw single-row commits", ">= 0.50x",
+               f"{raw1:.2f}x", _verdict(raw1 >= 0.5, f"{raw1 / 0.5:.2f}x the target"))
+    if with_peers:
+        for peer, backend, counts in (("huey", "sqlite", [1]), ("pgqueuer", "postgres", [1, 4]),
+                                      ("pgqueuer-b100", "postgres", [1, 4])):
+            for workers in counts:
+                key = f"ratio/{backend}/{peer}/{workers}"
+                if key not in series:
+                    rep.target(f"{label[backend]}, {workers} worker(s): >= 1.0x {peer}", ">= 1.0x", "not measured",
+                               "MISSED (peer did not run)")
+                    continue
+                value = median(series[key])
+                rep.target(f"{label[backend]}, {workers} worker(s): processing >= 1.0x {peer}", ">= 1.0x",
+                           f"{value:.2f}x", _verdict(value >= 1.0, ""))
+
+
+def _peer_note(peer: str) -> str:
+    return {"huey": "SqliteHuey, WAL, fsync=True (synchronous=FULL), results off, thread worker",
+            "pgqueuer": "asyncpg driver, batch 10 (its default), drain mode",
+            "pgqueuer-b100": "asyncpg driver, batch 100 (fencepost's benchmark batch), drain mode",
+            "procrastinate": "psycopg connector, concurrency 1, wait=False",
+            "dbos": "DBOS queue, polling 10 ms, workflow per job"}[peer]
+
+
+def _run_peer(peer: str, backend: str, n: int, workers: int) -> Any:
+    from bench import peers
+
+    if backend == "sqlite":
+        with scratch_dir(peer) as d:
+            target = str(d / "queue.db")
+            return peers.huey_run(target, n, workers) if peer == "huey" else peers.dbos_run(target, n, workers)
+    with database("postgres", peer.replace("-", "_")) as url:
+        if peer == "pgqueuer-b100":
+            return peers.pgqueuer_run(url, n, workers, batch=100)
+        fn: Callable[[str, int, int], Any] = {"pgqueuer": peers.pgqueuer_run,
+                                              "procrastinate": peers.procrastinate_run,
+                                              "dbos": peers.dbos_run}[peer]
+        return fn(url, n, workers)
+
+
+# ─────────────────────────── latency and takeover ───────────────────────────
+
+def bench_latency(rep: Report, args: argparse.Namespace) -> None:
+    from bench import latency
+
+    samples = 20 if args.quick else 100
+    for backend in BACKENDS:
+        p50s, p99s = [], []
+        for i in range(args.reps):
+            with database(backend, "lat") as url:
+                values = latency.claim_latency(url, samples)
+            s = latency.summarize(values)
+            p50s.append(s["p50"] * 1000)
+            p99s.append(s["p99"] * 1000)
+            print(f"  latency {backend} rep {i + 1}: p50 {s['p50'] * 1000:.1f} ms, p99 {s['p99'] * 1000:.1f} ms")
+        note = f"idle worker polling every {latency.POLL_INTERVAL * 1000:.0f} ms, {samples} commands per run"
+        if backend == "postgres":
+            note += "; LISTEN/NOTIFY not implemented in fencepost yet (polling only)"
+        rep.add(Row("latency", f"{backend} enqueue -> handler start p50", p50s, "ms", note))
+        rep.add(Row("latency", f"{backend} enqueue -> handler start p99", p99s, "ms", note))
+
+
+def bench_takeover(rep: Report, args: argparse.Namespace) -> None:
+    from bench import latency
+
+    lease = 2.0
+    runs = max(3, args.reps)
+    for backend in BACKENDS:
+        ratios = []
+        for i in range(runs):
+            with database(backend, "tko") as url:
+                seconds = latency.takeover_latency(url, lease)
+            ratios.append(seconds / lease)
+            print(f"  takeover {backend} run {i + 1}: {seconds:.2f} s = {seconds / lease:.2f}x lease")
+        rep.ratio(Row("takeover", f"{backend} SIGKILL -> re-claim / lease ({lease:g} s)", ratios, "x",
+                      "heartbeat every lease/3, taker polls every 50 ms, kill at a random point"))
+        worst = max(ratios)
+        rep.target(f"{backend}: takeover within 1.5x lease", "<= 1.5x", f"median {median(ratios):.2f}x, "
+                   f"worst {worst:.2f}x", _verdict(worst <= 1.5, ""))
+
+
+# ───────────────────────────────── size ─────────────────────────────────
+
+def bench_size(rep: Report, args: argparse.Namespace) -> None:
+    from bench import size
+
+    sizes = [1_000, 10_000] if args.quick else [1_000, 100_000, 1_000_000]
+    reps = 20
+    mem_n = 10_000 if args.quick else 100_000
+    for backend in BACKENDS:
+        per_size: dict[int, list[float]] = {s: [] for s in sizes}
+        plans: dict[int, list[str]] = {}
+        index_driven = True
+        for _ in range(args.reps):
+            with database(backend, "size") as url:
+                got = size.claim_vs_size(url, sizes, reps)
+            for s, v in got.items():
+                per_size[s].append(v["median_s"] * 1000)
+                plans[s] = v["plan"]
+                index_driven = index_driven and v["index_driven"]
+        for s in sizes:
+            rep.add(Row("size", f"{backend} claim of {size.CLAIM_BATCH} with {s:,} rows", per_size[s], "ms",
+                        "half DELIVERED, half PENDING; median of 20 claims"))
+        ratio = [b / a for a, b in zip(per_size[sizes[0]], per_size[sizes[-1]], strict=True)]
+        rep.ratio(Row("size", f"{backend} claim time at {sizes[-1]:,} / at {sizes[0]:,} rows", ratio, "x"))
+        rep.target(f"{backend}: claim time at {sizes[-1]:,} rows within 2x that at {sizes[0]:,}", "<= 2.0x",
+                   f"{median(ratio):.2f}x, index-driven plan: {'yes' if index_driven else 'NO'}",
+                   _verdict(median(ratio) <= 2.0 and index_driven, ""))
+        plan_text = " / ".join(line.strip() for line in plans[sizes[-1]] if "commands" in line)
+        rep.notes.append(f"{backend} claim plan at {sizes[-1]:,} rows: {plan_text}")
+        growth = []
+        for _ in range(args.reps):
+            with database(backend, "growth") as url:
+                growth.append(size.growth_per_command(url, min(args.n, 10_000)))
+        rep.add(Row("size", f"{backend} database growth per delivered command", growth, "bytes",
+                    "command row, indexes and 2 lease events; PostgreSQL before VACUUM"))
+        with database(backend, "mem") as url:
+            mem = size.worker_memory(url, mem_n)
+        if not mem["verified"]:
+            rep.failures.append(f"{backend} memory run: not every command delivered exactly once")
+        rep.add(Row("size", f"{backend} worker RSS at 10% of {mem_n:,} commands", [mem["at_10pct_kib"] / 1024],
+                    "MiB", f"{mem['samples']} samples every 0.1 s"))
+        rep.add(Row("size", f"{backend} worker peak RSS over {mem_n:,} commands", [mem["peak_kib"] / 1024], "MiB",
+                    f"first sample {mem['first_kib'] / 1024:.1f} MiB, last {mem['last_kib'] / 1024:.1f} MiB"))
+        flat = mem["peak_over_10pct"]
+        rep.target(f"{backend}: worker memory flat over {mem_n:,} commands", "peak <= 1.10x RSS at 10%",
+                   f"{flat:.3f}x", _verdict(flat <= 1.10, ""))
+
+
+# ─────────────────────────────── rehearsal ───────────────────────────────
+
+def bench_rehearsal(rep: Report, args: argparse.Namespace) -> None:
+    from bench import rehearsal
+
+    got = rehearsal.run_rehearsal(max(1, args.reps))
+    rep.add(Row("rehearsal", "sakila: fencepost rehearsal, 1 Attempt, 6 scenarios", got["fencepost_s"], "s",
+                "Run frozen, Attempt enqueued, worker to SUCCEEDED; control DB SQLite WAL/FULL"))
+    rep.add(Row("rehearsal", "sakila: schema + data + drop with sqlite3", got["direct_s"], "s",
+                "3 scripts, one transaction each"))
+    rep.ratio(Row("rehearsal", "sakila rehearsal / direct sqlite3 (overhead)",
+                  [a / b for a, b in zip(got["fencepost_s"], got["direct_s"], strict=True)], "x",
+                  "the rehearsal also checks integrity and FKs twice, digests 46,273 rows twice, re-applies, "
+                  "and records fenced evidence"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", help=f"benchmarks to run: {', '.join(NAMES)} (default: all)")
+    parser.add_argument("--quick", action="store_true", help="small N, one repetition: a smoke run")
+    parser.add_argument("--reps", type=int, help="repetitions (default 3; 1 with --quick)")
+    parser.add_argument("--n", type=int, help="commands per throughput run (default 10,000; 1,000 with --quick)")
+    parser.add_argument("--batch", type=int, default=100, help="fencepost worker batch size (default 100)")
+    args = parser.parse_args(argv)
+    args.reps = args.reps or (1 if args.quick else 3)
+    args.n = args.n or (1_000 if args.quick else 10_000)
+    names = args.names or list(NAMES)
+    unknown = sorted(set(names) - set(NAMES))
+    if unknown:
+        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(NAMES)}")
+    started = dt.datetime.now(dt.UTC)
+    drop_stale_pg_databases()
+    rep = Report()
+    steps: list[tuple[str, Callable[[], None]]] = []
+    if "throughput" in names or "peers" in names:
+        steps.append(("throughput" + (" and peers" if "peers" in names else ""),
+                      lambda: bench_throughput(rep, args, "peers" in names)))
+    for name, fn in (("latency", bench_latency), ("takeover", bench_takeover), ("size", bench_size),
+                     ("rehearsal", bench_rehearsal)):
+        if name in names:
+            steps.append((name, lambda fn=fn: fn(rep, args)))
+    for title, step in steps:
+        print(f"== {title}", flush=True)
+        try:
+            step()
+        except Exception as error:
+            rep.failures.append(f"{title}: {type(error).__name__}: {error}")
+            traceback.print_exc()
+    out_dir = ROOT / "bench" / "results"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{started:%Y-%m-%d-%H%M}{'-quick' if args.quick else ''}.md"
+    text = rep.markdown(args, started)
+    path.write_text(text, encoding="utf-8")
+    print("\n" + text)
+    print(f"written: {path.relative_to(ROOT)}")
+    return 1 if rep.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
