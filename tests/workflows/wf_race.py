@@ -14,6 +14,7 @@ count and by DEADLINE_S seconds.
 from __future__ import annotations
 
 import json
+import random
 import sys
 import time
 from pathlib import Path
@@ -54,6 +55,9 @@ def admit_role(url: str, plans_file: str, worker: int, workers: int, out: str, g
             record["error"] = f"{type(error).__name__}: {error}"
         record["t1"] = time.monotonic_ns()
         records.append(record)
+        # A short random pause between attempts: SQLite's busy handler is not fair (a waiting writer polls
+        # with growing sleeps), so back-to-back writers could starve the guard process until they finish.
+        time.sleep(random.uniform(0, 0.004))
     store.close()
     Path(out).write_text(json.dumps(records), encoding="utf-8")
 

@@ -210,14 +210,16 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def cli(url: str, *args: str, cwd: Path | None = None, crashpoint: str | None = None) -> CliResult:
-    """Run ``fencepost <args> --database <url>`` (the option goes after the subcommand's arguments)."""
+def cli(url: str, *args: str, cwd: Path | None = None, crashpoint: str | None = None,
+        stdin: str | None = None) -> CliResult:
+    """Run ``fencepost <args>`` on the database ``url`` (FENCEPOST_DATABASE), optionally armed with a crash
+    point and fed ``stdin``."""
     env = subprocess_env(FENCEPOST_DATABASE=url)
     if crashpoint is not None:
         env["FENCEPOST_CRASHPOINT"] = crashpoint
     argv = list(args)
     done = subprocess.run([*FENCEPOST, *argv], capture_output=True, text=True, env=env, cwd=cwd,
-                          timeout=CLI_TIMEOUT, check=False)
+                          timeout=CLI_TIMEOUT, check=False, input=stdin if stdin is not None else "")
     return CliResult(argv, done.returncode, done.stdout, done.stderr)
 
 
