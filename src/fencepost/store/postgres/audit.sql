@@ -44,6 +44,28 @@ SELECT a.id AS subject, 'finished Attempt has ' || r.status || ' receipt ' || r.
 FROM rehearsal_attempts a JOIN rehearsal_receipts r ON r.attempt_id = a.id
 WHERE a.status IN ('SUCCEEDED', 'FAILED', 'ABORTED') AND r.status IN ('PENDING', 'RUNNING');
 
+-- name: audit_receipt_sequence
+-- Receipts move only by whole transitions (start: Receipt 1 RUNNING; Receipt k SUCCEEDED together with k+1
+-- RUNNING; succeed, fail and abort finish every open Receipt with the Attempt), so the statuses of one
+-- Attempt in position order always read P* (PENDING Attempt), S*R?P* (RUNNING), S*[FA]A* (FAILED) or S*A*
+-- (ABORTED), and the started Receipts of a RUNNING Attempt belong to its current delivery. Any other shape
+-- is a half-applied transition. (SUCCEEDED Attempts and finished Attempts with open Receipts have their
+-- own checks above.)
+SELECT r.id AS subject, 'receipt ' || r.position || ' is ' || r.status || ' out of sequence in '
+       || a.status || ' Attempt ' || a.id || ' (delivery ' || a.delivery || ')' AS detail
+FROM rehearsal_receipts r JOIN rehearsal_attempts a ON a.id = r.attempt_id
+WHERE (a.status = 'PENDING' AND r.status != 'PENDING')
+   OR (a.status = 'RUNNING' AND r.status IN ('FAILED', 'ABORTED'))
+   OR (a.status = 'ABORTED' AND r.status = 'FAILED')
+   OR (r.status = 'PENDING' AND (r.delivery IS NOT NULL OR r.evidence IS NOT NULL))
+   OR (r.status = 'RUNNING' AND r.evidence IS NOT NULL)
+   OR (a.status = 'RUNNING' AND r.status != 'PENDING' AND (r.delivery IS NULL OR r.delivery != a.delivery))
+   OR EXISTS (SELECT 1 FROM rehearsal_receipts e
+              WHERE e.attempt_id = r.attempt_id AND e.position < r.position
+                AND ((r.status IN ('SUCCEEDED', 'RUNNING', 'FAILED') AND e.status != 'SUCCEEDED')
+                     OR (e.status IN ('PENDING', 'RUNNING') AND r.status != 'PENDING')
+                     OR (e.status IN ('FAILED', 'ABORTED') AND r.status != 'ABORTED')));
+
 -- name: audit_delivery_numbers
 -- No Attempt or Receipt claims a delivery its command never had.
 SELECT a.id AS subject, 'delivery ' || a.delivery || ' exceeds delivery_count ' || c.delivery_count AS detail
