@@ -152,6 +152,10 @@ def test_invalid_plans_exit_2_and_conflicts_exit_3(sq: World, tmp_path: Path) ->
     garbage.write_text("{not json")
     assert_refused(op.run("workflow", "admit", str(garbage)), 2, "not valid JSON")
     assert_refused(op.run("workflow", "admit", str(tmp_path / "missing.json")), 2, "cannot read")
+    oversize = tmp_path / "oversize.json"
+    oversize.write_text(json.dumps({**{k: v for k, v in plan.items() if k != "digest"}, "plan_id": "big",
+                                    "inputs": {"blob": "x" * (256 * 1024)}}))
+    assert_refused(op.run("workflow", "admit", str(oversize)), 2, "bytes")
     assert_refused(op.run("workflow", "plan", PACKAGE, WORKFLOW, "--inputs", "[1]"), 2, "JSON object")
     assert_refused(op.run("workflow", "plan", PACKAGE, "weekly"), 2, "weekly")
 
