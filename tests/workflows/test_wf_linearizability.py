@@ -111,7 +111,7 @@ def _race(world: World, tmp_path: Path, action: str, plans: int) -> None:
 @pytest.mark.parametrize("backend_name", backend_params(["sqlite-wal", "postgres"]))
 def test_guard_change_linearizes_with_concurrent_admissions(backend_name: str, action: str, tmp_path: Path) -> None:
     with opened_backend(backend_name, tmp_path) as backend:
-        _race(World(backend, backend.migrated(), tmp_path / "packages"), tmp_path, action, plans=60)
+        _race(World(backend, backend.migrated(), tmp_path / "packages"), tmp_path, action, plans=90)
 
 
 @pytest.mark.slow
