@@ -121,3 +121,39 @@ def test_guard_change_linearizes_with_concurrent_admissions(backend_name: str, a
 def test_guard_change_linearizes_soak(backend_name: str, action: str, round_: int, tmp_path: Path) -> None:
     with opened_backend(backend_name, tmp_path) as backend:
         _race(World(backend, backend.migrated(), tmp_path / "packages"), tmp_path, action, plans=240)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend_name", backend_params(["sqlite-wal", "postgres"], soak=["sqlite-delete"]))
+def test_concurrent_admissions_of_the_same_plans_create_each_exactly_once(backend_name: str, tmp_path: Path) -> None:
+    """Three processes admit the same plans (a client retrying after a lost COMMIT response, raced):
+    each plan is created by exactly one of them, every other answer is ``existing`` with the same receipt."""
+    with opened_backend(backend_name, tmp_path) as backend:
+        world = World(backend, backend.migrated(), tmp_path / "packages")
+        world.ready()
+        plans = [world.plan(f"same-{i:03d}") for i in range(30)]
+        plans_file = tmp_path / "plans.json"
+        plans_file.write_text(json.dumps(plans), encoding="utf-8")
+        go = tmp_path / "go"
+        outs = [tmp_path / f"admit-{i}.json" for i in range(WORKERS)]
+        processes = [subprocess.Popen([sys.executable, str(RACE), "admit", world.cli_url, str(plans_file), "0", "1",
+                                       str(out), str(go), str(DEADLINE_S)], env=subprocess_env()) for out in outs]
+        time.sleep(0.5)
+        go.touch()
+        try:
+            assert [p.wait(timeout=DEADLINE_S + 30) for p in processes] == [0] * WORKERS
+        finally:
+            for process in processes:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+        records = [r for out in outs for r in json.loads(out.read_text(encoding="utf-8"))]
+        assert len(records) == WORKERS * len(plans)
+        assert [r for r in records if "outcome" not in r] == []
+        for plan in plans:
+            answers = [r for r in records if r["plan_id"] == plan["plan_id"]]
+            assert sorted(r["outcome"] for r in answers) == ["created"] + ["existing"] * (WORKERS - 1)
+            assert len({json.dumps(r["receipt"], sort_keys=True) for r in answers}) == 1
+        counts = world.counts(("workflow_admissions", "workflow_runs"))
+        assert counts == {"workflow_admissions": len(plans), "workflow_runs": len(plans)}
+        assert audit_admissions(world.store) == []

@@ -48,7 +48,7 @@ def admit_role(url: str, plans_file: str, worker: int, workers: int, out: str, g
         record: dict[str, Any] = {"plan_id": plan["plan_id"], "t0": time.monotonic_ns()}
         try:
             result = service.admit(plan)
-            record["outcome"] = result.outcome
+            record.update(outcome=result.outcome, run_id=result.run_id, receipt=result.receipt)
         except NotAllowed as error:
             record["refused"] = error.guard
         except FencepostError as error:
