@@ -310,7 +310,7 @@ def check_structure(store: Store) -> list[str]:
     Attempt must read, by status:
 
     - PENDING: six PENDING Receipts without delivery or evidence;
-    - RUNNING: SUCCEEDED*, then at most one RUNNING, then PENDING*; every started Receipt from the
+    - RUNNING: SUCCEEDED*, then exactly one RUNNING, then PENDING*; every started Receipt from the
       Attempt's current delivery, evidence exactly on the SUCCEEDED ones;
     - SUCCEEDED: six SUCCEEDED; FAILED: SUCCEEDED*, then FAILED or ABORTED, then ABORTED*;
       ABORTED: SUCCEEDED*, then ABORTED*;
@@ -324,7 +324,7 @@ def check_structure(store: Store) -> list[str]:
         where = f"attempt {attempt.id} ({attempt.status}, command {attempt.command_status}) receipts {codes}"
         patterns = {
             AttemptStatus.PENDING: r"P{6}",
-            AttemptStatus.RUNNING: r"S*R?P*",
+            AttemptStatus.RUNNING: r"S*RP*",
             AttemptStatus.SUCCEEDED: r"S{6}",
             AttemptStatus.FAILED: r"S*[FA]A*",
             AttemptStatus.ABORTED: r"S*A*",

@@ -29,6 +29,12 @@ BROKEN = {
                         "UPDATE commands SET delivery_count = 2"], "receipt 1 is RUNNING"),
     "aborted in a running attempt": (["UPDATE rehearsal_receipts SET status = 'ABORTED' WHERE position = 6"],
                                      "receipt 6 is ABORTED"),
+    "running attempt without a running receipt": (["UPDATE rehearsal_receipts SET status = 'PENDING', "
+                                                   "delivery = NULL, started_at = NULL WHERE position = 1"],
+                                                  "receipt 1 is PENDING"),
+    "succeeded receipt without a next running one": ([
+        "UPDATE rehearsal_receipts SET status = 'SUCCEEDED', evidence = '{}', "
+        f"evidence_fingerprint = 'sha256:{'0' * 64}' WHERE position = 1"], "receipt 2 is PENDING"),
     "pending attempt with a started receipt": (["UPDATE rehearsal_attempts SET status = 'PENDING'"],
                                                "receipt 1 is RUNNING"),
 }

@@ -47,7 +47,7 @@ WHERE a.status IN ('SUCCEEDED', 'FAILED', 'ABORTED') AND r.status IN ('PENDING',
 -- name: audit_receipt_sequence
 -- Receipts move only by whole transitions (start: Receipt 1 RUNNING; Receipt k SUCCEEDED together with k+1
 -- RUNNING; succeed, fail and abort finish every open Receipt with the Attempt), so the statuses of one
--- Attempt in position order always read P* (PENDING Attempt), S*R?P* (RUNNING), S*[FA]A* (FAILED) or S*A*
+-- Attempt in position order always read P* (PENDING Attempt), S*RP* (RUNNING), S*[FA]A* (FAILED) or S*A*
 -- (ABORTED), and the started Receipts of a RUNNING Attempt belong to its current delivery. Any other shape
 -- is a half-applied transition. (SUCCEEDED Attempts and finished Attempts with open Receipts have their
 -- own checks above.)
@@ -56,6 +56,11 @@ SELECT r.id AS subject, 'receipt ' || r.position || ' is ' || r.status || ' out 
 FROM rehearsal_receipts r JOIN rehearsal_attempts a ON a.id = r.attempt_id
 WHERE (a.status = 'PENDING' AND r.status != 'PENDING')
    OR (a.status = 'RUNNING' AND r.status IN ('FAILED', 'ABORTED'))
+   OR (a.status = 'RUNNING' AND r.position = 6 AND r.status = 'SUCCEEDED')
+   OR (a.status = 'RUNNING' AND r.status = 'PENDING'
+       AND (r.position = 1 OR EXISTS (SELECT 1 FROM rehearsal_receipts p
+                                      WHERE p.attempt_id = r.attempt_id AND p.position = r.position - 1
+                                        AND p.status = 'SUCCEEDED')))
    OR (a.status = 'ABORTED' AND r.status = 'FAILED')
    OR (r.status = 'PENDING' AND (r.delivery IS NOT NULL OR r.evidence IS NOT NULL))
    OR (r.status = 'RUNNING' AND r.evidence IS NOT NULL)
