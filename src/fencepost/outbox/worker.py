@@ -13,6 +13,7 @@ import secrets
 import socket
 import threading
 import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from fencepost.core.errors import InvalidInput, LeaseLost, StoreUnavailable
@@ -87,6 +88,11 @@ class Worker:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self.heartbeat = Heartbeat(self.config.lease_seconds)
+        # Overlapping a batch's completion with the next claim pays on PostgreSQL (the server works while
+        # this process does); on SQLite both would wait for the one write lock, so there it stays inline.
+        self._overlap = store.backend == "postgres"
+        self._completer: ThreadPoolExecutor | None = None  # exists while ``run`` runs
+        self._pending: tuple[list[CommandContext], Future[list[bool]]] | None = None
 
     def request_stop(self) -> None:
         """Stop claiming; the current handler reaches a safe point and its lease is released."""
@@ -108,6 +114,8 @@ class Worker:
         a command stays PENDING or PROCESSING until a fenced terminal write commits.
         """
         self.heartbeat.start()
+        if self._overlap:
+            self._completer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fencepost-completer")
         idle = 0
         log.info("worker started", extra={"event": "worker_started", "worker": self.config.worker_id,
                                           "kinds": self.registry.kinds, "lease_seconds": self.config.lease_seconds,
@@ -115,27 +123,40 @@ class Worker:
         try:
             while not self._stop.is_set():
                 try:
-                    handled = self.run_once()
+                    handled = self.run_once(pipelined=True)
                 except StoreUnavailable as error:
                     log.warning("store unavailable", extra={"event": "store_unavailable", "error": str(error)})
                     handled = 0
                 if handled:
                     idle = 0
                     continue
+                self._collect_completion()  # nothing due: let the last batch's completion land first
                 idle += 1
                 if max_idle_polls is not None and idle >= max_idle_polls:
                     break
                 self._wake.wait(self.config.poll_interval)
                 self._wake.clear()
         finally:
+            self._collect_completion()
+            if self._completer is not None:
+                self._completer.shutdown(wait=True)
+                self._completer = None
             self.heartbeat.stop()
             log.info("worker stopped", extra={"event": "worker_stopped", "worker": self.config.worker_id,
                                               "claimed": self.stats.claimed, "delivered": self.stats.delivered,
                                               "failed": self.stats.failed, "lost": self.stats.lost})
         return self.stats
 
-    def run_once(self) -> int:
-        """Claim one batch and handle it. Returns the number of commands claimed."""
+    def run_once(self, *, pipelined: bool = False) -> int:
+        """Claim one batch and handle it. Returns the number of commands claimed.
+
+        By default the batch's completion (one fenced transaction marking the returned commands DELIVERED)
+        has committed when this returns. With ``pipelined=True`` (what ``run`` uses) that completion is
+        handed to a background thread and commits while this thread claims and handles the next batch;
+        at most one completion is in flight (the next one waits for it), the leases stay tracked by the
+        heartbeat until it commits, and ``run`` collects it before any idle wait and before returning.
+        Each completion is the same transaction either way, fenced by every lease's own token.
+        """
         cfg = self.config
         claimed = self.store.transact(
             lambda tx: tx.claim_commands(owner=cfg.worker_id, kinds=self.registry.kinds, limit=cfg.batch_size,
@@ -150,6 +171,7 @@ class Worker:
                                        "command_id": ctx.command.id, "kind": ctx.command.kind,
                                        "delivery": ctx.delivery, "worker": cfg.worker_id})
         to_finish: list[CommandContext] = []
+        handed_over = False
         try:
             for ctx in contexts:
                 if self._stop.is_set():
@@ -157,11 +179,39 @@ class Worker:
                     continue
                 if self._handle(ctx):
                     to_finish.append(ctx)
-            self._finish_batch(to_finish)
+            if pipelined and self._completer is not None:
+                self._collect_completion()
+                self._pending = (to_finish, self._completer.submit(self._complete, to_finish, contexts))
+                handed_over = True
+            else:
+                self._apply_outcome(to_finish, self._deliver(to_finish))
+        finally:
+            if not handed_over:
+                for ctx in contexts:
+                    self.heartbeat.untrack(ctx)
+        return len(claimed)
+
+    def _complete(self, to_finish: list[CommandContext], contexts: list[CommandContext]) -> list[bool]:
+        """Background completion of one batch; the leases stay tracked until it has committed."""
+        try:
+            return self._deliver(to_finish)
         finally:
             for ctx in contexts:
                 self.heartbeat.untrack(ctx)
-        return len(claimed)
+
+    def _collect_completion(self) -> None:
+        """Wait for the completion in flight (if any) and account for it on this thread."""
+        if self._pending is None:
+            return
+        to_finish, future = self._pending
+        self._pending = None
+        try:
+            outcome = future.result()
+        except StoreUnavailable as error:
+            # As in the synchronous path: the commands stay PROCESSING and a takeover replays them.
+            log.warning("store unavailable", extra={"event": "store_unavailable", "error": str(error)})
+            return
+        self._apply_outcome(to_finish, outcome)
 
     def _handle(self, ctx: CommandContext) -> bool:
         """Run the handler; True when the worker still has to mark the command DELIVERED."""
@@ -213,14 +263,20 @@ class Worker:
         except LeaseLost:
             self.stats.lost += 1
 
-    def _finish_batch(self, contexts: list[CommandContext]) -> None:
+    def _deliver(self, contexts: list[CommandContext]) -> list[bool]:
+        """One fenced transaction marking every returned command DELIVERED (ADR 0008)."""
         if not contexts:
-            return
-        outcome = self.store.transact(lambda tx: tx.finish_commands([c.lease for c in contexts]),
-                                      name="outbox.deliver")
+            return []
+        outcome: list[bool] = self.store.transact(lambda tx: tx.finish_commands([c.lease for c in contexts]),
+                                                  name="outbox.deliver")
         for ctx, ok in zip(contexts, outcome, strict=True):
             if ok:
-                ctx.finished = True
+                ctx.finished = True  # the heartbeat stops renewing it at once
+        return outcome
+
+    def _apply_outcome(self, contexts: list[CommandContext], outcome: list[bool]) -> None:
+        for ctx, ok in zip(contexts, outcome, strict=True):
+            if ok:
                 self.stats.delivered += 1
             else:
                 self.stats.lost += 1
