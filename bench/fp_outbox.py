@@ -72,15 +72,15 @@ def enqueue_bulk(store: Store, n: int, kind: str = KIND, per_tx: int = 1000) -> 
 
 
 class TimedWorker(Worker):
-    """A ``Worker`` that remembers when it last completed a batch (the end of useful work)."""
+    """A ``Worker`` that remembers when its last batch completion committed (the end of useful work)."""
 
     last_active: float = 0.0
 
-    def run_once(self) -> int:
-        handled = super().run_once()
-        if handled:
+    def _deliver(self, contexts: list[CommandContext]) -> list[bool]:
+        outcome = super()._deliver(contexts)
+        if contexts:
             self.last_active = time.time()
-        return handled
+        return outcome
 
 
 def make_worker(store: Store, *, batch: int, lease: float, poll: float = 0.01,
