@@ -1,4 +1,4 @@
-"""Store fixtures shared by every test folder (and nothing else).
+"""Store fixtures shared by every test folder, and the one rule that keeps soak tests out of the default run.
 
 ``store_backend`` runs a test once per backend in ``FENCEPOST_TEST_BACKENDS`` (see
 ``tests/helpers/store_backends.py``); ``store`` is a migrated store on it.
@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,18 @@ import pytest
 
 from fencepost.store import Store
 from helpers.store_backends import BackendUnreachable, StoreBackend, selected_backends, store_backend
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``@pytest.mark.soak`` tests (full crash matrices, long soaks) are deselected, not skipped, unless the
+    ``-m`` expression names ``soak`` (``pytest -m soak``) or ``FENCEPOST_SOAK=1``."""
+    if "soak" in (config.getoption("markexpr", "") or "") or os.environ.get("FENCEPOST_SOAK") == "1":
+        return
+    deselected = [item for item in items if item.get_closest_marker("soak") is not None]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        dropped = set(deselected)
+        items[:] = [item for item in items if item not in dropped]
 
 
 def _params() -> list[object]:

@@ -3,8 +3,7 @@ come from ``tests/conftest.py``: every test here that takes ``world`` runs once 
 PostgreSQL unreachable FAILS it (unless ``FENCEPOST_TEST_BACKENDS`` excludes postgres).
 
 ``@pytest.mark.soak`` tests of this folder (the full three-backend crash matrix and the longer
-linearizability runs) are deselected unless the ``-m`` expression names ``soak``: run them with
-``pytest tests/workflows -m soak``.
+linearizability runs) are deselected by tests/conftest.py unless asked for: ``pytest tests/workflows -m soak``.
 """
 
 from __future__ import annotations
@@ -17,19 +16,6 @@ from wf_support import World, backend_params, opened_backend
 
 from fencepost.store import Store
 from helpers.store_backends import StoreBackend
-
-_HERE = Path(__file__).resolve().parent
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if "soak" in (config.getoption("markexpr", "") or ""):
-        return
-    deselected = [item for item in items
-                  if item.get_closest_marker("soak") is not None and _HERE in Path(str(item.path)).parents]
-    if deselected:
-        config.hook.pytest_deselected(items=deselected)
-        dropped = set(deselected)
-        items[:] = [item for item in items if item not in dropped]
 
 
 @pytest.fixture
