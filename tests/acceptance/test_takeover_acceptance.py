@@ -88,7 +88,7 @@ def test_sigkill_mid_attempt_is_taken_over_after_expiry_and_replayed_from_scratc
     first_lease_until = parse_instant(dead["lease_until"])
     sandboxes = migrated.work_dir / "sandboxes" / attempt_id
     (first_dir,) = sandboxes.glob("d1-*")
-    first_files = _sandbox_snapshot(first_dir)
+    assert _sandbox_snapshot(first_dir), "delivery 1 had written its sandbox before the kill"
 
     second = migrated.start_worker("b", lease_seconds=2, worker_id="worker-b", extra=["--keep-sandboxes"])
     final = migrated.wait_attempt(attempt_id)
@@ -116,7 +116,8 @@ def test_sigkill_mid_attempt_is_taken_over_after_expiry_and_replayed_from_scratc
     assert receipts[0]["evidence_json"]["target_receipt"]["replayed"] is True  # the target saw one delivery
     (second_dir,) = sandboxes.glob("d2-*")
     assert second_dir != first_dir and (second_dir / "main.db").exists()
-    assert _sandbox_snapshot(first_dir) == first_files, "delivery 1's sandbox was touched by the takeover"
+    # The killed delivery never cleaned up after itself; the takeover discarded its sandbox, unused.
+    assert not first_dir.exists(), "delivery 1's abandoned sandbox was left behind"
 
     assert [e["delivery"] for e in second.events("takeover")] == [2]
     gate = migrated.cli("rehearsal", "gate", run["id"])

@@ -32,11 +32,31 @@ class TextFormatter(logging.Formatter):
         return f"{stamp} {record.levelname.lower():7} {record.getMessage()} {fields}".rstrip()
 
 
+class DriverRedaction(logging.Filter):
+    """Keeps database driver log lines (psycopg's pool reports failed connections with host and port) in
+    the same structured stream, but reduced to their first clause: no connection details ever reach a log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("fencepost"):
+            return True
+        message = record.getMessage()
+        record.msg = message.split(":", 1)[0].strip() + " (driver details withheld)"
+        record.args = None
+        record.exc_info = None
+        record.exc_text = None
+        return True
+
+
 def configure(fmt: str = "json", level: int = logging.INFO) -> None:
-    """Send fencepost's logs to stderr as ``json`` or ``text`` lines."""
+    """Send fencepost's logs, and the database driver's (redacted), to stderr as ``json`` or ``text`` lines."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(DriverRedaction())
     root = logging.getLogger("fencepost")
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
+    driver = logging.getLogger("psycopg")
+    driver.handlers[:] = [handler]
+    driver.setLevel(logging.WARNING)
+    driver.propagate = False
