@@ -43,6 +43,20 @@ def _b64decode(value: Any) -> bytes | None:
 _HOST_FUNCTIONS: dict[str, Callable[[Any], Any]] = {"base64_encode": _b64encode, "base64_decode": _b64decode}
 
 
+# Package SQL is untrusted: it may only touch its own sandbox database. ATTACH (and VACUUM INTO, which
+# attaches its target) would let it open the control database or write files anywhere; these pragmas
+# change process-wide state or point SQLite at other directories.
+_DENIED_PRAGMAS = frozenset({"temp_store_directory", "data_store_directory"})
+
+
+def _authorize(action: int, arg1: str | None, arg2: str | None, database: str | None, source: str | None) -> int:
+    if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH):
+        return sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in _DENIED_PRAGMAS:
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
+
+
 class SandboxError(Exception):
     """A SQL error inside the sandbox; the message is the database's error text."""
 
@@ -70,6 +84,7 @@ class Sandbox:
         for sql_name, builtin in self.functions.items():
             conn.create_function(sql_name, 1, _HOST_FUNCTIONS[builtin], deterministic=True)
         conn.set_progress_handler(lambda: 1 if self.should_interrupt() else 0, PROGRESS_STEPS)
+        conn.set_authorizer(_authorize)
         conn.execute(f'CREATE TABLE IF NOT EXISTS "{LEDGER}" (id TEXT PRIMARY KEY)')
         self._open.append(conn)
         return conn
