@@ -105,6 +105,10 @@ def worker(
     keep_sandboxes: Annotated[bool, typer.Option(help="Keep sandbox databases after each delivery.")] = False,
     log_format: Annotated[str, typer.Option(envvar="FENCEPOST_LOG_FORMAT", show_envvar=True,
                                             help="Log lines as json or text.")] = "json",
+    listen: Annotated[bool, typer.Option("--listen/--no-listen", envvar="FENCEPOST_LISTEN", show_envvar=True,
+                                         help="PostgreSQL: wake at once when work is enqueued (LISTEN/NOTIFY) "
+                                              "instead of sleeping out the poll interval; polling stays the "
+                                              "fallback. No effect on SQLite.")] = True,
 ) -> None:
     """Run a long-lived worker: claim commands, run them under fenced leases, heartbeat, take over.
 
@@ -116,7 +120,7 @@ def worker(
     logs.configure(log_format)
     with opened(database) as store, handled():
         config = WorkerConfig(poll_interval=poll_interval, batch_size=batch_size, lease_seconds=lease_seconds,
-                              worker_id=worker_id or default_worker_id())
+                              worker_id=worker_id or default_worker_id(), listen=listen)
         w = build_worker(store, work_dir, config, keep_sandboxes)
 
         def stop(signum: int, frame: FrameType | None) -> None:

@@ -21,7 +21,7 @@ from fencepost.core.statuses import CommandStatus
 from fencepost.outbox.context import CommandContext, StopRequested
 from fencepost.outbox.handlers import HandlerRegistry
 from fencepost.outbox.heartbeat import Heartbeat
-from fencepost.store.base import Store, Transaction
+from fencepost.store.base import Store, Transaction, WorkWaiter
 
 log = logging.getLogger("fencepost.worker")
 
@@ -42,12 +42,15 @@ class WorkerConfig:
         batch_size: commands claimed per claim transaction, 1..1000 (default 10).
         lease_seconds: lease duration in seconds, 0.1..3600 (default 30); heartbeat every third of it.
         worker_id: lease owner name; defaults to ``host:pid:rand``.
+        listen: while idle, wake as soon as new work is announced (PostgreSQL LISTEN/NOTIFY, ADR 0014)
+            instead of sleeping out the poll interval; no effect on SQLite. Polling stays the fallback.
     """
 
     poll_interval: float = 1.0
     batch_size: int = 10
     lease_seconds: float = 30.0
     worker_id: str = field(default_factory=default_worker_id)
+    listen: bool = True
 
     def validate(self) -> None:
         """Raises InvalidInput naming the first out-of-range setting."""
@@ -93,6 +96,7 @@ class Worker:
         self._overlap = store.backend == "postgres"
         self._completer: ThreadPoolExecutor | None = None  # exists while ``run`` runs
         self._pending: tuple[list[CommandContext], Future[list[bool]]] | None = None
+        self._waiter: WorkWaiter | None = None  # opened at the first idle wait of ``run``
 
     def request_stop(self) -> None:
         """Stop claiming; the current handler reaches a safe point and its lease is released."""
@@ -134,10 +138,12 @@ class Worker:
                 idle += 1
                 if max_idle_polls is not None and idle >= max_idle_polls:
                     break
-                self._wake.wait(self.config.poll_interval)
-                self._wake.clear()
+                self._idle_wait(first=idle == 1)
         finally:
             self._collect_completion()
+            if self._waiter is not None:
+                self._waiter.close()
+                self._waiter = None
             if self._completer is not None:
                 self._completer.shutdown(wait=True)
                 self._completer = None
@@ -146,6 +152,21 @@ class Worker:
                                               "claimed": self.stats.claimed, "delivered": self.stats.delivered,
                                               "failed": self.stats.failed, "lost": self.stats.lost})
         return self.stats
+
+    def _idle_wait(self, *, first: bool) -> None:
+        """Wait for new work: up to the poll interval, less when it is announced (ADR 0014) or on ``wake``.
+
+        The waiter is opened at the first wait. A listening waiter announces itself once it listens, so
+        a command enqueued before that is claimed at once rather than after a poll interval.
+        """
+        if self._waiter is None:
+            self._waiter = self.store.work_waiter(self.registry.kinds, listen=self.config.listen,
+                                                  name=self.config.worker_id)
+        if first:
+            log.info("worker idle", extra={"event": "worker_idle", "worker": self.config.worker_id,
+                                           "waiting": self._waiter.mode, "poll_interval": self.config.poll_interval})
+        self._waiter.wait_for_work(self.config.poll_interval, wake=self._wake)
+        self._wake.clear()
 
     def run_once(self, *, pipelined: bool = False) -> int:
         """Claim one batch and handle it. Returns the number of commands claimed.

@@ -8,9 +8,10 @@ backend's dialect. Driver errors are translated into ``fencepost.core.errors`` a
 from __future__ import annotations
 
 import random
+import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -49,6 +50,34 @@ class Transaction(OutboxOps, RehearsalOps, WorkflowOps, ABC):
     @abstractmethod
     def now(self) -> datetime:
         """The store's clock: the lease authority (SQLite: the store's Clock; PostgreSQL: the server)."""
+
+
+class WorkWaiter:
+    """How an idle worker waits for new work. This default polls: it sleeps out the wait.
+
+    A backend that can announce new work (PostgreSQL LISTEN/NOTIFY, ADR 0014) returns a waiter whose wait
+    ends early when a command of one of its kinds becomes due. Either way the worker claims again after
+    every wait, so polling stays the fallback and a missed announcement only costs one poll interval.
+    """
+
+    #: ``"notify"`` when this waiter listens for announcements, ``"poll"`` when it only sleeps.
+    mode = "poll"
+
+    def wait_for_work(self, timeout_seconds: float, wake: threading.Event | None = None) -> bool:
+        """Wait up to ``timeout_seconds`` (seconds) for new work.
+
+        Args:
+            timeout_seconds: the longest wait (the worker's poll interval).
+            wake: an event that ends the wait early when set (stop requested, in-process enqueue); the
+                caller clears it.
+        Returns:
+            True when work was announced (claim now), False when the wait timed out or ``wake`` ended it.
+        """
+        (wake or threading.Event()).wait(timeout_seconds)
+        return False
+
+    def close(self) -> None:
+        """Release what the waiter holds (a listening connection). Idempotent."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +138,15 @@ class Store(ABC):
     def read(self, fn: Callable[[Transaction], T]) -> T:
         """Run a read-only ``fn(tx)`` on one consistent snapshot."""
         return self.transact(fn, write=False)
+
+    def work_waiter(self, kinds: Sequence[str], *, listen: bool = True, name: str | None = None) -> WorkWaiter:
+        """A waiter for one idle worker claiming ``kinds`` (close it when the worker stops).
+
+        ``listen`` asks for announcements of new work where the backend has them (PostgreSQL); this
+        default, and ``listen=False``, poll: the waiter sleeps out each wait. ``name`` (the worker id)
+        labels what the waiter holds, e.g. the listening connection's ``application_name``.
+        """
+        return WorkWaiter()
 
     # ── schema ──
     @abstractmethod

@@ -52,6 +52,17 @@ class OutboxOps:
                  "lease_until": to_iso(u) if u is not None else None} for c, e, o, d, u in events]
         self._run("insert_lease_events", {"events": _json(rows), "at": at})
 
+    def _notify(self, kind: str, available_at: datetime, now: datetime) -> None:
+        """Wake idle workers of ``kind`` once this transaction commits (PostgreSQL NOTIFY; a no-op
+        statement on SQLite). Sent at most once per kind and transaction, and only for work due now."""
+        if available_at > now:
+            return
+        notified: set[str] = self.__dict__.setdefault("_notified_kinds", set())
+        if kind in notified:
+            return
+        notified.add(kind)
+        self._run("notify_command", {"kind": kind, "available_at": available_at, "now": now})
+
     # ── producer side ──
     def insert_command(self, *, command_id: str, kind: str, payload: dict[str, Any],
                        available_at: datetime | None = None) -> None:
@@ -62,11 +73,15 @@ class OutboxOps:
             kind: handler name, 1..100 chars.
             payload: plain JSON object.
             available_at: earliest delivery instant; defaults to the store's now.
+
+        A command due now also wakes idle workers of ``kind`` when this transaction commits (PostgreSQL
+        NOTIFY, ADR 0014); workers that miss it find the command by polling.
         """
         params = self._times()
         params.update(id=command_id, kind=kind, payload=canonical_json(payload),
                       available_at=available_at or params["now"])
         self._run("insert_command", params)
+        self._notify(kind, params["available_at"], params["now"])
 
     # ── worker side ──
     def claim_commands(self, *, owner: str, kinds: list[str], limit: int,
@@ -175,9 +190,11 @@ class OutboxOps:
         """
         params = self._times()
         params.update(id=lease.command_id, token=lease.token)
-        if self._run("release_command", params).rowcount != 1:
+        result = self._run("release_command", params)
+        if result.rowcount != 1:
             raise LeaseLost(f"lease on command {lease.command_id} (delivery {lease.delivery}) was lost")
         self._event(lease.command_id, LeaseEventKind.RELEASE, lease.owner, lease.delivery, params["now"], None)
+        self._notify(str(result.rows[0]["kind"]), params["now"], params["now"])
 
     # ── operator side ──
     def reconcile_command(self, command_id: str) -> CommandRecord:
@@ -196,6 +213,7 @@ class OutboxOps:
         if result.rowcount == 1:
             delivery = int(result.rows[0]["delivery_count"])
             self._event(command_id, LeaseEventKind.RECONCILE, None, delivery, params["now"], None)
+            self._notify(str(result.rows[0]["kind"]), params["now"], params["now"])
             record = self.get_command(command_id)
             assert record is not None
             return record

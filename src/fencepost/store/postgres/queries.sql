@@ -15,6 +15,14 @@
 INSERT INTO commands (id, kind, payload, status, available_at, created_at, updated_at, delivery_count)
 VALUES (:id, :kind, :payload, 'PENDING', :available_at, :now, :now, 0);
 
+-- name: notify_command
+-- Wake idle workers of :kind (ADR 0014): they LISTEN on fencepost_commands. PostgreSQL delivers the
+-- notification at COMMIT and drops it on ROLLBACK, and folds identical notifications of one transaction
+-- into one. The payload is '<schema>/<kind>', so a worker wakes only for work it can claim in its own
+-- schema. A command that is not due yet notifies nobody: polling finds it when it is.
+SELECT pg_notify('fencepost_commands', coalesce(current_schema(), '') || '/' || :kind::text)
+WHERE :available_at::timestamptz <= :now::timestamptz;
+
 -- name: claim_commands
 -- One statement for one kind: lock due rows with FOR UPDATE SKIP LOCKED (so two workers never get the
 -- same row and a claimer never waits on a row another transaction holds), then update exactly those. Expired PROCESSING
@@ -86,7 +94,7 @@ UPDATE commands
 SET status = 'PENDING', lease_owner = NULL, lease_token = NULL, lease_until = NULL,
     available_at = :now, updated_at = :now
 WHERE id = :id AND lease_token = :token AND status = 'PROCESSING'
-RETURNING delivery_count;
+RETURNING delivery_count, kind;
 
 -- name: reconcile_command
 -- Operator reconcile: only an expired PROCESSING lease returns to PENDING.
@@ -94,7 +102,7 @@ UPDATE commands
 SET status = 'PENDING', lease_owner = NULL, lease_token = NULL, lease_until = NULL,
     available_at = :now, updated_at = :now
 WHERE id = :id AND status = 'PROCESSING' AND lease_until <= :now
-RETURNING delivery_count;
+RETURNING delivery_count, kind;
 
 -- name: abort_command
 -- Operator abort: clears the token, which fences the active worker.

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from typing import Any
@@ -40,8 +40,9 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 from fencepost.core.clock import Clock
 from fencepost.core.crashpoints import crashpoint
 from fencepost.core.errors import Conflict, FencepostError, SchemaNotReady, StoreUnavailable
-from fencepost.store.base import MigrationStep, Result, Store, StoreBusy, Transaction
+from fencepost.store.base import MigrationStep, Result, Store, StoreBusy, Transaction, WorkWaiter
 from fencepost.store.migrations import load_migrations
+from fencepost.store.postgres.listen import PostgresWorkWaiter
 from fencepost.store.queries import load_dialect, to_pyformat
 
 # SQLSTATEs of transient contention: serialization failure, deadlock, lock not available.
@@ -223,6 +224,8 @@ class PostgresStore(Store):
         connect_kwargs: dict[str, Any] = {"autocommit": True,
                                           "connect_timeout": max(1, round(connect_timeout_seconds)),
                                           "application_name": "fencepost"}
+        self.dsn = dsn  # never shown: messages go through ``scrub``
+        self.connect_kwargs = dict(connect_kwargs)
         # Probe once so that an unreachable server or a wrong URL fails here with one clear line, instead
         # of a pool retrying (and logging) in the background.
         try:
@@ -245,6 +248,10 @@ class PostgresStore(Store):
         line = self.scrub(str(error))
         reason = line.rsplit("failed:", 1)[-1].strip() if "failed:" in line else line
         return reason.removeprefix("FATAL:").strip() or "no detail"
+
+    def configure_session(self, conn: psycopg.Connection[Any]) -> None:
+        """Apply this store's session settings to a connection it did not pool (the LISTEN connection)."""
+        self._configure(conn)
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         """Session settings of every connection: UTC, the schema, the lock timeout."""
@@ -315,6 +322,14 @@ class PostgresStore(Store):
             self._local.open = False
         if name:
             crashpoint(f"{name}:after-commit")
+
+    def work_waiter(self, kinds: Sequence[str], *, listen: bool = True, name: str | None = None) -> WorkWaiter:
+        """With ``listen``, a waiter on its own LISTEN connection (``application_name``
+        ``fencepost-listen <name>``) that wakes the idle worker as soon as a command of ``kinds`` is
+        enqueued, released or reconciled (ADR 0014); without it, polling."""
+        if not listen:
+            return WorkWaiter()
+        return PostgresWorkWaiter(self, kinds, name=name)
 
     # ── schema ──
     def migrations(self) -> list[MigrationStep]:

@@ -8,6 +8,11 @@
 INSERT INTO commands (id, kind, payload, status, available_at, created_at, updated_at, delivery_count)
 VALUES (:id, :kind, :payload, 'PENDING', :available_at, :now, :now, 0);
 
+-- name: notify_command
+-- Wakes idle workers of :kind on PostgreSQL (LISTEN/NOTIFY, ADR 0014). SQLite has no notifications between
+-- processes: its workers poll, so this is a no-op statement here.
+SELECT 1;
+
 -- name: claim_commands
 -- One atomic conditional update for one kind: due PENDING rows and PROCESSING rows whose lease
 -- expired, expired leases first (they waited longest). Each claimed row gets its own fresh random
@@ -66,7 +71,7 @@ UPDATE commands
 SET status = 'PENDING', lease_owner = NULL, lease_token = NULL, lease_until = NULL,
     available_at = :now, updated_at = :now
 WHERE id = :id AND lease_token = :token AND status = 'PROCESSING'
-RETURNING delivery_count;
+RETURNING delivery_count, kind;
 
 -- name: reconcile_command
 -- Operator reconcile: only an expired PROCESSING lease returns to PENDING.
@@ -74,7 +79,7 @@ UPDATE commands
 SET status = 'PENDING', lease_owner = NULL, lease_token = NULL, lease_until = NULL,
     available_at = :now, updated_at = :now
 WHERE id = :id AND status = 'PROCESSING' AND lease_until <= :now
-RETURNING delivery_count;
+RETURNING delivery_count, kind;
 
 -- name: abort_command
 -- Operator abort: clears the token, which fences the active worker.

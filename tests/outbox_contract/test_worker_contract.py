@@ -1,0 +1,254 @@
+"""Worker-level outbox contract on every backend (sqlite-wal, sqlite-delete, postgres).
+
+The store contract (``tests/store``) proves each statement; this suite proves what a ``Worker`` does with
+them: claim, heartbeat, takeover after expiry, fenced stale writes raising ``LeaseLost``, operator reconcile
+and abort, release on graceful stop, failures and delays. Every test runs unchanged on every backend, so a
+behaviour present on one backend and missing on another fails here.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from outbox_contract_support import (
+    KIND,
+    OTHER,
+    Running,
+    command,
+    exists,
+    history,
+    insert,
+    wait_until,
+    worker,
+)
+
+from fencepost.core.errors import LeaseActive, LeaseLost
+from fencepost.core.statuses import CommandStatus
+from fencepost.outbox import CommandContext
+from fencepost.store import Store
+from fencepost.store.base import Transaction
+from helpers.store_backends import StoreBackend
+
+
+def test_a_worker_claims_only_its_kinds_and_delivers_each_batch_in_one_transaction(
+        store: Store, backend: StoreBackend) -> None:
+    seen: list[tuple[str, int, str]] = []
+    for i in range(3):
+        insert(store, f"c{i}")
+    insert(store, "c-other", kind=OTHER)
+    w = worker(store, backend, lambda ctx: seen.append((ctx.command.id, ctx.delivery, ctx.lease.owner)),
+               worker_id="w-a", batch_size=2, lease=backend.long_lease)
+    assert [w.run_once(), w.run_once(), w.run_once()] == [2, 1, 0]
+    assert sorted(seen) == [("c0", 1, "w-a"), ("c1", 1, "w-a"), ("c2", 1, "w-a")]
+    assert (w.stats.claimed, w.stats.delivered, w.stats.lost) == (3, 3, 0)
+    for i in range(3):
+        record = command(store, f"c{i}")
+        assert (record.status, record.delivery_count, record.lease_owner) == (CommandStatus.DELIVERED, 1, None)
+        assert history(store, f"c{i}") == [("claim", "w-a", 1), ("deliver", "w-a", 1)]
+    assert command(store, "c-other").status is CommandStatus.PENDING
+    # The first batch's two deliveries were one transaction: one instant of the store's clock.
+    delivered_at = {c: next(e.at for e in store.read(lambda tx, c=c: tx.lease_events(c)) if e.event == "deliver")
+                    for c in ("c0", "c1")}
+    assert delivered_at["c0"] == delivered_at["c1"]
+
+
+def test_the_heartbeat_keeps_a_long_handler_s_lease_alive(store: Store, backend: StoreBackend) -> None:
+    lease = backend.short_lease
+    rival = backend.open()
+    rival_claims: list[int] = []
+
+    def long_handler(ctx: CommandContext) -> None:
+        for _ in range(4):  # twice the lease in all, a heartbeat every half lease
+            backend.advance(lease / 2)
+            w.heartbeat.beat()  # what the heartbeat thread does every lease/3
+            assert not ctx.lost
+            rival_claims.append(len(rival.transact(lambda tx: tx.claim_commands(
+                owner="rival", kinds=[KIND], limit=10, lease_seconds=lease))))
+
+    insert(store, "c1")
+    w = worker(store, backend, long_handler, worker_id="w-a", lease=lease)
+    assert w.run_once() == 1
+    assert rival_claims == [0, 0, 0, 0], "an active lease was handed to another worker"
+    assert (w.stats.delivered, w.stats.lost) == (1, 0)
+    events = store.read(lambda tx: tx.lease_events("c1"))
+    assert [e.event for e in events] == ["claim"] + ["heartbeat"] * 4 + ["deliver"]
+    for e in events[:-1]:
+        assert e.lease_until is not None
+        assert abs((e.lease_until - e.at) - timedelta(seconds=lease)) < timedelta(milliseconds=1)
+    assert [e.at for e in events] == sorted(e.at for e in events)
+
+
+def test_an_expired_lease_is_taken_over_and_the_stale_worker_is_fenced(store: Store, backend: StoreBackend) -> None:
+    stale: dict[str, object] = {}
+
+    def slow_then_stale(ctx: CommandContext) -> None:
+        if ctx.delivery == 1:
+            backend.expire()  # worker A stalls past its lease ...
+            assert b.run_once() == 1  # ... and worker B takes the command over and finishes it
+            stale["renewed"] = ctx.heartbeat()
+
+            def side_effect(tx: Transaction) -> None:
+                tx.insert_command(command_id="side-a", kind=OTHER, payload={"from": "stale"})
+
+            ctx.fenced(side_effect, name="contract.stale")  # must raise LeaseLost and persist nothing
+
+    insert(store, "c1")
+    a = worker(store, backend, slow_then_stale, worker_id="w-a")
+    b = worker(store, backend, slow_then_stale, worker_id="w-b")
+    assert a.run_once() == 1
+    assert stale == {"renewed": False}
+    assert (a.stats.delivered, a.stats.lost) == (0, 1)
+    assert (b.stats.delivered, b.stats.lost) == (1, 0)
+    record = command(store, "c1")
+    assert (record.status, record.delivery_count) == (CommandStatus.DELIVERED, 2)
+    assert history(store, "c1") == [("claim", "w-a", 1), ("takeover", "w-b", 2), ("deliver", "w-b", 2)]
+    assert not exists(store, "side-a"), "a write under a stale lease was persisted"
+
+
+def test_a_stale_finish_after_takeover_raises_lease_lost(store: Store, backend: StoreBackend) -> None:
+    insert(store, "c1")
+    dead = store.transact(lambda tx: tx.claim_commands(owner="dead", kinds=[KIND], limit=1,
+                                                       lease_seconds=backend.short_lease))[0]
+    backend.expire()
+    deliveries: list[int] = []
+    w = worker(store, backend, lambda ctx: deliveries.append(ctx.delivery), worker_id="w-b")
+    assert w.run_once() == 1
+    assert deliveries == [2]
+    for stale_write in (lambda tx: tx.finish_command(dead.lease, CommandStatus.FAILED, "stale"),
+                        lambda tx: tx.renew_lease(dead.lease, lease_seconds=backend.short_lease),
+                        lambda tx: tx.release_command(dead.lease)):
+        with pytest.raises(LeaseLost):
+            store.transact(stale_write)
+    record = command(store, "c1")
+    assert (record.status, record.delivery_count, record.last_error) == (CommandStatus.DELIVERED, 2, None)
+    assert history(store, "c1") == [("claim", "dead", 1), ("takeover", "w-b", 2), ("deliver", "w-b", 2)]
+
+
+def test_reconcile_refuses_an_active_lease_and_returns_an_expired_one_to_pending(
+        store: Store, backend: StoreBackend) -> None:
+    refused: list[str] = []
+
+    def handler(ctx: CommandContext) -> None:
+        if ctx.command.id == "c-active":
+            with pytest.raises(LeaseActive) as caught:
+                store.transact(lambda tx: tx.reconcile_command("c-active"))
+            refused.append(str(caught.value))
+
+    insert(store, "c-active")
+    w = worker(store, backend, handler, worker_id="w-a", lease=backend.long_lease)
+    assert w.run_once() == 1
+    assert len(refused) == 1 and "active" in refused[0]
+    assert command(store, "c-active").status is CommandStatus.DELIVERED
+
+    insert(store, "c-dead")
+    store.transact(lambda tx: tx.claim_commands(owner="dead", kinds=[KIND], limit=1,
+                                                lease_seconds=backend.short_lease))
+    backend.expire()
+    reconciled = store.transact(lambda tx: tx.reconcile_command("c-dead"))
+    assert (reconciled.status, reconciled.lease_owner, reconciled.delivery_count) == (CommandStatus.PENDING, None, 1)
+    assert w.run_once() == 1
+    record = command(store, "c-dead")
+    assert (record.status, record.delivery_count) == (CommandStatus.DELIVERED, 2)
+    assert history(store, "c-dead") == [("claim", "dead", 1), ("reconcile", None, 1), ("takeover", "w-a", 2),
+                                        ("deliver", "w-a", 2)]
+
+
+def test_abort_fences_the_running_worker(store: Store, backend: StoreBackend) -> None:
+    outcome: dict[str, object] = {}
+
+    def aborted_meanwhile(ctx: CommandContext) -> None:
+        assert store.transact(lambda tx: tx.abort_command(ctx.command.id, "operator abort"))
+        outcome["renewed"] = ctx.heartbeat()
+
+        def side_effect(tx: Transaction) -> None:
+            tx.insert_command(command_id="side-aborted", kind=OTHER, payload={"from": "aborted"})
+
+        ctx.fenced(side_effect, name="contract.after-abort")
+
+    insert(store, "c1")
+    insert(store, "c-pending")
+    assert store.transact(lambda tx: tx.abort_command("c-pending", "not needed"))
+    w = worker(store, backend, aborted_meanwhile, worker_id="w-a", lease=backend.long_lease)
+    assert w.run_once() == 1, "an aborted PENDING command was claimed"
+    assert w.run_once() == 0
+    assert outcome == {"renewed": False}
+    assert (w.stats.delivered, w.stats.lost, w.stats.failed) == (0, 1, 0)
+    record = command(store, "c1")
+    assert (record.status, record.last_error, record.lease_owner) == (CommandStatus.ABORTED, "operator abort", None)
+    assert history(store, "c1") == [("claim", "w-a", 1), ("abort", None, 1)]
+    assert not exists(store, "side-aborted"), "a write after abort was persisted"
+    assert command(store, "c-pending").status is CommandStatus.ABORTED
+    assert not store.transact(lambda tx: tx.abort_command("c1", "again")), "a terminal command was aborted twice"
+
+
+def test_a_graceful_stop_releases_the_batch_for_the_next_worker(store: Store, backend: StoreBackend) -> None:
+    ran: list[tuple[str, str, int]] = []
+
+    def stop_midway(ctx: CommandContext) -> None:
+        ran.append((ctx.command.id, ctx.lease.owner, ctx.delivery))
+        if ctx.lease.owner == "w-a":
+            a.request_stop()  # SIGTERM: the handler reaches a safe point ...
+            ctx.check()  # ... raises StopRequested, and the worker releases the lease
+
+    insert(store, "c1")
+    insert(store, "c2", delay=0.0)
+    a = worker(store, backend, stop_midway, worker_id="w-a", batch_size=2, lease=backend.long_lease)
+    assert a.run_once() == 2
+    assert a.stats.released == 2 and a.stats.delivered == 0
+    for c in ("c1", "c2"):
+        record = command(store, c)
+        assert (record.status, record.lease_owner, record.lease_until) == (CommandStatus.PENDING, None, None)
+        assert history(store, c) == [("claim", "w-a", 1), ("release", "w-a", 1)]
+    assert len(ran) == 1, "the worker ran a second command after the stop request"
+    b = worker(store, backend, stop_midway, worker_id="w-b", batch_size=2, lease=backend.long_lease)
+    assert b.run_once() == 2  # released commands are due at once, no lease to wait for
+    for c in ("c1", "c2"):
+        assert command(store, c).status is CommandStatus.DELIVERED
+        assert history(store, c)[-2:] == [("takeover", "w-b", 2), ("deliver", "w-b", 2)]
+
+
+def test_a_failing_handler_fails_only_its_command(store: Store, backend: StoreBackend) -> None:
+    def maybe_fail(ctx: CommandContext) -> None:
+        if ctx.command.id == "c-bad":
+            raise ValueError("bad payload")
+
+    insert(store, "c-bad")
+    insert(store, "c-good")
+    w = worker(store, backend, maybe_fail, worker_id="w-a", lease=backend.long_lease)
+    assert w.run_once() == 2
+    assert (w.stats.failed, w.stats.delivered) == (1, 1)
+    bad = command(store, "c-bad")
+    assert (bad.status, bad.last_error, bad.lease_owner) == (CommandStatus.FAILED, "ValueError: bad payload", None)
+    assert history(store, "c-bad") == [("claim", "w-a", 1), ("fail", "w-a", 1)]
+    assert command(store, "c-good").status is CommandStatus.DELIVERED
+
+
+def test_a_delayed_command_waits_for_its_available_at(store: Store, backend: StoreBackend) -> None:
+    delay = 0.5 if backend.is_postgres else 60.0
+    insert(store, "c-later", delay=delay)
+    w = worker(store, backend, lambda ctx: None, worker_id="w-a", lease=backend.long_lease)
+    assert w.run_once() == 0
+    backend.advance(delay + (0.1 if backend.is_postgres else 0.0))
+    assert w.run_once() == 1
+    assert command(store, "c-later").status is CommandStatus.DELIVERED
+
+
+def test_the_run_loop_drains_wakes_on_request_and_stops_cleanly(store: Store, backend: StoreBackend) -> None:
+    for i in range(25):
+        insert(store, f"c{i}")
+    handled: list[str] = []
+    w = worker(store, backend, lambda ctx: handled.append(ctx.command.id), worker_id="w-loop", batch_size=4,
+               lease=backend.long_lease, poll=30.0)
+    running = Running(w)
+    try:
+        wait_until(lambda: len(handled) == 25, what="the queue to drain")
+        insert(store, "c-late")
+        w.wake()  # an in-process producer wakes the idle worker on every backend
+        wait_until(lambda: "c-late" in handled, timeout=10, what="the woken worker to claim the new command")
+    finally:
+        running.stop()
+    assert sorted(handled) == sorted([f"c{i}" for i in range(25)] + ["c-late"])
+    assert w.stats.delivered == 26 and w.stats.lost == 0
+    counts = store.read(lambda tx: tx.count_commands_by_status())
+    assert counts == {CommandStatus.DELIVERED: 26}
