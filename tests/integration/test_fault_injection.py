@@ -24,7 +24,8 @@ def test_enqueue_failing_part_way_leaves_no_attempt_receipt_or_command(rig: Rig)
         service.enqueue_attempt(run.id)
     assert faulty.fired == 1
     # The command, the Attempt and two Receipts were written before the fault, then rolled back.
-    assert faulty.executed[faulty.executed.index("insert_command"):] == [
+    inserts = [name for name in faulty.executed if name.startswith("insert_")]
+    assert inserts[inserts.index("insert_command"):] == [
         "insert_command", "insert_attempt", "insert_receipt", "insert_receipt", "insert_receipt"]
     assert rig.sql(COUNT_ALL) == [(0, 0, 0, 0)]
     assert service.attempts(run.id) == []

@@ -59,10 +59,14 @@ class CommandContext:
 
     def check(self) -> None:
         """Raise ``LeaseLost`` if fenced out, ``StopRequested`` if the worker is stopping."""
-        if self._lost.is_set():
-            raise LeaseLost(f"lease on command {self.command.id} (delivery {self.delivery}) was lost")
+        self.check_lease()
         if self._stop.is_set():
             raise StopRequested()
+
+    def check_lease(self) -> None:
+        """Raise ``LeaseLost`` if a renewal found the lease gone (nothing more may be done or claimed)."""
+        if self._lost.is_set():
+            raise LeaseLost(f"lease on command {self.command.id} (delivery {self.delivery}) was lost")
 
     def _set_lease(self, lease: Lease) -> None:
         with self._lock:

@@ -104,8 +104,10 @@ class AttemptHandler:
                 result = scenario(env)
                 status = ReceiptStatus.SUCCEEDED
             except ScenarioFailed as failure:
-                ctx.check()  # an interrupted statement after lease loss is not a scenario failure
                 result, error, status = failure.result, failure.message, ReceiptStatus.FAILED
+            # Lost while the scenario ran (abort, takeover): stop here, claim no outcome, log no success.
+            # An interrupted statement after lease loss is not a scenario failure either.
+            ctx.check_lease()
             evidence: dict[str, Any] = {
                 "scenario": code, "position": position, "status": str(status),
                 "package": {"name": package.name, "version": package.version,

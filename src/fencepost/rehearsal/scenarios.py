@@ -106,12 +106,14 @@ def integrity_check(env: ScenarioEnv) -> dict[str, Any]:
 
 def seed_and_verify(env: ScenarioEnv) -> dict[str, Any]:
     for path in env.package.seed:
+        if env.sandbox.should_interrupt():
+            raise ScenarioFailed("interrupted: the lease was lost")
         try:
             run_script(env.main, env.package.sql(path))
         except SandboxError as error:
             raise ScenarioFailed(f"seed {path} failed: {error}", {"failed_seed": path}) from None
     checks = check_integrity(env.main)
-    tables = table_digests(env.main, env.package.volatile_columns)
+    tables = table_digests(env.main, env.package.volatile_columns, env.sandbox.should_interrupt)
     result = {"seed_files": list(env.package.seed), "checks": checks, "tables": tables}
     if checks["integrity_check"] != "ok" or checks["foreign_key_violations"]:
         raise ScenarioFailed("integrity or foreign-key check failed after seeding", result)
@@ -123,7 +125,7 @@ def seed_and_verify(env: ScenarioEnv) -> dict[str, Any]:
 def reapply_is_noop(env: ScenarioEnv) -> dict[str, Any]:
     ran = install(env.main, env.package)
     schema = schema_summary(env.main)
-    tables = table_digests(env.main, env.package.volatile_columns)
+    tables = table_digests(env.main, env.package.volatile_columns, env.sandbox.should_interrupt)
     result = {"migrations_applied": ran, "schema_unchanged": schema == env.state["seeded_schema"],
               "data_unchanged": tables == env.state["seeded_tables"]}
     if ran or not result["schema_unchanged"] or not result["data_unchanged"]:
