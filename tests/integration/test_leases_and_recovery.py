@@ -352,7 +352,8 @@ def test_operator_paths_on_unknown_or_unfit_records(rig: Rig) -> None:
     with pytest.raises(NotFound):
         rig.service.enqueue_attempt("run_missing")
     attempt = rig.service.enqueue_attempt(run.id)
-    with pytest.raises(Conflict, match="is PENDING, only an expired PROCESSING lease can be reconciled"):
+    with pytest.raises(Conflict, match=f"attempt {attempt.id} is PENDING with its command PENDING; only an Attempt "
+                                       "whose lease has expired can be reconciled"):
         rig.service.reconcile(attempt.id)
     assert rig.store.transact(lambda tx: tx.retire_run(run.id))
     before = rig.snapshot()

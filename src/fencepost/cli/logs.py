@@ -37,7 +37,7 @@ class DriverRedaction(logging.Filter):
     the same structured stream, but reduced to their first clause: no connection details ever reach a log."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.name.startswith("fencepost"):
+        if not record.name.startswith("psycopg"):
             return True
         message = record.getMessage()
         record.msg = message.split(":", 1)[0].strip() + " (driver details withheld)"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from fencepost.core.errors import Conflict, NotFound
+from fencepost.core.errors import Conflict, LeaseActive, NotFound
 from fencepost.core.ids import new_id
 from fencepost.core.statuses import AttemptStatus, RunStatus
 from fencepost.evidence.comparison import Comparison, compare_attempts
@@ -124,7 +124,15 @@ class RehearsalService:
             locked = tx.lock_attempt(attempt_id)
             if locked is None:
                 raise NotFound(f"no attempt {attempt_id}")
-            tx.reconcile_command(str(locked["command_id"]))
+            try:
+                tx.reconcile_command(str(locked["command_id"]))
+            except LeaseActive as error:
+                raise LeaseActive(f"attempt {attempt_id}: {error}", error.lease_until) from None
+            except Conflict:
+                command = tx.get_command(str(locked["command_id"]))
+                state = command.status if command else "missing"
+                raise Conflict(f"attempt {attempt_id} is {locked['status']} with its command {state}; only an "
+                               "Attempt whose lease has expired can be reconciled") from None
             attempt = tx.get_attempt(attempt_id)
             assert attempt is not None
             return attempt
