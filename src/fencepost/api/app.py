@@ -160,7 +160,7 @@ def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed
                   description="Delivery rehearsals: enqueue Attempts on a durable outbox, watch their fenced "
                               "leases, reconcile or abort, compare evidence and read the release gate. Errors "
                               "are application/problem+json (RFC 9457).",
-                  docs_url="/docs", redoc_url=None)
+                  docs_url=None, redoc_url=None)
     app.state.fencepost = ApiContext(store=store, service=RehearsalService(store), api_token=api_token,
                                      open_reads=open_reads, on_work=on_work, max_upload_bytes=max_upload_bytes,
                                      max_package_bytes=max_package_bytes, poll_ms=poll_ms)
