@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import BaseRoute, Match
+from starlette.routing import Match, Mount
 
 from fencepost.core.errors import (
     Conflict,
@@ -114,15 +114,39 @@ async def _validation_error(request: Request, error: Exception) -> JSONResponse:
     return problem("validation-error", f"{where}: {first['msg']}", instance=request.url.path, errors=errors)
 
 
-def _allowed_methods(request: Request) -> str:
-    # FastAPI makes one route per method, and Starlette's 405 names only the first route matching the path:
-    # list every method any route serves at this path.
-    methods: set[str] = set()
-    for route in request.app.routes:
-        match, _ = route.matches({**request.scope, "method": "GET"})
-        if match is not Match.NONE and isinstance(route, BaseRoute):
-            methods |= set(getattr(route, "methods", None) or ())
-    return ", ".join(sorted(methods))
+def _routes(request: Request) -> list[Any]:
+    """Every route of the app, each with ``matches``, ``methods`` and ``path_format``, included routers flattened
+    (recent FastAPI keeps an included router as one entry of ``app.routes``; ``iter_route_contexts`` sees through
+    it)."""
+    try:
+        from fastapi.routing import iter_route_contexts
+    except ImportError:  # older FastAPI: ``app.routes`` is flat already
+        return list(request.app.router.routes)
+    return list(iter_route_contexts(request.app.router.routes))
+
+
+def _allowed_methods(request: Request, fallback: str) -> str:
+    """The methods of the request's path, for the ``Allow`` header of a 405 (RFC 9110).
+
+    FastAPI makes one route per method and Starlette's 405 names only the first route matching the path, so every
+    route whose path matches counts. As in OpenAPI, a concrete path wins over a templated one:
+    ``/delivery-rehearsals/uploads`` is POST only, though ``GET /delivery-rehearsals/{rehearsalId}`` would read it
+    as an id. A mount (the static files) answers for its own methods: ``fallback`` is what its 405 said.
+    """
+    matching: list[tuple[int, set[str]]] = []
+    for route in _routes(request):
+        methods: set[str] = set(getattr(route, "methods", None) or ())
+        if isinstance(getattr(route, "original_route", route), Mount) or not methods:
+            continue
+        probe = {**request.scope, "method": next(iter(methods))}
+        if route.matches(probe)[0] is Match.FULL:
+            matching.append((str(getattr(route, "path_format", "")).count("{"), methods))
+    if not matching:
+        return fallback or "GET, HEAD"
+    fewest = min(params for params, _ in matching)
+    allowed = set().union(*(methods for params, methods in matching if params == fewest))
+    order = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+    return ", ".join(sorted(allowed, key=lambda m: (order.index(m) if m in order else len(order), m)))
 
 
 async def _http_error(request: Request, error: Exception) -> JSONResponse:
@@ -137,7 +161,7 @@ async def _http_error(request: Request, error: Exception) -> JSONResponse:
                        instance=request.url.path,
                        errors=[{"loc": ["body"], "msg": "could not be parsed", "type": "body_parse_error"}])
     if error.status_code == 405:
-        headers["Allow"] = _allowed_methods(request)
+        headers["Allow"] = _allowed_methods(request, headers.pop("Allow", "") or headers.pop("allow", ""))
     return problem(kind, detail, instance=request.url.path, status=error.status_code, headers=headers or None)
 
 
