@@ -1,11 +1,16 @@
-"""HTTP-level behaviour every path shares: no interactive docs (the OpenAPI document is the reference), and a 405
-names the path's methods in ``Allow``."""
+"""HTTP-level behaviour every path shares: no interactive docs (the OpenAPI document is the reference), a 405
+names the path's methods in ``Allow``, and the host guard answers with the same problem+json as everything else."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from fastapi.testclient import TestClient
 
 from api.conftest import TOKEN, Api, assert_problem
+from fencepost.api import create_app
+from fencepost.store import open_store
 
 
 def test_no_interactive_docs_only_the_openapi_document(api: Api) -> None:
@@ -46,3 +51,23 @@ def test_allowed_methods_are_really_allowed(api: Api) -> None:
     response = api.client.put("/delivery-rehearsals")
     for method in response.headers["allow"].split(", "):
         assert api.client.request(method, "/delivery-rehearsals").status_code != 405, method
+
+
+def test_host_guard_answers_like_every_other_problem(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'h.db'}")
+    store.migrate()
+    app = create_app(store, api_token=TOKEN, allowed_hosts=["127.0.0.1", "localhost", "::1"])
+    with TestClient(app, raise_server_exceptions=False, base_url="http://127.0.0.1") as client:
+        refused = client.get("/delivery-rehearsals/run_x", headers={"host": "evil.example"})
+        body = assert_problem(refused, 400, "invalid-host")
+        assert body == {"type": "urn:fencepost:problem:invalid-host", "title": "Host not allowed", "status": 400,
+                        "detail": "this server answers only to its loopback names",
+                        "instance": "/delivery-rehearsals/run_x"}
+        missing = client.get("/delivery-rehearsals/run_x")
+        assert_problem(missing, 404, "not-found")
+        # same serialization (compact JSON, same key order) and the same security headers
+        assert refused.content.startswith(b'{"type":"urn:fencepost:problem:invalid-host","title":')
+        assert missing.content.startswith(b'{"type":"urn:fencepost:problem:not-found","title":')
+        for name in ("content-security-policy", "x-content-type-options", "content-type"):
+            assert refused.headers[name].split(";")[0] == missing.headers[name].split(";")[0], name
+    store.close()

@@ -7,7 +7,6 @@ false (``fencepost serve`` sets it false when it listens beyond loopback).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -66,8 +65,9 @@ class BodyLimit:
             return
         declared = dict(scope.get("headers", [])).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
-            await _send_problem(send, 413, "payload-too-large", f"the request body exceeds {self.max_bytes} bytes",
-                                scope.get("path", ""))
+            # the body is left unread, so the connection cannot carry another request
+            await _send_problem(scope, receive, send, "payload-too-large",
+                                f"the request body exceeds {self.max_bytes} bytes", close=True)
             return
         seen = 0
 
@@ -83,13 +83,12 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
-async def _send_problem(send: Send, status: int, kind: str, detail: str, path: str) -> None:
-    body = json.dumps({"type": problems.problem_type(kind), "title": problems.KINDS[kind][1], "status": status,
-                       "detail": detail, "instance": path}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", problems.PROBLEM_JSON.encode()),
-                            (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
-    await send({"type": "http.response.body", "body": body})
+async def _send_problem(scope: Scope, receive: Receive, send: Send, kind: str, detail: str, *,
+                        close: bool = False) -> None:
+    """Answer from a middleware with the same problem+json response the exception handlers give."""
+    response = problems.problem(kind, detail, instance=scope.get("path", ""),
+                                headers={"Connection": "close"} if close else None)
+    await response(scope, receive, send)
 
 
 def host_name(header: str) -> str:
@@ -112,8 +111,8 @@ class HostAllowList:
         if scope["type"] == "http":
             raw = dict(scope.get("headers", [])).get(b"host", b"").decode("latin-1")
             if host_name(raw) not in self.allowed:
-                await _send_problem(send, 400, "invalid-host", "this server answers only to its loopback names",
-                                    scope.get("path", ""))
+                await _send_problem(scope, receive, send, "invalid-host",
+                                    "this server answers only to its loopback names")
                 return
         await self.app(scope, receive, send)
 
