@@ -4,6 +4,8 @@ generated token once, and stops gracefully (workers released) on SIGTERM."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import subprocess
 import sys
@@ -65,3 +67,23 @@ def test_serve_prints_address_and_token_then_stops_gracefully(tmp_path: Path) ->
     stopped = [json.loads(line) for line in err.splitlines() if '"worker_stopped"' in line]
     assert len(stopped) == 2
     assert str(tmp_path) not in err
+
+
+def test_serve_help_names_every_environment_variable() -> None:
+    result = subprocess.run([*FENCEPOST, "serve", "--help"], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "COLUMNS": "200", "FENCEPOST_API_TOKEN": "secret-value-not-shown-1234"})
+    assert result.returncode == 0, result.stderr
+    for name in ("DATABASE", "HOST", "PORT", "WORKERS", "WORK_DIR", "LEASE_SECONDS", "API_TOKEN", "LOG_FORMAT"):
+        assert f"[env var: FENCEPOST_{name}]" in result.stdout, name
+    assert "secret-value-not-shown" not in result.stdout
+
+
+def test_configuration_doc_lists_every_cli_environment_variable() -> None:
+    # docs/configuration.md promises every variable the commands read
+    root = Path(__file__).resolve().parents[2]
+    source = "\n".join(p.read_text() for p in (root / "src" / "fencepost" / "cli").glob("*.py"))
+    declared = set(re.findall(r'envvar="(FENCEPOST_[A-Z_]+)"', source))
+    assert {"FENCEPOST_HOST", "FENCEPOST_PORT", "FENCEPOST_WORKERS", "FENCEPOST_API_TOKEN"} <= declared
+    documented = set(re.findall(r"^\| `(FENCEPOST_[A-Z_]+)` \|", (root / "docs" / "configuration.md").read_text(),
+                                re.MULTILINE))
+    assert declared <= documented, declared - documented

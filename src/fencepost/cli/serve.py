@@ -84,7 +84,7 @@ def serve(
     lease_seconds: Annotated[float, typer.Option("--lease-seconds", envvar="FENCEPOST_LEASE_SECONDS",
                                                  show_envvar=True, help="Lease duration of the in-process workers "
                                                                         "(0.1-3600).")] = 30.0,
-    api_token: Annotated[str | None, typer.Option(envvar="FENCEPOST_API_TOKEN", show_envvar=False,
+    api_token: Annotated[str | None, typer.Option(envvar="FENCEPOST_API_TOKEN", show_envvar=True,
                                                   help="Bearer token for mutating requests (default: generated "
                                                        "and printed once).")] = None,
     log_format: Annotated[str, typer.Option(envvar="FENCEPOST_LOG_FORMAT", show_envvar=True,
