@@ -289,6 +289,20 @@ def _discover(root: Path, directory: str) -> list[MigrationEntry]:
     return result
 
 
+def _manifest_error(error: ValidationError) -> str:
+    """The first validation error as ``<location>: <message>`` in our words, not pydantic's: a validator's own
+    message without pydantic's "Value error, " prefix, and "unknown key" for a key the format does not have."""
+    first = error.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "manifest"
+    message = str(first["msg"])
+    if first["type"] == "extra_forbidden":
+        message = "unknown key"
+    elif first["type"] == "value_error":
+        cause = (first.get("ctx") or {}).get("error")
+        message = str(cause) if cause is not None else message.removeprefix("Value error, ")
+    return f"{where}: {message}"
+
+
 def load_package(directory: str | Path) -> PackageSpec:
     """Read and strictly validate a package directory.
 
@@ -313,9 +327,7 @@ def load_package(directory: str | Path) -> PackageSpec:
     try:
         model = ManifestModel.model_validate(raw)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "manifest"
-        raise InvalidInput(f"{MANIFEST_NAME}: {where}: {first['msg']}") from None
+        raise InvalidInput(f"{MANIFEST_NAME}: {_manifest_error(error)}") from None
 
     pkg = model.package
     if model.migrations is not None and pkg.migrations_dir is not None:
