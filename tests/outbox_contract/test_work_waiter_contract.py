@@ -149,10 +149,12 @@ def test_release_and_reconcile_wake_the_waiter(pg: Store, pg_backend: StoreBacke
                                                waiter: PostgresWorkWaiter) -> None:
     insert(pg, "c1")
     insert(pg, "c2")
-    assert waiter.wait_for_work(LONG) is True  # the enqueues
+    assert waiter.wait_for_work(LONG) is True  # the enqueues (two transactions: one or two wake-ups)
+    while waiter.wait_for_work(0.5):
+        pass
     leases = pg.transact(lambda tx: tx.claim_commands(owner="w", kinds=[KIND], limit=2,
                                                       lease_seconds=pg_backend.short_lease))
-    assert waiter.wait_for_work(0.3) is False
+    assert waiter.wait_for_work(0.3) is False, "a claim woke the waiter"
     _later(0.1, lambda: pg.transact(lambda tx: tx.release_command(leases[0].lease)))
     assert _timed_wait(waiter, LONG)[0] is True
     pg_backend.expire()

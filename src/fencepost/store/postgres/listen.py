@@ -136,7 +136,7 @@ class PostgresWorkWaiter(WorkWaiter):
         while not self._closed.is_set():
             try:
                 conn, wanted = self._connect()
-            except psycopg.Error as error:
+            except Exception as error:  # any failure to listen degrades to polling, never kills the worker
                 if not down_logged:
                     log.warning("cannot listen for new commands; polling until the connection is back",
                                 extra={"event": "listen_unavailable", "error": self._reason(error)})
@@ -156,7 +156,7 @@ class PostgresWorkWaiter(WorkWaiter):
                     for note in conn.notifies(timeout=READ_SLICE_SECONDS):
                         if note.channel == CHANNEL and note.payload in wanted:
                             self._announce()
-            except psycopg.Error as error:
+            except Exception as error:  # a lost connection (psycopg.OperationalError) or anything unexpected
                 if not self._closed.is_set():
                     log.warning("the listening connection was lost; polling until it is back",
                                 extra={"event": "listen_lost", "error": self._reason(error)})
@@ -165,6 +165,7 @@ class PostgresWorkWaiter(WorkWaiter):
                 self._connected.clear()
                 with suppress(Exception):
                     conn.close()
+            self._closed.wait(delay)  # never a tight reconnect loop against a server that drops us at once
 
-    def _reason(self, error: psycopg.Error) -> str:
+    def _reason(self, error: Exception) -> str:
         return self._store.scrub(str(error) or type(error).__name__)
