@@ -84,10 +84,11 @@ class TimedWorker(Worker):
 
 
 def make_worker(store: Store, *, batch: int, lease: float, poll: float = 0.01,
-                handler: Any = noop, kind: str = KIND) -> TimedWorker:
+                handler: Any = noop, kind: str = KIND, listen: bool = True) -> TimedWorker:
     registry = HandlerRegistry()
     registry.register(kind, FunctionHandler(handler))
-    return TimedWorker(store, registry, WorkerConfig(poll_interval=poll, batch_size=batch, lease_seconds=lease))
+    return TimedWorker(store, registry, WorkerConfig(poll_interval=poll, batch_size=batch, lease_seconds=lease,
+                                                     listen=listen))
 
 
 def worker_main(url: str, batch: int, lease: float, idle_polls: int) -> None:

@@ -4,8 +4,9 @@ Both use real worker processes (``python -m bench.latency worker``) whose handle
 instant it starts; the benchmark compares it with the instant the producer's enqueue committed (claim
 latency) or the instant the holding worker was killed (takeover). One machine, one clock.
 
-fencepost has no PostgreSQL LISTEN/NOTIFY wake-up yet: an idle worker polls every ``poll_interval``
-seconds, so claim latency is about half the poll interval plus one claim transaction on both backends.
+Claim latency is measured three ways: SQLite and PostgreSQL with a worker polling every 50 ms
+(``listen=False``: about half the poll interval plus one claim transaction), and PostgreSQL with
+LISTEN/NOTIFY (ADR 0014) and the default 1 s poll interval, where the enqueue's NOTIFY wakes the worker.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from fencepost.outbox.context import CommandContext
 from fencepost.store.open import open_store
 
 POLL_INTERVAL = 0.05
+LISTEN_POLL_INTERVAL = 1.0  # the CLI default: with LISTEN/NOTIFY the wake-up comes from the NOTIFY
 
 
 class _Lines:
@@ -58,8 +60,9 @@ class _Lines:
                 self._cond.wait(left)
 
 
-def _spawn(url: str, mode: str, lease: float) -> tuple[subprocess.Popen[str], _Lines]:
-    proc = subprocess.Popen([sys.executable, "-m", "bench.latency", "worker", url, mode, "--lease", str(lease)],
+def _spawn(url: str, mode: str, lease: float, listen: bool = False) -> tuple[subprocess.Popen[str], _Lines]:
+    proc = subprocess.Popen([sys.executable, "-m", "bench.latency", "worker", url, mode, "--lease", str(lease),
+                             "--listen" if listen else "--no-listen"],
                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
     lines = _Lines(proc)
     lines.wait_for(lambda i: i.get("ready"), 60)
@@ -76,10 +79,11 @@ def _stop(proc: subprocess.Popen[str]) -> None:
             proc.wait()
 
 
-def claim_latency(url: str, samples: int) -> list[float]:
+def claim_latency(url: str, samples: int, listen: bool = False) -> list[float]:
     """Seconds from enqueue commit to handler start, ``samples`` times, one command at a time."""
     store = migrated(url)
-    proc, lines = _spawn(url, "report", 30.0)
+    proc, lines = _spawn(url, "report", 30.0, listen)
+    time.sleep(0.5)  # the worker has gone idle (and, listening, has its LISTEN in place)
     out: list[float] = []
     try:
         for i in range(samples):
@@ -115,7 +119,7 @@ def takeover_latency(url: str, lease: float) -> float:
         store.close()
 
 
-def worker_main(url: str, mode: str, lease: float) -> None:
+def worker_main(url: str, mode: str, lease: float, listen: bool = False) -> None:
     """``report``: print each handler start; ``hold``: print it, then block (until killed)."""
     store = open_store(url)
     store.require_schema()
@@ -126,7 +130,8 @@ def worker_main(url: str, mode: str, lease: float) -> None:
         if mode == "hold":
             threading.Event().wait()
 
-    worker = make_worker(store, batch=1, lease=lease, poll=POLL_INTERVAL, handler=handler)
+    worker = make_worker(store, batch=1, lease=lease, poll=LISTEN_POLL_INTERVAL if listen else POLL_INTERVAL,
+                         handler=handler, listen=listen)
     signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
     print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
     worker.run()
@@ -144,8 +149,9 @@ def main(argv: list[str] | None = None) -> None:
     w.add_argument("url")
     w.add_argument("mode", choices=["report", "hold"])
     w.add_argument("--lease", type=float, default=30.0)
+    w.add_argument("--listen", action=argparse.BooleanOptionalAction, default=False)
     args = parser.parse_args(argv)
-    worker_main(args.url, args.mode, args.lease)
+    worker_main(args.url, args.mode, args.lease, args.listen)
 
 
 if __name__ == "__main__":
