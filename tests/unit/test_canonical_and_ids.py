@@ -118,3 +118,10 @@ class TestIds:
         ids = {new_id("att") for _ in range(200)}
         assert len(ids) == 200
         assert all(i.startswith("att_") and len(i) == 4 + 26 for i in ids)
+
+
+def test_json_nested_too_deeply_is_a_value_error_not_a_crash() -> None:
+    from fencepost.core.canonical import parse_json
+
+    with pytest.raises(ValueError, match="nests too deeply"):
+        parse_json("[" * 100_000 + "]" * 100_000)

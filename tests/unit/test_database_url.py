@@ -72,3 +72,9 @@ def test_bad_urls_are_invalid_input_with_a_clear_message(raw: str, needle: str) 
     with pytest.raises(InvalidInput) as caught:
         parse_database_url(raw)
     assert needle in str(caught.value)
+
+
+def test_a_malformed_host_is_one_clear_error_without_the_password() -> None:
+    with pytest.raises(InvalidInput, match="malformed database URL") as caught:
+        parse_database_url("postgresql://u:secret@[::1/x")
+    assert "secret" not in str(caught.value)

@@ -15,7 +15,7 @@ from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus,
 from fencepost.evidence.gate import GateReport, evaluate_gate
 from fencepost.evidence.receipts import seal, verify_receipt
 from fencepost.store.records import AttemptRecord, ReceiptRecord
-from unit.builders import attempt_record, receipt_record, receipts_for, run_record, tamper
+from unit.builders import attempt_record, evidence_for, receipt_record, receipts_for, run_record, tamper
 
 ALL_CHECKS = {"run_ready", "latest_attempt_succeeded", "outbox_delivered", "evidence_integrity", "semantic_match"}
 
@@ -133,7 +133,9 @@ def test_five_receipts_fail_evidence_integrity_alone() -> None:
 
 def test_a_receipt_that_is_not_succeeded_fails_evidence_integrity() -> None:
     attempts, receipts = _two_good()
-    receipts["att_2"][5] = receipt_record("att_2", 6, status=ReceiptStatus.ABORTED)
+    evidence = evidence_for(6, "att_2")
+    evidence["status"] = "ABORTED"
+    receipts["att_2"][5] = receipt_record("att_2", 6, evidence, status=ReceiptStatus.ABORTED)
     report = evaluate_gate(run_record(), attempts, receipts)
     assert "evidence_integrity" in _failing(report)
     assert "receipt 6 (uninstall_to_empty) is ABORTED" in _reason(report, "evidence_integrity")
@@ -192,3 +194,30 @@ class TestVerifyReceipt:
     def test_seal_is_canonical_text_and_fingerprint(self) -> None:
         text, fp = seal({"b": 1, "a": 2})
         assert text == '{"a":2,"b":1}' and fp.startswith("sha256:")
+
+
+def test_evidence_copied_from_another_attempt_fails_integrity_though_its_fingerprint_verifies() -> None:
+    attempts, receipts = _two_good()
+    # Sealed evidence of Attempt 1's third Receipt, planted on Attempt 2's: text and digest agree.
+    foreign = receipts["att_1"][2]
+    receipts["att_2"][2] = replace(foreign, id="rcp_att_2_3", attempt_id="att_2")
+    report = evaluate_gate(run_record(), attempts, receipts)
+    assert _failing(report) == {"evidence_integrity"}
+    assert "execution.attempt_id is 'att_1', the receipt's is 'att_2'" in _reason(report, "evidence_integrity")
+
+
+def test_evidence_of_another_package_fails_integrity() -> None:
+    attempts, receipts = _two_good()
+    evidence = evidence_for(4, "att_2")
+    evidence["package"] = {"name": "other", "version": "9", "content_digest": "sha256:" + "f" * 64}
+    receipts["att_2"][3] = receipt_record("att_2", 4, evidence)
+    report = evaluate_gate(run_record(), attempts, receipts)
+    assert "evidence_integrity" in _failing(report)
+    assert "package.content_digest" in _reason(report, "evidence_integrity")
+
+
+def test_evidence_naming_another_scenario_fails_verification() -> None:
+    evidence = evidence_for(2, "att_1")
+    record = receipt_record("att_1", 3, evidence)  # position 3's row holding position 2's evidence
+    check = verify_receipt(record)
+    assert check.status == "tampered" and "scenario" in check.reason

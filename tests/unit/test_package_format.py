@@ -285,3 +285,46 @@ class TestInvalidPackages:
         root = write_package({MANIFEST_NAME: _manifest(extra='[[migrations]]\nid = "a"\nup = "sql"\n'),
                               "sql/a.sql": UP})
         assert "'sql' is not a file" in _error(root)
+
+
+def test_a_trailing_newline_is_not_part_of_a_valid_name_or_version(tmp_path: Path) -> None:
+    pkg = tmp_path / "nl"
+    (pkg / "migrations").mkdir(parents=True)
+    (pkg / "migrations" / "0001_a.up.sql").write_text("CREATE TABLE a (x);\n")
+    (pkg / "fencepost-package.toml").write_text('[package]\nname = "inventory\\n"\nversion = "1.0.0"\n')
+    with pytest.raises(InvalidInput, match=r"package\.name"):
+        load_package(pkg)
+    (pkg / "fencepost-package.toml").write_text('[package]\nname = "inventory"\nversion = "1.0.0\\n"\n')
+    with pytest.raises(InvalidInput, match=r"package\.version"):
+        load_package(pkg)
+
+
+def test_a_manifest_linked_from_outside_the_package_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "fencepost-package.toml").write_text('[package]\nname = "x"\nversion = "1"\n')
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "fencepost-package.toml").symlink_to(outside / "fencepost-package.toml")
+    with pytest.raises(InvalidInput, match="link leaving the package"):
+        load_package(pkg)
+
+
+def test_an_oversize_file_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    pkg = tmp_path / "big"
+    (pkg / "migrations").mkdir(parents=True)
+    big = pkg / "migrations" / "0001_a.up.sql"
+    with big.open("wb") as fh:  # sparse: 65 MiB on paper, nothing on disk
+        fh.truncate(65 * 1024 * 1024)
+    (pkg / "fencepost-package.toml").write_text('[package]\nname = "big"\nversion = "1"\n')
+    with pytest.raises(InvalidInput, match="larger than"):
+        load_package(pkg)
+
+
+def test_a_manifest_nested_too_deeply_is_one_clear_error(tmp_path: Path) -> None:
+    pkg = tmp_path / "deep"
+    pkg.mkdir()
+    (pkg / "fencepost-package.toml").write_text(
+        '[package]\nname = "x"\nversion = "1"\ndescription = ' + "[" * 2000 + "]" * 2000 + "\n")
+    with pytest.raises(InvalidInput, match="nests too deeply"):
+        load_package(pkg)

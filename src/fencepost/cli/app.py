@@ -175,7 +175,8 @@ def rehearse(
     attempts: Annotated[int, typer.Option(help="Attempts to run; the second and later are compared with the "
                                                "previous successful one.", min=1, max=20)] = 2,
     lease_seconds: LeaseOpt = 30.0,
-    timeout: Annotated[float, typer.Option(help="Give up waiting for an Attempt after this many seconds.")] = 600.0,
+    timeout: Annotated[float, typer.Option(help="Give up waiting for an Attempt after this many seconds.",
+                                           min=1.0)] = 600.0,
     json: JsonOpt = False,
 ) -> None:
     """The main job: freeze PACKAGE_DIR as a rehearsal, run its Attempts with an in-process worker while

@@ -58,6 +58,8 @@ def admit(plan_file: Annotated[str, typer.Argument(help="Plan JSON file, or - fo
             raw = sys.stdin.read() if plan_file == "-" else Path(plan_file).read_text(encoding="utf-8")
         except OSError as error:
             raise InvalidPlan(f"cannot read the plan: {error.strerror}") from None
+        except UnicodeDecodeError:
+            raise InvalidPlan("the plan is not UTF-8 text") from None
         try:
             data = parse_json(raw)
         except ValueError as error:

@@ -44,7 +44,10 @@ def canonical_json(value: JSONValue) -> str:
     Raises:
         TypeError: if ``value`` holds anything that is not plain JSON data.
     """
-    _check(value, "$")
+    try:
+        _check(value, "$")
+    except RecursionError:
+        raise TypeError("value nests too deeply to be canonical JSON") from None
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
@@ -57,10 +60,13 @@ def parse_json(text: str) -> JSONValue:
     """Parse JSON text, refusing NaN/Infinity literals (they have no canonical form).
 
     Raises:
-        ValueError: on malformed JSON or a non-finite literal.
+        ValueError: on malformed JSON, a non-finite literal, or nesting too deep to parse.
     """
 
     def _refuse(literal: str) -> Any:
         raise ValueError(f"non-finite number literal {literal!r} in JSON")
 
-    return json.loads(text, parse_constant=_refuse)
+    try:
+        return json.loads(text, parse_constant=_refuse)
+    except RecursionError:
+        raise ValueError("JSON nests too deeply") from None

@@ -42,4 +42,4 @@ def sha256_bytes(data: bytes) -> str:
 
 def is_fingerprint(text: object) -> bool:
     """True when ``text`` has the ``sha256:<64 lowercase hex>`` shape."""
-    return isinstance(text, str) and FINGERPRINT_RE.match(text) is not None
+    return isinstance(text, str) and FINGERPRINT_RE.fullmatch(text) is not None

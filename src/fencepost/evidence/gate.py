@@ -44,8 +44,8 @@ class GateReport:
         return [c for c in self.checks if not c.passed]
 
 
-def _integrity(receipts: list[ReceiptRecord]) -> tuple[bool, str, list[ReceiptIntegrity]]:
-    results = [verify_receipt(r) for r in sorted(receipts, key=lambda r: r.position)]
+def _integrity(receipts: list[ReceiptRecord], content_digest: str) -> tuple[bool, str, list[ReceiptIntegrity]]:
+    results = [verify_receipt(r, content_digest=content_digest) for r in sorted(receipts, key=lambda r: r.position)]
     if len(receipts) != RECEIPTS_PER_ATTEMPT:
         return False, f"expected {RECEIPTS_PER_ATTEMPT} Receipts, found {len(receipts)}", results
     bad = [r for r in results if not r.ok]
@@ -90,7 +90,7 @@ def evaluate_gate(run: RunRecord, attempts: list[AttemptRecord],
     checks.append(GateCheck("outbox_delivered", ok, f"{label} command is {latest.command_status}"))
 
     latest_receipts = receipts.get(latest.id, [])
-    ok, reason, integrity = _integrity(latest_receipts)
+    ok, reason, integrity = _integrity(latest_receipts, run.content_digest)
     checks.append(GateCheck("evidence_integrity", ok, f"{label}: {reason}"))
 
     baseline = next((a for a in reversed(ordered[:-1]) if a.status is AttemptStatus.SUCCEEDED
@@ -103,7 +103,7 @@ def evaluate_gate(run: RunRecord, attempts: list[AttemptRecord],
                                 f"{label} is the first successful Attempt and establishes the baseline"))
     else:
         base_receipts = receipts.get(baseline.id, [])
-        base_ok, base_reason, _ = _integrity(base_receipts)
+        base_ok, base_reason, _ = _integrity(base_receipts, run.content_digest)
         if not base_ok:
             checks.append(GateCheck("semantic_match", False,
                                     f"baseline Attempt #{baseline.seq} fails integrity: {base_reason}"))

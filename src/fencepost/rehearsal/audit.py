@@ -23,7 +23,7 @@ def audit(store: Store) -> list[Finding]:
     def evidence(tx: Transaction) -> list[Finding]:
         found = []
         for row in tx._run("audit_evidence_rows", {}).rows:
-            check = verify_receipt(receipt_from_row(row))
+            check = verify_receipt(receipt_from_row(row), content_digest=str(row["content_digest"]))
             if not check.ok:
                 found.append(Finding("evidence_fingerprint", str(row["id"]),
                                      f"receipt {row['position']} of {row['attempt_id']}: {check.reason}"))

@@ -81,7 +81,12 @@ class AttemptHandler:
         package = package_from_run(run.manifest, files)
         attempt_dir = self.work_dir / "sandboxes" / attempt_id
         discard_stale_sandboxes(attempt_dir, delivery)
-        sandbox = Sandbox(attempt_dir / f"d{delivery}-{secrets.token_hex(4)}", package.functions, lambda: ctx.lost)
+        try:
+            sandbox = Sandbox(attempt_dir / f"d{delivery}-{secrets.token_hex(4)}", package.functions,
+                              lambda: ctx.lost)
+        except OSError as error:
+            # The worker's environment, not the package: say so without printing a server path.
+            raise RuntimeError(f"the worker could not create a sandbox: {error.strerror}") from None
         try:
             self._scenarios(ctx, attempt_id, package, sandbox)
         finally:

@@ -55,6 +55,7 @@ from fencepost.workflows.definitions import check_id, normalize_dag, workflow_di
 MANIFEST_NAME = "fencepost-package.toml"
 MAX_PACKAGE_BYTES = 64 * 1024 * 1024
 MAX_FILES = 2000
+MAX_MANIFEST_BYTES = 1024 * 1024
 HOST_FUNCTIONS = ("base64_encode", "base64_decode")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 _VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}$")
@@ -74,7 +75,7 @@ class MigrationEntry(_Strict):
     @field_validator("id")
     @classmethod
     def _id(cls, v: str) -> str:
-        if not _ID_RE.match(v):
+        if not _ID_RE.fullmatch(v):
             raise ValueError("migration id must be 1-200 chars of letters, digits, '.', '_' or '-'")
         return v
 
@@ -92,14 +93,14 @@ class PackageSection(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME_RE.match(v):
+        if not _NAME_RE.fullmatch(v):
             raise ValueError("name must match [a-z0-9][a-z0-9._-]* (at most 100 chars)")
         return v
 
     @field_validator("version", "previous_version")
     @classmethod
     def _version(cls, v: str | None) -> str | None:
-        if v is not None and not _VERSION_RE.match(v):
+        if v is not None and not _VERSION_RE.fullmatch(v):
             raise ValueError("version must be 1-64 chars of letters, digits, '.', '+', '_' or '-'")
         return v
 
@@ -119,7 +120,7 @@ class SqliteSection(_Strict):
     @classmethod
     def _functions(cls, v: dict[str, str]) -> dict[str, str]:
         for name, builtin in v.items():
-            if not _SQL_NAME_RE.match(name):
+            if not _SQL_NAME_RE.fullmatch(name):
                 raise ValueError(f"{name!r} is not a valid SQL function name")
             if builtin not in HOST_FUNCTIONS:
                 raise ValueError(f"{builtin!r} is not a host function (known: {', '.join(HOST_FUNCTIONS)})")
@@ -252,6 +253,10 @@ def _read(root: Path, rel: str, what: str, files: dict[str, bytes]) -> None:
         raise InvalidInput(f"{what}: {rel!r} leaves the package directory")
     if not resolved.is_file():
         raise InvalidInput(f"{what}: {rel!r} is not a file")
+    # Refuse oversize input before reading it: a huge (or sparse) file must not exhaust memory.
+    size = resolved.stat().st_size
+    if size + sum(len(b) for b in files.values()) > MAX_PACKAGE_BYTES:
+        raise InvalidInput(f"{what}: {rel!r} would make the package larger than {MAX_PACKAGE_BYTES} bytes")
     data = resolved.read_bytes()
     try:
         data.decode("utf-8")
@@ -320,10 +325,16 @@ def load_package(directory: str | Path) -> PackageSpec:
     manifest_path = root / MANIFEST_NAME
     if not manifest_path.is_file():
         raise InvalidInput(f"no {MANIFEST_NAME} in the package directory")
+    if root.resolve() not in manifest_path.resolve().parents:
+        raise InvalidInput(f"{MANIFEST_NAME} is a link leaving the package directory")
+    if manifest_path.stat().st_size > MAX_MANIFEST_BYTES:
+        raise InvalidInput(f"{MANIFEST_NAME} is larger than {MAX_MANIFEST_BYTES} bytes")
     try:
         raw = tomllib.loads(manifest_path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise InvalidInput(f"{MANIFEST_NAME} is not valid TOML: {error}") from None
+    except RecursionError:
+        raise InvalidInput(f"{MANIFEST_NAME} nests too deeply") from None
     try:
         model = ManifestModel.model_validate(raw)
     except ValidationError as error:

@@ -87,6 +87,7 @@ class Sandbox:
             conn.create_function(sql_name, 1, _HOST_FUNCTIONS[builtin], deterministic=True)
         conn.set_progress_handler(lambda: 1 if self.should_interrupt() else 0, PROGRESS_STEPS)
         conn.set_authorizer(_authorize)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)  # defense in depth: no second database at all
         conn.execute(f'CREATE TABLE IF NOT EXISTS "{LEDGER}" (id TEXT PRIMARY KEY)')
         self._open.append(conn)
         return conn

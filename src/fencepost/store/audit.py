@@ -13,7 +13,7 @@ from fencepost.store.base import Store, Transaction
 from fencepost.store.queries import load_queries
 
 INVARIANT_QUERIES = tuple(name for name in load_queries("fencepost.store.sqlite", "audit.sql")
-                          if not name.startswith("audit_evidence") and not name.startswith("audit_file"))
+                          if name.startswith("audit_") and not name.startswith(("audit_evidence", "audit_file")))
 
 
 @dataclass(frozen=True)
@@ -44,4 +44,10 @@ def audit_store(store: Store) -> list[Finding]:
         return found
 
     findings.extend(store.read(invariants))
+    shipped = {m.version: m for m in store.migrations()}
+    for row in store.read(lambda tx: tx._run("schema_checksums", {}).rows):
+        step = shipped.get(int(row["version"]))
+        if step is None or step.checksum != row["checksum"]:
+            findings.append(Finding("migration_checksum", f"migration {int(row['version']):04d}",
+                                    "recorded checksum differs from the migration shipped with this fencepost"))
     return findings

@@ -47,7 +47,11 @@ def parse_database_url(raw: str) -> DatabaseURL:
         raise InvalidInput("empty database URL; use sqlite:///path.db or postgresql://...")
     if "://" not in text:
         return _sqlite(text, {})
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - validates the port and bracketed host now, not at connect time
+    except ValueError as error:
+        raise InvalidInput(f"malformed database URL: {error}") from None
     scheme = parts.scheme.lower()
     if scheme in ("postgresql", "postgres"):
         return DatabaseURL(backend="postgres", dsn=urlunsplit(("postgresql", *parts[1:])))

@@ -67,6 +67,12 @@ class WorkflowOps:
     def list_publications(self, package_name: str) -> list[PublicationRecord]:
         return [_publication(r) for r in self._run("list_publications", {"package_name": package_name}).rows]
 
+    def all_publications(self) -> list[PublicationRecord]:
+        return [_publication(r) for r in self._run("all_publications", {}).rows]
+
+    def all_installations(self) -> list[InstallationRecord]:
+        return [_installation(r) for r in self._run("all_installations", {}).rows]
+
     def withdraw_publication(self, publication_id: str) -> bool:
         return self._run("withdraw_publication", {"id": publication_id, "now": self.now()}).rowcount == 1
 

@@ -21,7 +21,7 @@ ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
 def check_id(value: Any, what: str) -> str:
     """Return ``value`` if it is a valid task/workflow id, else raise InvalidPlan."""
-    if not isinstance(value, str) or not ID_RE.match(value):
+    if not isinstance(value, str) or not ID_RE.fullmatch(value):
         raise InvalidPlan(f"{what} must match [a-z0-9][a-z0-9_.-]* (at most 64 chars), got {value!r}")
     return value
 
@@ -47,7 +47,7 @@ def normalize_dag(steps: Sequence[Any], *, what: str = "workflow") -> list[dict[
         if extra or "key" not in step or "task" not in step:
             raise InvalidPlan(f"{what}: a step has exactly the keys key, task and needs (got {sorted(step)})")
         key = step["key"]
-        if not isinstance(key, str) or not KEY_RE.match(key):
+        if not isinstance(key, str) or not KEY_RE.fullmatch(key):
             raise InvalidPlan(f"{what}: step key {key!r} must match [a-z0-9][a-z0-9_-]* (at most 64 chars)")
         if key in out:
             raise InvalidPlan(f"{what}: duplicate step key {key!r}")

@@ -61,7 +61,7 @@ def plan_digest(body: dict[str, Any]) -> str:
 
 
 def _text(value: Any, what: str, pattern: re.Pattern[str]) -> str:
-    if not isinstance(value, str) or not pattern.match(value):
+    if not isinstance(value, str) or not pattern.fullmatch(value):
         raise InvalidPlan(f"plan {what} is missing or malformed")
     return value
 

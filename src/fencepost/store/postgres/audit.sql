@@ -92,9 +92,17 @@ FROM rehearsal_runs r
 WHERE NOT EXISTS (SELECT 1 FROM rehearsal_run_files f WHERE f.run_id = r.id);
 
 -- name: audit_evidence_rows
--- Rows whose evidence the audit re-fingerprints in Python.
-SELECT id, attempt_id, position, scenario, status, delivery, evidence, evidence_fingerprint, started_at, finished_at
-FROM rehearsal_receipts WHERE evidence IS NOT NULL ORDER BY attempt_id, position;
+-- Rows whose evidence the audit re-fingerprints in Python, with the Run content digest the evidence must name.
+SELECT r.id, r.attempt_id, r.position, r.scenario, r.status, r.delivery, r.evidence, r.evidence_fingerprint,
+       r.started_at, r.finished_at, u.content_digest
+FROM rehearsal_receipts r
+JOIN rehearsal_attempts a ON a.id = r.attempt_id
+JOIN rehearsal_runs u ON u.id = a.run_id
+WHERE r.evidence IS NOT NULL ORDER BY r.attempt_id, r.position;
 
 -- name: audit_file_rows
 SELECT run_id, path, sha256, size, content FROM rehearsal_run_files ORDER BY run_id, path;
+
+-- name: schema_checksums
+-- The applied migrations as recorded; the audit compares each checksum with the shipped file.
+SELECT version, name, checksum FROM fencepost_schema ORDER BY version;

@@ -32,6 +32,16 @@ SELECT id, package_name, version, content_digest, definition, definition_digest,
        previous_publication_id, published_at, withdrawn_at
 FROM package_publications WHERE package_name = :package_name ORDER BY published_at, id;
 
+-- name: all_publications
+-- Every publication (the audit re-verifies each definition digest).
+SELECT id, package_name, version, content_digest, definition, definition_digest, status, gate, gate_run_id,
+       previous_publication_id, published_at, withdrawn_at
+FROM package_publications ORDER BY published_at, id;
+
+-- name: all_installations
+SELECT id, package_name, publication_id, lock_digest, status, generation, installed_at, updated_at
+FROM package_installations ORDER BY package_name;
+
 -- name: withdraw_publication
 UPDATE package_publications SET status = 'withdrawn', withdrawn_at = :now WHERE id = :id AND status = 'active';
 
