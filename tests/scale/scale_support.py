@@ -233,7 +233,13 @@ class WorkerProcess:
         return f"worker {self.worker_id}, exit {self.proc.poll()}\n--- log (tail) ---\n{self.log[-3000:]}"
 
     def stop(self) -> None:
-        """SIGTERM (graceful stop) and wait for exit 0 without a traceback."""
+        """SIGTERM (graceful stop) and wait for exit 0 without a traceback.
+
+        A worker still importing has no SIGTERM handler yet and would die of the signal, so this first waits
+        for its ``worker_started`` line (logged after the handlers are installed).
+        """
+        wait_until(lambda: not self.alive or self.events("worker_started"), timeout=60,
+                   what=f"worker {self.worker_id} to finish starting")
         if self.alive:
             self.proc.send_signal(signal.SIGTERM)
         try:
