@@ -13,7 +13,7 @@ import pytest
 from psycopg import sql
 
 from fencepost.core.clock import ManualClock
-from fencepost.core.errors import Conflict, StoreUnavailable
+from fencepost.core.errors import Conflict, InvalidInput, StoreUnavailable
 from fencepost.core.statuses import CommandStatus
 from fencepost.store import Store, open_store
 from fencepost.store.base import StoreBusy, Transaction
@@ -60,7 +60,6 @@ def locked_by_other_session(backend: StoreBackend, command_id: str) -> Iterator[
 @pytest.mark.parametrize("url", [
     "postgresql://fencepost:hunter2secret@127.0.0.1:1/test",
     "postgresql://postgres:hunter2secret@127.0.0.1:5432/fencepost_no_such_database",
-    "postgresql://postgres:hunter2secret@127.0.0.1:notaport/test",
     "postgresql://postgres:hunter2secret@127.0.0.1:5432/te st",
 ])
 def test_an_unreachable_or_wrong_url_is_one_clear_line(url: str) -> None:
@@ -71,6 +70,15 @@ def test_an_unreachable_or_wrong_url_is_one_clear_line(url: str) -> None:
     assert "\n" not in message and "hunter2secret" not in message and url not in message
     assert "postgresql://" not in message
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def test_a_malformed_url_is_refused_as_input_before_any_connection() -> None:
+    url = "postgresql://postgres:hunter2secret@127.0.0.1:notaport/test"
+    with pytest.raises(InvalidInput) as caught:
+        open_store(url, connect_timeout_seconds=2)
+    message = str(caught.value)
+    assert message.startswith("malformed database URL")
+    assert "\n" not in message and "hunter2secret" not in message and "postgresql://" not in message
 
 
 def test_scrubber_removes_dsn_password_and_urls() -> None:

@@ -176,7 +176,7 @@ def rehearse(
                                                "previous successful one.", min=1, max=20)] = 2,
     lease_seconds: LeaseOpt = 30.0,
     timeout: Annotated[float, typer.Option(help="Give up waiting for an Attempt after this many seconds.",
-                                           min=1.0)] = 600.0,
+                                           min=0.1)] = 600.0,
     json: JsonOpt = False,
 ) -> None:
     """The main job: freeze PACKAGE_DIR as a rehearsal, run its Attempts with an in-process worker while
