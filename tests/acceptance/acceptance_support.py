@@ -18,12 +18,13 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
+
+from helpers.waiting import wait_until as _wait_until
 
 T = TypeVar("T")
 
@@ -47,20 +48,8 @@ SLOW_ROWS = int(os.environ.get("FENCEPOST_ACCEPTANCE_SLOW_ROWS", "3000000"))
 # ── waiting ──
 def wait_until(predicate: Callable[[], T], timeout: float = STATE_TIMEOUT, what: str = "condition",
                interval: float = 0.02) -> T:
-    """Poll ``predicate`` until it returns something truthy; return that value.
-
-    Raises:
-        AssertionError: naming ``what`` (and the last value seen) when ``timeout`` seconds pass first.
-    """
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        last = predicate()
-        if last:
-            return last
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last value: {last!r})")
-        time.sleep(interval)
+    """``helpers.waiting.wait_until`` with this suite's default timeout."""
+    return _wait_until(predicate, timeout, what, interval)
 
 
 def parse_instant(text: str) -> datetime:

@@ -26,7 +26,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from fencepost.store import Store, open_store
 from fencepost.store.base import Transaction
 from fencepost.store.records import AttemptRecord, LeaseEvent, ReceiptRecord
 from helpers.store_backends import create_schema, drop_schema, new_schema_name, postgres_url
+from helpers.waiting import wait_until as _wait_until
 
 T = TypeVar("T")
 
@@ -64,15 +64,8 @@ SLOW_ROWS = int(os.environ.get("FENCEPOST_CRASH_SLOW_ROWS", "1500000"))
 # ── waiting ──
 def wait_until(predicate: Callable[[], T], timeout: float = STATE_TIMEOUT, what: str = "condition",
                interval: float = 0.02) -> T:
-    """Poll ``predicate`` until it returns something truthy and return it; fail naming ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last value: {value!r})")
-        time.sleep(interval)
+    """``helpers.waiting.wait_until`` with this suite's default timeout."""
+    return _wait_until(predicate, timeout, what, interval)
 
 
 # ── the database under test ──

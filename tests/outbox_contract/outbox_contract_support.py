@@ -9,7 +9,6 @@ the 0.3 s ``short_lease`` on PostgreSQL, whose own clock decides.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -62,17 +61,6 @@ def exists(store: Store, command_id: str) -> bool:
 def history(store: Store, command_id: str) -> list[tuple[str, str | None, int]]:
     """``(event, owner, delivery)`` of every lease event of the command, in order."""
     return [(e.event, e.owner, e.delivery) for e in store.read(lambda tx: tx.lease_events(command_id))]
-
-
-def wait_until(predicate: Callable[[], T], timeout: float = 20.0, what: str = "condition") -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last value: {value!r})")
-        time.sleep(0.01)
 
 
 class Running:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from outbox_contract_support import KIND, OTHER, Running, command, insert, wait_until, worker
+from outbox_contract_support import KIND, OTHER, Running, command, insert, worker
 
 from fencepost.core.statuses import CommandStatus
 from fencepost.store import Store
@@ -24,6 +24,7 @@ from fencepost.store.base import Transaction, WorkWaiter
 from fencepost.store.postgres.listen import PostgresWorkWaiter
 from fencepost.store.postgres.store import PostgresStore
 from helpers.store_backends import StoreBackend, postgres_url, store_backend
+from helpers.waiting import wait_until
 
 LONG = 30.0  # a wait no test sits out: returning well before it proves a wake-up
 

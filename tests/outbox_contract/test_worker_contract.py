@@ -11,17 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from outbox_contract_support import (
-    KIND,
-    OTHER,
-    Running,
-    command,
-    exists,
-    history,
-    insert,
-    wait_until,
-    worker,
-)
+from outbox_contract_support import KIND, OTHER, Running, command, exists, history, insert, worker
 
 from fencepost.core.errors import LeaseActive, LeaseLost
 from fencepost.core.statuses import CommandStatus
@@ -29,6 +19,7 @@ from fencepost.outbox import CommandContext
 from fencepost.store import Store
 from fencepost.store.base import Transaction
 from helpers.store_backends import StoreBackend
+from helpers.waiting import wait_until
 
 
 def test_a_worker_claims_only_its_kinds_and_delivers_each_batch_in_one_transaction(

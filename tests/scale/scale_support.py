@@ -18,8 +18,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,23 +32,12 @@ from fencepost.rehearsal.audit import audit
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store import Store, open_store
 from helpers.store_backends import admin_connect, create_schema, drop_schema, new_schema_name, postgres_url
+from helpers.waiting import wait_until
 
 T = TypeVar("T")
 FENCEPOST = [sys.executable, "-m", "fencepost.cli"]
 EXIT_TIMEOUT = 30.0
 KILLED = -signal.SIGKILL
-
-
-def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
-    """Poll ``predicate`` until truthy and return it; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last value: {value!r})")
-        time.sleep(interval)
 
 
 def schema_url(schema: str) -> str:
