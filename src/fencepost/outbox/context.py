@@ -18,6 +18,15 @@ class StopRequested(Exception):
     """Raised by ``CommandContext.check`` at a safe point when the worker is stopping gracefully."""
 
 
+class EnvironmentFailed(Exception):
+    """The worker's own environment failed (disk I/O error, unwritable work directory), not the command.
+
+    A handler raises it so that no verdict is invented: the worker records nothing and leaves the lease to
+    expire, and another worker (perhaps on a healthy machine) takes the command over. An operator who
+    knows better can abort the command meanwhile.
+    """
+
+
 class CommandContext:
     """One claimed command being handled.
 

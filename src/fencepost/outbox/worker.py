@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from fencepost.core.errors import InvalidInput, LeaseLost, StoreUnavailable
 from fencepost.core.statuses import CommandStatus
-from fencepost.outbox.context import CommandContext, StopRequested
+from fencepost.outbox.context import CommandContext, EnvironmentFailed, StopRequested
 from fencepost.outbox.handlers import HandlerRegistry
 from fencepost.outbox.heartbeat import Heartbeat
 from fencepost.store.base import Store, Transaction, WorkWaiter
@@ -247,10 +247,11 @@ class Worker:
         except StopRequested:
             self._release(ctx)
             return False
-        except StoreUnavailable as error:
-            # Leave the lease to expire: a takeover replays the command; nothing partial was committed.
-            log.error("store unavailable during command", extra={"event": "command_abandoned",
-                                                                 "command_id": ctx.command.id, "error": str(error)})
+        except (StoreUnavailable, EnvironmentFailed) as error:
+            # Leave the lease to expire: a takeover replays the command; nothing partial was committed, and
+            # a failure of this machine is not the command's verdict.
+            log.error("command abandoned to its lease", extra={"event": "command_abandoned",
+                                                              "command_id": ctx.command.id, "error": str(error)})
             return False
         except Exception as error:
             self._fail(ctx, error)

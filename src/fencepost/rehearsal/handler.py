@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import secrets
 import shutil
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus
 from fencepost.evidence.receipts import seal
 from fencepost.outbox.context import CommandContext
 from fencepost.rehearsal.package import PackageSpec, package_from_run
-from fencepost.rehearsal.sandbox import Sandbox
+from fencepost.rehearsal.sandbox import Sandbox, SandboxEnvironmentError, is_environment_error
 from fencepost.rehearsal.scenarios import SCENARIOS, ScenarioEnv, ScenarioFailed
 from fencepost.rehearsal.target import LocalFileTarget
 from fencepost.store.base import Transaction
@@ -85,7 +86,8 @@ class AttemptHandler:
             sandbox = Sandbox(attempt_dir / f"d{delivery}-{secrets.token_hex(4)}", package.functions,
                               lambda: ctx.lost)
         except OSError as error:
-            # The worker's environment, not the package: say so without printing a server path.
+            # A misconfigured worker (its work dir is not a usable directory) fails the Attempt visibly, as
+            # a handler error, without a server path in the message.
             raise RuntimeError(f"the worker could not create a sandbox: {error.strerror}") from None
         try:
             self._scenarios(ctx, attempt_id, package, sandbox)
@@ -110,6 +112,10 @@ class AttemptHandler:
                 status = ReceiptStatus.SUCCEEDED
             except ScenarioFailed as failure:
                 result, error, status = failure.result, failure.message, ReceiptStatus.FAILED
+            except sqlite3.Error as failure:
+                if is_environment_error(failure):  # e.g. while fingerprinting tables
+                    raise SandboxEnvironmentError(f"sandbox storage failed: {failure}") from None
+                raise
             # Lost while the scenario ran (abort, takeover): stop here, claim no outcome, log no success.
             # An interrupted statement after lease loss is not a scenario failure either.
             ctx.check_lease()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fencepost.core.fingerprint import fingerprint
+from fencepost.outbox.context import EnvironmentFailed
 
 LEDGER = "_fencepost_ledger"
 PROGRESS_STEPS = 2000  # SQLite VM instructions between interrupt checks
@@ -61,6 +62,22 @@ def _authorize(action: int, arg1: str | None, arg2: str | None, database: str | 
 
 class SandboxError(Exception):
     """A SQL error inside the sandbox; the message is the database's error text."""
+
+
+# Result codes that describe the machine, not the package's SQL: an I/O error or a file that cannot be
+# opened (the sandbox directory vanished, the disk failed). Codes a package can provoke itself (FULL via
+# max_page_count, READONLY via query_only, NOMEM) stay package failures.
+_ENVIRONMENT_CODES = frozenset({10, 14})  # SQLITE_IOERR, SQLITE_CANTOPEN
+
+
+def is_environment_error(error: sqlite3.Error) -> bool:
+    """True when a SQLite error comes from the machine rather than from the SQL being run."""
+    code = getattr(error, "sqlite_errorcode", None)
+    return code is not None and (code & 0xFF) in _ENVIRONMENT_CODES
+
+
+class SandboxEnvironmentError(EnvironmentFailed):
+    """The sandbox's storage failed under the scenario; the message is SQLite's text (no path)."""
 
 
 class Sandbox:
@@ -122,7 +139,10 @@ def run_script(conn: sqlite3.Connection, sql: str, *, ledger_add: str | None = N
         conn.executescript(f"BEGIN;\n{sql}\n;\n{tail}\nCOMMIT;")
     except sqlite3.Error as error:
         if conn.in_transaction:
-            conn.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        if is_environment_error(error):
+            raise SandboxEnvironmentError(f"sandbox storage failed: {error}") from None
         raise SandboxError(str(error)) from None
 
 
