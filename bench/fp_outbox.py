@@ -51,7 +51,7 @@ def enqueue(store: Store, n: int, kind: str = KIND, payload: dict[str, Any] | No
     ids = [new_id("cmd") for _ in range(n)]
     start = time.perf_counter()
     for command_id in ids:
-        store.transact(lambda tx, c=command_id: tx.insert_command(command_id=c, kind=kind, payload=body),
+        store.transact(lambda tx, c=command_id: tx.outbox.insert(command_id=c, kind=kind, payload=body),
                        name="outbox.enqueue")
     return time.perf_counter() - start
 
@@ -65,7 +65,7 @@ def enqueue_bulk(store: Store, n: int, kind: str = KIND, per_tx: int = 1000) -> 
 
         def unit(tx: Any, ids: list[str] = ids) -> None:
             for command_id in ids:
-                tx.insert_command(command_id=command_id, kind=kind, payload={"i": 0})
+                tx.outbox.insert(command_id=command_id, kind=kind, payload={"i": 0})
 
         store.transact(unit)
         left -= take

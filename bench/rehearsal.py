@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT, scratch_dir
+from fencepost.catalog.manifest import load_package
 from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
 from fencepost.rehearsal.handler import KIND, AttemptHandler
-from fencepost.rehearsal.package import load_package
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store.open import open_store
 

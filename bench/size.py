@@ -16,7 +16,7 @@ import psycopg
 from bench.common import database_bytes, median, sqlite_path
 from bench.fp_outbox import KIND, enqueue_bulk, make_worker, migrated, spawn_workers, verify
 from fencepost.store.base import Store
-from fencepost.store.queries import load_queries
+from fencepost.store.sql.queries import load_dialect, to_pyformat
 
 CLAIM_BATCH = 10
 
@@ -62,16 +62,15 @@ def fill(store: Store, url: str, rows: int, offset: int) -> None:
 
 def claim_plan(store: Store) -> list[str]:
     """The claim statement's plan (EXPLAIN QUERY PLAN on SQLite, EXPLAIN on PostgreSQL)."""
-    sql = load_queries(f"fencepost.store.{store.backend}")["claim_commands"]
+    sql = load_dialect(f"fencepost.store.{store.backend}")["claim_commands"].sql
     if store.backend == "sqlite":
         conn = store.connection()  # type: ignore[attr-defined]
         params = {"owner": "plan", "kind": KIND, "now": "9999", "lease_until": "9999", "limit": CLAIM_BATCH}
         return [str(r[3]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
-    from fencepost.store.queries import to_pyformat
 
     def unit(tx: Any) -> list[str]:
         params = {"owner": "plan", "kind": KIND, "now": tx.now(), "limit": CLAIM_BATCH, "lease_seconds": 30.0}
-        with tx._conn.cursor() as cur:
+        with tx.executor._conn.cursor() as cur:
             cur.execute(("EXPLAIN " + to_pyformat(sql)).encode(), params)
             return [str(r[0]) for r in cur.fetchall()]
 
@@ -92,12 +91,12 @@ def claim_times(store: Store, repetitions: int) -> list[float]:
     out = []
     for _ in range(repetitions):
         start = time.perf_counter()
-        got = store.transact(lambda tx: tx.claim_commands(owner="probe", kinds=[KIND], limit=CLAIM_BATCH,
-                                                          lease_seconds=30.0), name="outbox.claim")
+        got = store.transact(lambda tx: tx.outbox.claim(owner="probe", kinds=[KIND], limit=CLAIM_BATCH,
+                                                        lease_seconds=30.0), name="outbox.claim")
         out.append(time.perf_counter() - start)
         if len(got) != CLAIM_BATCH:
             raise RuntimeError("the size benchmark ran out of pending rows")
-        store.transact(lambda tx, got=got: tx.finish_commands([c.lease for c in got]))
+        store.transact(lambda tx, got=got: tx.outbox.finish_many([c.lease for c in got]))
     return out
 
 

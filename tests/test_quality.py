@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import fencepost
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -24,19 +26,42 @@ def test_mypy_strict_is_clean() -> None:
 
 
 def test_layers_never_import_upward() -> None:
-    """DESIGN.md: dependencies point down the layer list only."""
-    order = {"core": 1, "store": 2, "outbox": 3, "events": 3, "evidence": 4, "host": 4, "workflows": 4,
-             "rehearsal": 5, "packages": 5, "api": 6, "ui": 6, "cli": 7}
+    """DESIGN.md: dependencies point down the layer table only (``fencepost.LAYERS``)."""
+    order = fencepost.LAYERS
     offenders = []
     for path in (ROOT / "src" / "fencepost").rglob("*.py"):
-        layer = path.relative_to(ROOT / "src" / "fencepost").parts[0]
-        if layer not in order:
-            continue
+        parts = path.relative_to(ROOT / "src" / "fencepost").parts
+        if len(parts) == 1:
+            continue  # fencepost/__init__.py and other top-level modules import no layer
+        layer = parts[0]
+        assert layer in order, f"{layer} is in no layer of fencepost.LAYERS"
         for line in path.read_text(encoding="utf-8").splitlines():
             stripped = line.strip()
             if not stripped.startswith(("from fencepost.", "import fencepost.")):
                 continue
             target = stripped.split()[1].split(".")[1]
-            if target in order and order[target] > order[layer]:
+            assert target in order, f"{path.relative_to(ROOT)} imports {target}, which is in no layer"
+            if order[target] > order[layer]:
                 offenders.append(f"{path.relative_to(ROOT)}: {stripped}")
     assert not offenders, "upward imports:\n" + "\n".join(offenders)
+
+
+def _table_rows(text: str) -> dict[str, int]:
+    """``package -> level`` from a layer table: reStructuredText (the docstring) or Markdown (the docs)."""
+    rows: dict[str, int] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in (line.strip("|").split("|") if line.startswith("|") else line.split("  "))]
+        cells = [c for c in cells if c]
+        if len(cells) >= 2 and cells[0].isdigit():
+            for name in cells[1].replace("`", "").replace("fencepost.", "").split(","):
+                rows[name.strip()] = int(cells[0])
+    return rows
+
+
+def test_the_three_layer_tables_agree() -> None:
+    docstring = _table_rows(fencepost.__doc__ or "")
+    document = _table_rows((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    assert docstring == fencepost.LAYERS
+    assert document == fencepost.LAYERS
+    packages = {p.name for p in (ROOT / "src" / "fencepost").iterdir() if (p / "__init__.py").exists()}
+    assert packages == set(fencepost.LAYERS)

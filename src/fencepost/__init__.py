@@ -1,7 +1,23 @@
 """fencepost: durable, fenced execution of side-effecting work.
 
-Layers (see ``docs/architecture.md``), dependencies pointing down only:
-``core`` -> ``store`` -> ``outbox`` -> ``evidence`` -> ``rehearsal`` -> ``cli``.
+Layers (``docs/architecture.md``, ADR 0015). A module imports only from its own layer or a lower one; a test
+holds this table, ``LAYERS`` and the architecture document to one another.
+
+=====  ========================================  ===========================================================
+level  packages                                  owns
+=====  ========================================  ===========================================================
+1      core                                      canonical JSON, fingerprints, ids, clocks, vocabularies, errors
+2      store                                     the ports, the only SQL, the SQLite and PostgreSQL backends
+3      catalog, outbox                           package format, publication lifecycle; fenced command outbox
+4      evidence, workflows                       sealed evidence, comparison, gate; workflow admission
+5      rehearsal                                 the plugin delivery rehearsal
+6      api, ui                                   HTTP API, operator page
+7      cli                                       the command line
+=====  ========================================  ===========================================================
 """
 
 __version__ = "0.1.0"
+
+#: Package -> layer level; imports may only point to the same or a lower level.
+LAYERS = {"core": 1, "store": 2, "catalog": 3, "outbox": 3, "evidence": 4, "workflows": 4, "rehearsal": 5,
+          "api": 6, "ui": 6, "cli": 7}

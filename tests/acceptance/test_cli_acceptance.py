@@ -279,8 +279,8 @@ def test_reconcile_refuses_an_active_lease_and_returns_an_expired_one(migrated: 
     store = migrated.service.store
 
     # The test process holds the first command's lease like a live worker would (10 minutes).
-    long_lease = store.transact(lambda tx: tx.claim_commands(owner="holder", kinds=[KIND], limit=1,
-                                                             lease_seconds=600))[0].lease
+    long_lease = store.transact(lambda tx: tx.outbox.claim(owner="holder", kinds=[KIND], limit=1,
+                                                           lease_seconds=600))[0].lease
     assert long_lease.command_id == held["outbox"]["command_id"]
     result = migrated.cli("rehearsal", "reconcile", held["id"])
     line = assert_one_line_error(result, 3, "active")
@@ -292,8 +292,8 @@ def test_reconcile_refuses_an_active_lease_and_returns_an_expired_one(migrated: 
     assert "reconcile" not in [e["event"] for e in migrated.db.lease_events(long_lease.command_id)]
 
     # The second one gets a short lease that we let expire; reconcile then returns it to PENDING.
-    short = store.transact(lambda tx: tx.claim_commands(owner="vanished", kinds=[KIND], limit=1,
-                                                        lease_seconds=0.2))[0].lease
+    short = store.transact(lambda tx: tx.outbox.claim(owner="vanished", kinds=[KIND], limit=1,
+                                                      lease_seconds=0.2))[0].lease
     assert short.command_id == expiring["outbox"]["command_id"]
     wait_until(lambda: datetime.now(UTC) > short.until, what="the short lease to expire")
     result = migrated.cli("rehearsal", "reconcile", expiring["id"], "--json")
@@ -308,7 +308,7 @@ def test_reconcile_refuses_an_active_lease_and_returns_an_expired_one(migrated: 
     assert aborted.returncode == 0, aborted.describe()
     assert aborted.json()["status"] == "ABORTED" and aborted.json()["outbox"]["status"] == "ABORTED"
     with pytest.raises(LeaseLost):
-        store.transact(lambda tx: tx.renew_lease(long_lease, lease_seconds=600))
+        store.transact(lambda tx: tx.outbox.renew(long_lease, lease_seconds=600))
     again = migrated.cli("rehearsal", "abort", held["id"])
     assert_one_line_error(again, 3, "ABORTED")
 

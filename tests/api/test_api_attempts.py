@@ -22,8 +22,8 @@ def from_iso(text: str) -> datetime:
 
 def claim(api: Api, lease_seconds: float = 60.0) -> Any:
     """Claim the oldest PENDING command as a worker would (PROCESSING with a fresh private token)."""
-    claimed = api.store.transact(lambda tx: tx.claim_commands(owner="host:1:abcd", kinds=[KIND], limit=1,
-                                                              lease_seconds=lease_seconds))
+    claimed = api.store.transact(lambda tx: tx.outbox.claim(owner="host:1:abcd", kinds=[KIND], limit=1,
+                                                            lease_seconds=lease_seconds))
     assert len(claimed) == 1
     return claimed[0].lease
 

@@ -39,7 +39,7 @@ from fencepost.evidence.comparison import semantic_fingerprint
 from fencepost.rehearsal.audit import audit as run_audit
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store import Store, open_store
-from fencepost.store.base import Transaction
+from fencepost.store.ports import UnitOfWork
 from fencepost.store.records import AttemptRecord, LeaseEvent, ReceiptRecord
 from helpers.store_backends import create_schema, drop_schema, new_schema_name, postgres_url
 from helpers.waiting import wait_until as _wait_until
@@ -113,24 +113,24 @@ class CrashDB:
 
     # reads
     def attempt(self, attempt_id: str) -> AttemptRecord:
-        found = self.store.read(lambda tx: tx.get_attempt(attempt_id))
+        found = self.store.read(lambda tx: tx.rehearsal.get_attempt(attempt_id))
         assert found is not None, f"no attempt {attempt_id}"
         return found
 
     def receipts(self, attempt_id: str) -> list[ReceiptRecord]:
-        return self.store.read(lambda tx: tx.attempt_receipts(attempt_id))
+        return self.store.read(lambda tx: tx.rehearsal.attempt_receipts(attempt_id))
 
     def events(self, command_id: str) -> list[LeaseEvent]:
-        return self.store.read(lambda tx: tx.lease_events(command_id))
+        return self.store.read(lambda tx: tx.outbox.lease_events(command_id))
 
     def attempts(self) -> list[AttemptRecord]:
         return all_attempts(self.store)
 
     def run_ids(self) -> list[str]:
-        return [r.id for r in self.store.read(lambda tx: tx.list_runs(1000))]
+        return [r.id for r in self.store.read(lambda tx: tx.rehearsal.list_runs(1000))]
 
     def command_count(self) -> int:
-        return sum(self.store.read(lambda tx: tx.count_commands_by_status()).values())
+        return sum(self.store.read(lambda tx: tx.outbox.count_by_status()).values())
 
 
 @contextmanager
@@ -287,10 +287,10 @@ class Workers:
 # ── structural check: no half-applied transition ──
 def all_attempts(store: Store) -> list[AttemptRecord]:
     """Every Attempt of every Run, by Run creation then seq."""
-    def unit(tx: Transaction) -> list[AttemptRecord]:
+    def unit(tx: UnitOfWork) -> list[AttemptRecord]:
         found: list[AttemptRecord] = []
-        for run in sorted(tx.list_runs(1000), key=lambda r: (r.created_at, r.id)):
-            found.extend(tx.list_attempts(run.id))
+        for run in sorted(tx.rehearsal.list_runs(1000), key=lambda r: (r.created_at, r.id)):
+            found.extend(tx.rehearsal.list_attempts(run.id))
         return found
     return store.read(unit)
 
@@ -312,7 +312,7 @@ def check_structure(store: Store) -> list[str]:
     """
     problems: list[str] = []
     for attempt in all_attempts(store):
-        receipts = store.read(lambda tx, a=attempt.id: tx.attempt_receipts(a))
+        receipts = store.read(lambda tx, a=attempt.id: tx.rehearsal.attempt_receipts(a))
         codes = "".join(_code(r.status) for r in receipts)
         where = f"attempt {attempt.id} ({attempt.status}, command {attempt.command_status}) receipts {codes}"
         patterns = {
@@ -354,7 +354,7 @@ def receipt_codes(db: CrashDB, attempt_id: str) -> str:
 
 
 def receipt_codes_of(store: Store, attempt_id: str) -> str:
-    return "".join(_code(r.status) for r in store.read(lambda tx: tx.attempt_receipts(attempt_id)))
+    return "".join(_code(r.status) for r in store.read(lambda tx: tx.rehearsal.attempt_receipts(attempt_id)))
 
 
 def unsound(store: Store) -> list[str]:

@@ -14,7 +14,7 @@ from fencepost.rehearsal.audit import audit
 from fencepost.rehearsal.handler import KIND
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store import Store
-from fencepost.store.base import Transaction
+from fencepost.store.ports import FencedUnit, UnitOfWork
 from helpers.store_reads import raw
 
 # (SQL edits of a RUNNING Attempt at delivery 1 whose Receipt 1 is RUNNING, what the finding names)
@@ -44,12 +44,13 @@ def _running_attempt(store: Store) -> str:
     service = RehearsalService(store)
     attempt = service.enqueue_attempt(service.create_run(EXAMPLE_PACKAGE).id)
 
-    def start(tx: Transaction) -> None:
-        (claimed,) = tx.claim_commands(owner="w", kinds=[KIND], limit=1, lease_seconds=600)
-        assert tx.start_attempt(attempt.id, claimed.lease.delivery) is not None
-        assert tx.receipt_running(attempt.id, 1, claimed.lease.delivery)
+    (claimed,) = store.transact(lambda tx: tx.outbox.claim(owner="w", kinds=[KIND], limit=1, lease_seconds=600))
 
-    store.transact(start)
+    def start(tx: FencedUnit) -> None:
+        assert tx.rehearsal.start_attempt(attempt.id) is not None
+        assert tx.rehearsal.receipt_running(attempt.id, 1)
+
+    store.fenced(claimed.lease, start, name="test.start", lease_seconds=600)
     return attempt.id
 
 
@@ -63,7 +64,7 @@ def test_a_half_applied_transition_is_a_finding(store: Store, case: str) -> None
     attempt_id = _running_attempt(store)
     edits, needle = BROKEN[case]
 
-    def tamper(tx: Transaction) -> None:
+    def tamper(tx: UnitOfWork) -> None:
         for statement in edits:
             raw(tx, statement)
 

@@ -37,7 +37,7 @@ from fencepost.rehearsal.handler import KIND, AttemptHandler
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store import Store
 from fencepost.store.faults import FaultInjectingStore
-from fencepost.store.queries import load_dialect
+from fencepost.store.sql.queries import load_dialect
 from helpers.store_backends import BackendUnreachable, StoreBackend, store_backend
 
 
@@ -74,7 +74,7 @@ _SQL = load_dialect("fencepost.store.sqlite")
 
 def is_write(query: str) -> bool:
     """A query that changes rows (by its SQLite text; both dialects share the names)."""
-    lines = [line for line in _SQL[query].splitlines() if line.strip() and not line.strip().startswith("--")]
+    lines = [line for line in _SQL[query].sql.splitlines() if line.strip() and not line.strip().startswith("--")]
     return lines[0].split()[0].upper() in ("INSERT", "UPDATE", "DELETE")
 
 
@@ -183,7 +183,7 @@ def test_nth_write_fails_cleanly_and_the_next_worker_converges(
     assert not unsound(store), unsound(store)
     if step.state is None:
         assert service.attempts(run.id) == []
-        assert sum(store.read(lambda tx: tx.count_commands_by_status()).values()) == 0
+        assert sum(store.read(lambda tx: tx.outbox.count_by_status()).values()) == 0
         attempt_id = service.enqueue_attempt(run.id).id  # the client asks again
     else:
         assert attempt_id is not None
@@ -198,7 +198,7 @@ def test_nth_write_fails_cleanly_and_the_next_worker_converges(
     attempt = service.attempt(attempt_id)
     assert attempt.status is AttemptStatus.SUCCEEDED, attempt
     assert attempt.delivery_count == step.deliveries, attempt
-    events = store.read(lambda tx: tx.lease_events(attempt.command_id))
+    events = store.read(lambda tx: tx.outbox.lease_events(attempt.command_id))
     assert terminal_events(events) == ["deliver"], [e.event for e in events]
     assert claim_count(events) == attempt.delivery_count, [e.event for e in events]
     assert service.gate(run.id).passed, service.gate(run.id).blocking

@@ -71,7 +71,7 @@ class Rig:
 
     def claim(self, owner: str, lease_seconds: float = LEASE_SECONDS) -> ClaimedCommand:
         """Claim the one due command by hand, as a worker's claim transaction would."""
-        claimed = self.store.transact(lambda tx: tx.claim_commands(owner=owner, kinds=[KIND], limit=1,
+        claimed = self.store.transact(lambda tx: tx.outbox.claim(owner=owner, kinds=[KIND], limit=1,
                                                                     lease_seconds=lease_seconds))
         assert len(claimed) == 1, f"expected one due command, claimed {len(claimed)}"
         return claimed[0]
@@ -120,7 +120,7 @@ class Rig:
         return value
 
     def lease_events(self, command_id: str) -> list[LeaseEvent]:
-        return self.store.read(lambda tx: tx.lease_events(command_id))
+        return self.store.read(lambda tx: tx.outbox.lease_events(command_id))
 
     # ── plain sqlite3, outside fencepost ──
     @contextmanager

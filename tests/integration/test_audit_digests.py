@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from fencepost.packages.service import PackageService
+from fencepost.catalog.lifecycle import CatalogService
+from fencepost.rehearsal.service import release_gate
 from fencepost.store import Store, open_store
 from fencepost.store.audit import audit_store
 from fencepost.workflows.audit import audit_admissions
@@ -24,9 +25,9 @@ def installed(tmp_path: Path) -> tuple[Store, Path]:
     store.migrate()
     package = tmp_path / "inventory"
     shutil.copytree(EXAMPLE, package)
-    service = PackageService(store)
-    service.publish(package, allow_ungated=True)
-    service.install("inventory")
+    catalog = CatalogService(store, release_gate=release_gate)
+    catalog.publish(package, allow_ungated=True)
+    catalog.install("inventory")
     return store, db
 
 

@@ -61,7 +61,7 @@ def test_storage_failure_mid_scenario_abandons_the_delivery_instead_of_failing_t
 
     abandoned = service.attempt(attempt.id)
     assert abandoned.status is AttemptStatus.RUNNING and abandoned.command_status is CommandStatus.PROCESSING
-    events = [e.event for e in store.read(lambda tx: tx.lease_events(attempt.command_id))]
+    events = [e.event for e in store.read(lambda tx: tx.outbox.lease_events(attempt.command_id))]
     assert "fail" not in events and abandoned.error is None
 
     clock.advance(11)  # the abandoned lease expires; a healthy worker takes over and replays from scratch

@@ -18,7 +18,7 @@ from fencepost.evidence.receipts import seal
 from fencepost.outbox import CommandContext
 from fencepost.rehearsal.handler import AttemptHandler
 from fencepost.store import open_store
-from fencepost.store.base import Transaction
+from fencepost.store.ports import FencedUnit
 from fencepost.store.records import AttemptRecord, RunRecord
 from integration.rig import LEASE_SECONDS, Rig, SimulatedCrash, copy_example
 
@@ -161,32 +161,42 @@ def test_stale_lease_cannot_write_renew_or_finish_after_takeover(rig: Rig) -> No
     old_lease = old_ctx.lease
     before = rig.snapshot()
 
-    # A stale receipt write: the row update itself matches (receipt 4 is still RUNNING under delivery 1),
-    # but the fence at the end of the same transaction fails, so the whole transaction rolls back.
+    # A stale receipt write: receipt 4 is still RUNNING under delivery 1, but the write carries the lease
+    # condition, so it touches nothing and raises LeaseLost itself (ADR 0015).
     text, fp = seal({"scenario": "reapply_is_noop", "forged": True})
     ran: list[bool] = []
 
-    def stale_receipt(tx: Transaction) -> None:
-        ran.append(tx.receipt_finish(attempt.id, 4, 1, ReceiptStatus.SUCCEEDED, text, fp))
+    def stale_receipt(tx: FencedUnit) -> None:
+        ran.append(tx.rehearsal.receipt_finish(attempt.id, 4, ReceiptStatus.SUCCEEDED, text, fp))
 
     stale = rig.context(old_ctx.command)
     with pytest.raises(LeaseLost):
         stale.fenced(stale_receipt, name="test.stale")
-    assert ran == [True], "the stale write did execute inside the transaction"
+    assert ran == [], "the stale write was refused by its own lease condition"
     assert stale.lost
+    # A write without a lease condition of its own does execute, but the fence at the end of the same
+    # transaction fails, so the whole transaction rolls back (ADR 0002).
+    executed: list[int] = []
+
+    def stale_plain_write(tx: FencedUnit) -> None:
+        executed.append(tx.rehearsal.abort_open_receipts(attempt.id))
+
+    with pytest.raises(LeaseLost):
+        rig.context(old_ctx.command).fenced(stale_plain_write, name="test.stale")
+    assert executed and executed[0] > 0, "the unconditioned write did execute inside the transaction"
     with pytest.raises(LeaseLost):
         stale.fenced(stale_receipt, name="test.stale")
-    assert ran == [True], "once lost, a context does not even open another transaction"
+    assert ran == [], "once lost, a context does not even open another transaction"
 
     # A stale completion of the whole Attempt, and a stale finish, renew and release.
-    def stale_success(tx: Transaction) -> None:
-        tx.finish_attempt(attempt.id, 1, AttemptStatus.SUCCEEDED)
+    def stale_success(tx: FencedUnit) -> None:
+        tx.rehearsal.finish_attempt(attempt.id, AttemptStatus.SUCCEEDED)
 
     with pytest.raises(LeaseLost):
         rig.context(old_ctx.command).fenced(stale_success, name="test.stale", finish=CommandStatus.DELIVERED)
-    for write in (lambda tx: tx.finish_command(old_lease, CommandStatus.DELIVERED),
-                  lambda tx: tx.renew_lease(old_lease, lease_seconds=LEASE_SECONDS),
-                  lambda tx: tx.release_command(old_lease)):
+    for write in (lambda tx: tx.outbox.finish(old_lease, CommandStatus.DELIVERED),
+                  lambda tx: tx.outbox.renew(old_lease, lease_seconds=LEASE_SECONDS),
+                  lambda tx: tx.outbox.release(old_lease)):
         with pytest.raises(LeaseLost):
             rig.store.transact(write)
     heartbeat_ctx = rig.context(old_ctx.command)
@@ -257,7 +267,7 @@ def test_abort_of_a_running_attempt_from_another_thread_fences_the_worker(rig: R
     with pytest.raises(LeaseLost):
         handler.contexts[0].fenced(lambda tx: None, name="test.after-abort")
     with pytest.raises(LeaseLost):  # the token itself is gone, not just the context's flag
-        rig.store.transact(lambda tx: tx.renew_lease(handler.contexts[0].lease, lease_seconds=LEASE_SECONDS))
+        rig.store.transact(lambda tx: tx.outbox.renew(handler.contexts[0].lease, lease_seconds=LEASE_SECONDS))
     assert not rig.service.gate(run.id).passed
 
 
@@ -317,7 +327,7 @@ def test_unexpected_handler_exception_fails_command_and_attempt(rig: Rig) -> Non
     assert failed.status is AttemptStatus.FAILED
     assert failed.command_status is CommandStatus.FAILED
     assert failed.error is not None and "RuntimeError: disk on fire" in failed.error
-    command = rig.store.read(lambda tx: tx.get_command(attempt.command_id))
+    command = rig.store.read(lambda tx: tx.outbox.get(attempt.command_id))
     assert command is not None and command.last_error == failed.error
     assert _statuses(rig, attempt.id) == [S, S, A, A, A, A]
     assert rig.receipts(attempt.id)[2].evidence is None
@@ -355,7 +365,7 @@ def test_operator_paths_on_unknown_or_unfit_records(rig: Rig) -> None:
     with pytest.raises(Conflict, match=f"attempt {attempt.id} is PENDING with its command PENDING; only an Attempt "
                                        "whose lease has expired can be reconciled"):
         rig.service.reconcile(attempt.id)
-    assert rig.store.transact(lambda tx: tx.retire_run(run.id))
+    assert rig.store.transact(lambda tx: tx.rehearsal.retire_run(run.id))
     before = rig.snapshot()
     with pytest.raises(Conflict, match="only a READY Run takes new Attempts"):
         rig.service.enqueue_attempt(run.id)

@@ -13,15 +13,15 @@ from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus
 from fencepost.outbox import CommandContext, FunctionHandler, HandlerRegistry, Worker, WorkerConfig
 from fencepost.outbox.heartbeat import Heartbeat
 from fencepost.rehearsal.scenarios import ScenarioEnv, ScenarioFailed
-from fencepost.store.base import Transaction
+from fencepost.store.ports import UnitOfWork
 from integration.rig import LEASE_SECONDS, Rig, Scenario, copy_example, write_package
 
 
 def _insert(rig: Rig, command_id: str, kind: str = "test.echo", payload: dict[str, Any] | None = None,
             delay: float = 0.0) -> None:
-    def unit(tx: Transaction) -> None:
-        tx.insert_command(command_id=command_id, kind=kind, payload=payload or {"n": command_id},
-                          available_at=tx.now() + timedelta(seconds=delay))
+    def unit(tx: UnitOfWork) -> None:
+        tx.outbox.insert(command_id=command_id, kind=kind, payload=payload or {"n": command_id},
+                         available_at=tx.now() + timedelta(seconds=delay))
 
     rig.store.transact(unit)
 
@@ -37,7 +37,7 @@ def _worker(rig: Rig, handlers: dict[str, FunctionHandler], batch_size: int = 10
 
 
 def _status(rig: Rig, command_id: str) -> CommandStatus:
-    record = rig.store.read(lambda tx: tx.get_command(command_id))
+    record = rig.store.read(lambda tx: tx.outbox.get(command_id))
     assert record is not None
     return record.status
 
@@ -85,7 +85,7 @@ def test_a_failing_function_handler_fails_only_its_command(rig: Rig) -> None:
     worker = _worker(rig, {"test.echo": FunctionHandler(maybe_fail)})
     worker.run(max_idle_polls=1)
     assert (worker.stats.failed, worker.stats.delivered) == (1, 1)
-    bad = rig.store.read(lambda tx: tx.get_command("cmd_bad"))
+    bad = rig.store.read(lambda tx: tx.outbox.get("cmd_bad"))
     assert bad is not None and bad.status is CommandStatus.FAILED
     assert bad.last_error == "ValueError: bad payload"
     assert _status(rig, "cmd_good") is CommandStatus.DELIVERED
@@ -93,7 +93,7 @@ def test_a_failing_function_handler_fails_only_its_command(rig: Rig) -> None:
 
 def test_a_handler_that_loses_its_lease_is_not_delivered(rig: Rig) -> None:
     def aborted_meanwhile(ctx: CommandContext) -> None:
-        assert rig.store.transact(lambda tx: tx.abort_command(ctx.command.id, "operator"))
+        assert rig.store.transact(lambda tx: tx.outbox.abort(ctx.command.id, "operator"))
 
     _insert(rig, "cmd_1")
     worker = _worker(rig, {"test.echo": FunctionHandler(aborted_meanwhile)})
@@ -116,15 +116,15 @@ def test_worker_config_is_validated() -> None:
 
 def test_heartbeat_renews_from_the_store_clock_and_records_history(rig: Rig) -> None:
     _insert(rig, "cmd_hb")
-    claimed = rig.store.transact(lambda tx: tx.claim_commands(owner="w", kinds=["test.echo"], limit=1,
-                                                              lease_seconds=LEASE_SECONDS))[0]
+    claimed = rig.store.transact(lambda tx: tx.outbox.claim(owner="w", kinds=["test.echo"], limit=1,
+                                                            lease_seconds=LEASE_SECONDS))[0]
     ctx = CommandContext(rig.store, claimed, LEASE_SECONDS)
     heartbeat = Heartbeat(LEASE_SECONDS)
     assert heartbeat.interval == LEASE_SECONDS / 3
     heartbeat.track(ctx)
     rig.clock.advance(10)
     heartbeat.beat()
-    record = rig.store.read(lambda tx: tx.get_command("cmd_hb"))
+    record = rig.store.read(lambda tx: tx.outbox.get("cmd_hb"))
     assert record is not None
     assert record.lease_until == rig.clock.now() + timedelta(seconds=LEASE_SECONDS)
     assert record.last_heartbeat_at == rig.clock.now()
@@ -132,7 +132,7 @@ def test_heartbeat_renews_from_the_store_clock_and_records_history(rig: Rig) -> 
     last = rig.lease_events("cmd_hb")[-1]
     assert (last.event, last.delivery, last.lease_until) == ("heartbeat", 1, record.lease_until)
 
-    assert rig.store.transact(lambda tx: tx.abort_command("cmd_hb", "stop"))
+    assert rig.store.transact(lambda tx: tx.outbox.abort("cmd_hb", "stop"))
     heartbeat.beat()
     assert ctx.lost
     with pytest.raises(LeaseLost):

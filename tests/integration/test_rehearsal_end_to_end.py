@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from fencepost.catalog.manifest import load_package
 from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus
 from fencepost.evidence.gate import GateReport
 from fencepost.evidence.receipts import verify_receipt
-from fencepost.rehearsal.package import load_package
 from fencepost.rehearsal.scenarios import SCENARIO_CODES
 from integration.rig import Rig, copy_example, write_package
 
@@ -89,7 +89,7 @@ def test_migration_sql_error_fails_the_attempt_and_blocks_the_gate(rig: Rig) -> 
     assert failed["result"] == {"failed_migration": "0002_bad", "applied": ["0001_ok"]}
     assert verify_receipt(receipts[0]).ok
     assert all(r.evidence is None for r in receipts[1:])
-    command = rig.store.read(lambda tx: tx.get_command(attempt.command_id))
+    command = rig.store.read(lambda tx: tx.outbox.get(attempt.command_id))
     assert command is not None and command.last_error is not None and "no_such_table" in command.last_error
     assert [e.event for e in rig.lease_events(attempt.command_id)][-1] == "fail"
     report = rig.service.gate(run.id)
@@ -181,7 +181,7 @@ def test_frozen_package_ignores_edits_on_disk_after_create_run(rig: Rig) -> None
         assert install["result"]["schema"]["objects"] == {"index": 2, "table": 3, "view": 1}
         assert "sneaked_in" not in rig.evidence(receipts[2])["result"]["tables"]
     assert rig.service.gate(run.id).passed
-    stored = {f.path: f.content for f in rig.store.read(lambda tx: tx.run_files(run.id))}
+    stored = {f.path: f.content for f in rig.store.read(lambda tx: tx.rehearsal.run_files(run.id))}
     assert stored["seed/demo.sql"] == (Path(__file__).resolve().parents[2] / "examples" / "inventory" / "seed"
                                        / "demo.sql").read_bytes()
 
@@ -194,5 +194,5 @@ def test_gate_blocks_a_newer_pending_attempt_and_a_retired_run(rig: Rig) -> None
     assert checks["latest_attempt_succeeded"] == (False, "Attempt #2 is PENDING")
     rig.run_worker()
     assert rig.service.gate(run.id).passed
-    assert rig.store.transact(lambda tx: tx.retire_run(run.id))
+    assert rig.store.transact(lambda tx: tx.rehearsal.retire_run(run.id))
     assert _checks(rig.service.gate(run.id))["run_ready"] == (False, "Run is RETIRED")

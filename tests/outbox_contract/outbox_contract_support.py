@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from fencepost.outbox import CommandContext, FunctionHandler, HandlerRegistry, Worker, WorkerConfig
 from fencepost.store import Store
-from fencepost.store.base import Transaction
+from fencepost.store.ports import UnitOfWork
 from fencepost.store.records import CommandRecord
 from helpers.store_backends import StoreBackend
 
@@ -28,9 +28,9 @@ def insert(store: Store, command_id: str, *, kind: str = KIND, payload: dict[str
            delay: float = 0.0) -> None:
     """Enqueue one command, due ``delay`` seconds after the store's now."""
 
-    def unit(tx: Transaction) -> None:
-        tx.insert_command(command_id=command_id, kind=kind, payload=payload or {"n": command_id},
-                          available_at=tx.now() + timedelta(seconds=delay))
+    def unit(tx: UnitOfWork) -> None:
+        tx.outbox.insert(command_id=command_id, kind=kind, payload=payload or {"n": command_id},
+                         available_at=tx.now() + timedelta(seconds=delay))
 
     store.transact(unit)
 
@@ -49,18 +49,18 @@ def worker(store: Store, backend: StoreBackend, fn: Callable[[CommandContext], N
 
 
 def command(store: Store, command_id: str) -> CommandRecord:
-    found = store.read(lambda tx: tx.get_command(command_id))
+    found = store.read(lambda tx: tx.outbox.get(command_id))
     assert found is not None, f"no command {command_id}"
     return found
 
 
 def exists(store: Store, command_id: str) -> bool:
-    return store.read(lambda tx: tx.get_command(command_id)) is not None
+    return store.read(lambda tx: tx.outbox.get(command_id)) is not None
 
 
 def history(store: Store, command_id: str) -> list[tuple[str, str | None, int]]:
     """``(event, owner, delivery)`` of every lease event of the command, in order."""
-    return [(e.event, e.owner, e.delivery) for e in store.read(lambda tx: tx.lease_events(command_id))]
+    return [(e.event, e.owner, e.delivery) for e in store.read(lambda tx: tx.outbox.lease_events(command_id))]
 
 
 class Running:

@@ -20,7 +20,8 @@ from outbox_contract_support import KIND, OTHER, Running, command, insert, worke
 
 from fencepost.core.statuses import CommandStatus
 from fencepost.store import Store
-from fencepost.store.base import Transaction, WorkWaiter
+from fencepost.store.base import WorkWaiter
+from fencepost.store.ports import UnitOfWork
 from fencepost.store.postgres.listen import PostgresWorkWaiter
 from fencepost.store.postgres.store import PostgresStore
 from helpers.store_backends import StoreBackend, postgres_url, store_backend
@@ -125,8 +126,8 @@ def test_nothing_wakes_the_waiter_but_due_committed_work_of_its_kinds_in_its_sch
     producer = pg_backend.open()
 
     def rolled_back() -> None:
-        def unit(tx: Transaction) -> None:
-            tx.insert_command(command_id="c-rolled-back", kind=KIND, payload={})
+        def unit(tx: UnitOfWork) -> None:
+            tx.outbox.insert(command_id="c-rolled-back", kind=KIND, payload={})
             raise RuntimeError("roll back")
 
         with pytest.raises(RuntimeError):
@@ -153,13 +154,13 @@ def test_release_and_reconcile_wake_the_waiter(pg: Store, pg_backend: StoreBacke
     assert waiter.wait_for_work(LONG) is True  # the enqueues (two transactions: one or two wake-ups)
     while waiter.wait_for_work(0.5):
         pass
-    leases = pg.transact(lambda tx: tx.claim_commands(owner="w", kinds=[KIND], limit=2,
-                                                      lease_seconds=pg_backend.short_lease))
+    leases = pg.transact(lambda tx: tx.outbox.claim(owner="w", kinds=[KIND], limit=2,
+                                                    lease_seconds=pg_backend.short_lease))
     assert waiter.wait_for_work(0.3) is False, "a claim woke the waiter"
-    _later(0.1, lambda: pg.transact(lambda tx: tx.release_command(leases[0].lease)))
+    _later(0.1, lambda: pg.transact(lambda tx: tx.outbox.release(leases[0].lease)))
     assert _timed_wait(waiter, LONG)[0] is True
     pg_backend.expire()
-    _later(0.1, lambda: pg.transact(lambda tx: tx.reconcile_command(leases[1].id)))
+    _later(0.1, lambda: pg.transact(lambda tx: tx.outbox.reconcile(leases[1].id)))
     assert _timed_wait(waiter, LONG)[0] is True
     assert {command(pg, c).status for c in ("c1", "c2")} == {CommandStatus.PENDING}
 

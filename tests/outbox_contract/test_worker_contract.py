@@ -17,7 +17,7 @@ from fencepost.core.errors import LeaseActive, LeaseLost
 from fencepost.core.statuses import CommandStatus
 from fencepost.outbox import CommandContext
 from fencepost.store import Store
-from fencepost.store.base import Transaction
+from fencepost.store.ports import UnitOfWork
 from helpers.store_backends import StoreBackend
 from helpers.waiting import wait_until
 
@@ -39,7 +39,7 @@ def test_a_worker_claims_only_its_kinds_and_delivers_each_batch_in_one_transacti
         assert history(store, f"c{i}") == [("claim", "w-a", 1), ("deliver", "w-a", 1)]
     assert command(store, "c-other").status is CommandStatus.PENDING
     # The first batch's two deliveries were one transaction: one instant of the store's clock.
-    delivered_at = {c: next(e.at for e in store.read(lambda tx, c=c: tx.lease_events(c)) if e.event == "deliver")
+    delivered_at = {c: next(e.at for e in store.read(lambda tx, c=c: tx.outbox.lease_events(c)) if e.event == "deliver")
                     for c in ("c0", "c1")}
     assert delivered_at["c0"] == delivered_at["c1"]
 
@@ -54,7 +54,7 @@ def test_the_heartbeat_keeps_a_long_handler_s_lease_alive(store: Store, backend:
             backend.advance(lease / 2)
             w.heartbeat.beat()  # what the heartbeat thread does every lease/3
             assert not ctx.lost
-            rival_claims.append(len(rival.transact(lambda tx: tx.claim_commands(
+            rival_claims.append(len(rival.transact(lambda tx: tx.outbox.claim(
                 owner="rival", kinds=[KIND], limit=10, lease_seconds=lease))))
 
     insert(store, "c1")
@@ -62,7 +62,7 @@ def test_the_heartbeat_keeps_a_long_handler_s_lease_alive(store: Store, backend:
     assert w.run_once() == 1
     assert rival_claims == [0, 0, 0, 0], "an active lease was handed to another worker"
     assert (w.stats.delivered, w.stats.lost) == (1, 0)
-    events = store.read(lambda tx: tx.lease_events("c1"))
+    events = store.read(lambda tx: tx.outbox.lease_events("c1"))
     assert [e.event for e in events] == ["claim"] + ["heartbeat"] * 4 + ["deliver"]
     for e in events[:-1]:
         assert e.lease_until is not None
@@ -79,8 +79,8 @@ def test_an_expired_lease_is_taken_over_and_the_stale_worker_is_fenced(store: St
             assert b.run_once() == 1  # ... and worker B takes the command over and finishes it
             stale["renewed"] = ctx.heartbeat()
 
-            def side_effect(tx: Transaction) -> None:
-                tx.insert_command(command_id="side-a", kind=OTHER, payload={"from": "stale"})
+            def side_effect(tx: UnitOfWork) -> None:
+                tx.outbox.insert(command_id="side-a", kind=OTHER, payload={"from": "stale"})
 
             ctx.fenced(side_effect, name="contract.stale")  # must raise LeaseLost and persist nothing
 
@@ -99,16 +99,16 @@ def test_an_expired_lease_is_taken_over_and_the_stale_worker_is_fenced(store: St
 
 def test_a_stale_finish_after_takeover_raises_lease_lost(store: Store, backend: StoreBackend) -> None:
     insert(store, "c1")
-    dead = store.transact(lambda tx: tx.claim_commands(owner="dead", kinds=[KIND], limit=1,
-                                                       lease_seconds=backend.short_lease))[0]
+    dead = store.transact(lambda tx: tx.outbox.claim(owner="dead", kinds=[KIND], limit=1,
+                                                     lease_seconds=backend.short_lease))[0]
     backend.expire()
     deliveries: list[int] = []
     w = worker(store, backend, lambda ctx: deliveries.append(ctx.delivery), worker_id="w-b")
     assert w.run_once() == 1
     assert deliveries == [2]
-    for stale_write in (lambda tx: tx.finish_command(dead.lease, CommandStatus.FAILED, "stale"),
-                        lambda tx: tx.renew_lease(dead.lease, lease_seconds=backend.short_lease),
-                        lambda tx: tx.release_command(dead.lease)):
+    for stale_write in (lambda tx: tx.outbox.finish(dead.lease, CommandStatus.FAILED, "stale"),
+                        lambda tx: tx.outbox.renew(dead.lease, lease_seconds=backend.short_lease),
+                        lambda tx: tx.outbox.release(dead.lease)):
         with pytest.raises(LeaseLost):
             store.transact(stale_write)
     record = command(store, "c1")
@@ -123,7 +123,7 @@ def test_reconcile_refuses_an_active_lease_and_returns_an_expired_one_to_pending
     def handler(ctx: CommandContext) -> None:
         if ctx.command.id == "c-active":
             with pytest.raises(LeaseActive) as caught:
-                store.transact(lambda tx: tx.reconcile_command("c-active"))
+                store.transact(lambda tx: tx.outbox.reconcile("c-active"))
             refused.append(str(caught.value))
 
     insert(store, "c-active")
@@ -133,10 +133,10 @@ def test_reconcile_refuses_an_active_lease_and_returns_an_expired_one_to_pending
     assert command(store, "c-active").status is CommandStatus.DELIVERED
 
     insert(store, "c-dead")
-    store.transact(lambda tx: tx.claim_commands(owner="dead", kinds=[KIND], limit=1,
-                                                lease_seconds=backend.short_lease))
+    store.transact(lambda tx: tx.outbox.claim(owner="dead", kinds=[KIND], limit=1,
+                                              lease_seconds=backend.short_lease))
     backend.expire()
-    reconciled = store.transact(lambda tx: tx.reconcile_command("c-dead"))
+    reconciled = store.transact(lambda tx: tx.outbox.reconcile("c-dead"))
     assert (reconciled.status, reconciled.lease_owner, reconciled.delivery_count) == (CommandStatus.PENDING, None, 1)
     assert w.run_once() == 1
     record = command(store, "c-dead")
@@ -149,17 +149,17 @@ def test_abort_fences_the_running_worker(store: Store, backend: StoreBackend) ->
     outcome: dict[str, object] = {}
 
     def aborted_meanwhile(ctx: CommandContext) -> None:
-        assert store.transact(lambda tx: tx.abort_command(ctx.command.id, "operator abort"))
+        assert store.transact(lambda tx: tx.outbox.abort(ctx.command.id, "operator abort"))
         outcome["renewed"] = ctx.heartbeat()
 
-        def side_effect(tx: Transaction) -> None:
-            tx.insert_command(command_id="side-aborted", kind=OTHER, payload={"from": "aborted"})
+        def side_effect(tx: UnitOfWork) -> None:
+            tx.outbox.insert(command_id="side-aborted", kind=OTHER, payload={"from": "aborted"})
 
         ctx.fenced(side_effect, name="contract.after-abort")
 
     insert(store, "c1")
     insert(store, "c-pending")
-    assert store.transact(lambda tx: tx.abort_command("c-pending", "not needed"))
+    assert store.transact(lambda tx: tx.outbox.abort("c-pending", "not needed"))
     w = worker(store, backend, aborted_meanwhile, worker_id="w-a", lease=backend.long_lease)
     assert w.run_once() == 1, "an aborted PENDING command was claimed"
     assert w.run_once() == 0
@@ -170,7 +170,7 @@ def test_abort_fences_the_running_worker(store: Store, backend: StoreBackend) ->
     assert history(store, "c1") == [("claim", "w-a", 1), ("abort", None, 1)]
     assert not exists(store, "side-aborted"), "a write after abort was persisted"
     assert command(store, "c-pending").status is CommandStatus.ABORTED
-    assert not store.transact(lambda tx: tx.abort_command("c1", "again")), "a terminal command was aborted twice"
+    assert not store.transact(lambda tx: tx.outbox.abort("c1", "again")), "a terminal command was aborted twice"
 
 
 def test_a_graceful_stop_releases_the_batch_for_the_next_worker(store: Store, backend: StoreBackend) -> None:
@@ -241,5 +241,5 @@ def test_the_run_loop_drains_wakes_on_request_and_stops_cleanly(store: Store, ba
         running.stop()
     assert sorted(handled) == sorted([f"c{i}" for i in range(25)] + ["c-late"])
     assert w.stats.delivered == 26 and w.stats.lost == 0
-    counts = store.read(lambda tx: tx.count_commands_by_status())
+    counts = store.read(lambda tx: tx.outbox.count_by_status())
     assert counts == {CommandStatus.DELIVERED: 26}

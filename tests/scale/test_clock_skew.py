@@ -147,7 +147,7 @@ class Holder:
         try:
             while not self._dead.wait(LEASE / 4):
                 self.lease = self.store.transact(
-                    lambda tx: tx.renew_lease(self.lease, lease_seconds=LEASE))  # LeaseLost if stolen
+                    lambda tx: tx.outbox.renew(self.lease, lease_seconds=LEASE))  # LeaseLost if stolen
                 self.beats += 1
         except BaseException as error:
             self.error = error
@@ -167,8 +167,8 @@ def test_a_skewed_worker_takes_over_a_lapsed_lease_only_when_the_server_says_it_
     # Another worker (this process, on the server's clock) claims the Attempt's command through the store, as
     # ``fencepost worker`` does, and keeps its 2 s lease alive while the skewed worker starts and polls every
     # 0.1 s: a +5h clock would steal it at once. Then the holder dies silently.
-    [claimed] = db.store.transact(lambda tx: tx.claim_commands(owner="holder", kinds=[KIND], limit=1,
-                                                               lease_seconds=LEASE))
+    [claimed] = db.store.transact(lambda tx: tx.outbox.claim(owner="holder", kinds=[KIND], limit=1,
+                                                             lease_seconds=LEASE))
     assert claimed.id == attempt.command_id
     holder = Holder(db.store, claimed.lease)
     skewed = start_skewed(fleet, "skewed", skew)

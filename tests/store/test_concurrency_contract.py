@@ -12,7 +12,7 @@ from typing import Any
 
 from fencepost.core.statuses import CommandStatus
 from fencepost.store import Store
-from fencepost.store.base import Transaction
+from fencepost.store.ports import UnitOfWork
 from helpers.store_backends import StoreBackend
 
 THREADS = 4
@@ -43,9 +43,9 @@ def run_threads(target: Callable[[int], Any], count: int = THREADS) -> list[Any]
 def test_concurrent_claims_hand_every_command_to_exactly_one_worker(store: Store, backend: StoreBackend) -> None:
     total = 500
 
-    def seed(tx: Transaction) -> None:
+    def seed(tx: UnitOfWork) -> None:
         for i in range(total):
-            tx.insert_command(command_id=f"c{i:03d}", kind="k", payload={"i": i})
+            tx.outbox.insert(command_id=f"c{i:03d}", kind="k", payload={"i": i})
 
     store.transact(seed)
     stores = [backend.open() for _ in range(THREADS)]
@@ -54,10 +54,10 @@ def test_concurrent_claims_hand_every_command_to_exactly_one_worker(store: Store
         mine: list[str] = []
         own = stores[index]
         while True:
-            got = own.transact(lambda tx: tx.claim_commands(owner=f"w{index}", kinds=["k"], limit=7,
-                                                            lease_seconds=backend.long_lease))
+            got = own.transact(lambda tx: tx.outbox.claim(owner=f"w{index}", kinds=["k"], limit=7,
+                                                          lease_seconds=backend.long_lease))
             mine.extend(c.id for c in got)
-            if not got and own.read(lambda tx: tx.count_commands_by_status()).get(CommandStatus.PENDING, 0) == 0:
+            if not got and own.read(lambda tx: tx.outbox.count_by_status()).get(CommandStatus.PENDING, 0) == 0:
                 return mine
 
     claimed = run_threads(worker)
@@ -67,27 +67,27 @@ def test_concurrent_claims_hand_every_command_to_exactly_one_worker(store: Store
         # SKIP LOCKED lets claimers proceed side by side. (SQLite serializes writers and its busy handler
         # backs off, so there one worker may legitimately win every round.)
         assert sum(1 for ids in claimed if ids) >= 2, "the claims did not interleave at all"
-    events = store.read(lambda tx: [tx.lease_events(f"c{i:03d}") for i in range(total)])
+    events = store.read(lambda tx: [tx.outbox.lease_events(f"c{i:03d}") for i in range(total)])
     assert all([(e.event, e.delivery) for e in ev] == [("claim", 1)] for ev in events)
-    assert store.read(lambda tx: tx.count_commands_by_status()) == {CommandStatus.PROCESSING: total}
+    assert store.read(lambda tx: tx.outbox.count_by_status()) == {CommandStatus.PROCESSING: total}
 
 
 def test_concurrent_takeovers_of_expired_leases_never_double_claim(store: Store, backend: StoreBackend) -> None:
     total = 120
-    def seed(tx: Transaction) -> None:
+    def seed(tx: UnitOfWork) -> None:
         for i in range(total):
-            tx.insert_command(command_id=f"c{i:03d}", kind="k", payload={})
+            tx.outbox.insert(command_id=f"c{i:03d}", kind="k", payload={})
 
     store.transact(seed)
-    store.transact(lambda tx: tx.claim_commands(owner="dead", kinds=["k"], limit=total,
-                                                lease_seconds=backend.short_lease))
+    store.transact(lambda tx: tx.outbox.claim(owner="dead", kinds=["k"], limit=total,
+                                              lease_seconds=backend.short_lease))
     backend.expire()
     stores = [backend.open() for _ in range(THREADS)]
 
     def worker(index: int) -> list[tuple[str, int]]:
         mine: list[tuple[str, int]] = []
         while True:
-            got = stores[index].transact(lambda tx: tx.claim_commands(
+            got = stores[index].transact(lambda tx: tx.outbox.claim(
                 owner=f"w{index}", kinds=["k"], limit=5, lease_seconds=backend.long_lease))
             if not got:
                 return mine
@@ -100,9 +100,9 @@ def test_concurrent_takeovers_of_expired_leases_never_double_claim(store: Store,
 def test_concurrent_enqueues_for_one_run_get_distinct_attempt_numbers(store: Store, backend: StoreBackend) -> None:
     from fencepost.core.fingerprint import sha256_bytes
 
-    store.transact(lambda tx: tx.insert_run(run_id="run1", package_name="p", package_version="1",
-                                            previous_version=None, content_digest=sha256_bytes(b"p"),
-                                            manifest={}, files=[]))
+    store.transact(lambda tx: tx.rehearsal.insert_run(run_id="run1", package_name="p", package_version="1",
+                                                      previous_version=None, content_digest=sha256_bytes(b"p"),
+                                                      manifest={}, files=[]))
     stores = [backend.open() for _ in range(THREADS)]
     per_thread = 8
 
@@ -111,10 +111,11 @@ def test_concurrent_enqueues_for_one_run_get_distinct_attempt_numbers(store: Sto
         for n in range(per_thread):
             attempt_id = f"a{index}-{n}"
 
-            def fn(tx: Transaction, attempt_id: str = attempt_id) -> int:
-                seq = tx.next_attempt_seq("run1")
-                tx.insert_command(command_id=f"cmd-{attempt_id}", kind="rehearsal", payload={})
-                tx.insert_attempt(attempt_id=attempt_id, run_id="run1", seq=seq, command_id=f"cmd-{attempt_id}",
+            def fn(tx: UnitOfWork, attempt_id: str = attempt_id) -> int:
+                seq = tx.rehearsal.next_attempt_seq("run1")
+                tx.outbox.insert(command_id=f"cmd-{attempt_id}", kind="rehearsal", payload={})
+                tx.rehearsal.insert_attempt(attempt_id=attempt_id, run_id="run1", seq=seq,
+                                            command_id=f"cmd-{attempt_id}",
                                   receipts=[(f"{attempt_id}-r1", 1, "install")])
                 return seq
 

@@ -15,23 +15,23 @@ from fencepost.core.canonical import canonical_json
 from fencepost.core.errors import Conflict, LeaseActive, LeaseLost, NotFound
 from fencepost.core.statuses import CommandStatus
 from fencepost.store import Store
-from fencepost.store.base import Transaction
+from fencepost.store.ports import UnitOfWork
 from fencepost.store.records import ClaimedCommand, Lease
 from helpers.store_backends import StoreBackend
 from helpers.store_reads import raw, read_command
 
 
 def insert(store: Store, *ids: str, kind: str = "k", **extra: Any) -> None:
-    def fn(tx: Transaction) -> None:
+    def fn(tx: UnitOfWork) -> None:
         for command_id in ids:
-            tx.insert_command(command_id=command_id, kind=kind, payload={"id": command_id}, **extra)
+            tx.outbox.insert(command_id=command_id, kind=kind, payload={"id": command_id}, **extra)
 
     store.transact(fn)
 
 
 def claim(store: Store, owner: str, lease_seconds: float, kinds: list[str] | None = None,
           limit: int = 10) -> list[ClaimedCommand]:
-    return store.transact(lambda tx: tx.claim_commands(owner=owner, kinds=kinds or ["k"], limit=limit,
+    return store.transact(lambda tx: tx.outbox.claim(owner=owner, kinds=kinds or ["k"], limit=limit,
                                                         lease_seconds=lease_seconds))
 
 
@@ -41,7 +41,7 @@ def claim_one(store: Store, owner: str, lease_seconds: float) -> ClaimedCommand:
     return got[0]
 
 
-def raw_token(tx: Transaction, command_id: str) -> str | None:
+def raw_token(tx: UnitOfWork, command_id: str) -> str | None:
     # Test-only peek at the private column, to prove it never leaks anywhere else.
     rows = raw(tx, f"SELECT lease_token FROM commands WHERE id = '{command_id}'")
     return None if rows[0][0] is None else str(rows[0][0])
@@ -50,10 +50,10 @@ def raw_token(tx: Transaction, command_id: str) -> str | None:
 # ── insert and read ──
 
 def test_insert_command_is_pending_with_store_times(store: Store) -> None:
-    def fn(tx: Transaction) -> Any:
+    def fn(tx: UnitOfWork) -> Any:
         now = tx.now()
-        tx.insert_command(command_id="c1", kind="k", payload={"b": [1, 2], "a": "é"})
-        return now, tx.get_command("c1")
+        tx.outbox.insert(command_id="c1", kind="k", payload={"b": [1, 2], "a": "é"})
+        return now, tx.outbox.get("c1")
 
     now, record = store.transact(fn)
     assert record.status is CommandStatus.PENDING
@@ -67,13 +67,13 @@ def test_insert_command_is_pending_with_store_times(store: Store) -> None:
 def test_payload_is_stored_as_canonical_json_text(store: Store) -> None:
     payload = {"z": 1, "a": {"y": [True, None, 1.5]}, "ü": "ß"}
     insert(store, "c1")
-    store.transact(lambda tx: tx.insert_command(command_id="c2", kind="k", payload=payload))
+    store.transact(lambda tx: tx.outbox.insert(command_id="c2", kind="k", payload=payload))
     text = store.read(lambda tx: raw(tx, "SELECT payload FROM commands WHERE id = 'c2'"))[0][0]
     assert text == canonical_json(payload)
 
 
 def test_get_unknown_command_is_none(store: Store) -> None:
-    assert store.read(lambda tx: tx.get_command("nope")) is None
+    assert store.read(lambda tx: tx.outbox.get("nope")) is None
 
 
 def test_duplicate_command_id_is_a_conflict(store: Store) -> None:
@@ -85,7 +85,7 @@ def test_duplicate_command_id_is_a_conflict(store: Store) -> None:
 def test_count_commands_by_status(store: Store, backend: StoreBackend) -> None:
     insert(store, "a", "b", "c")
     claim(store, "w", backend.long_lease, limit=1)
-    assert store.read(lambda tx: tx.count_commands_by_status()) == {
+    assert store.read(lambda tx: tx.outbox.count_by_status()) == {
         CommandStatus.PENDING: 2, CommandStatus.PROCESSING: 1}
 
 
@@ -97,7 +97,7 @@ def test_claim_issues_a_fenced_lease_from_the_store_clock(store: Store, backend:
     assert (got.id, got.kind, got.payload, got.delivery) == ("c1", "k", {"id": "c1"}, 1)
     lease = got.lease
     assert lease.owner == "w1" and lease.delivery == 1
-    events = store.read(lambda tx: tx.lease_events("c1"))
+    events = store.read(lambda tx: tx.outbox.lease_events("c1"))
     assert [(e.event, e.owner, e.delivery) for e in events] == [("claim", "w1", 1)]
     # The deadline is exactly lease_seconds after the instant the claim decision was made.
     assert lease.until - events[0].at == timedelta(seconds=30)
@@ -124,20 +124,20 @@ def test_takeover_of_an_expired_lease_fences_the_old_worker(store: Store, backen
     assert new.id == "c1" and new.delivery == 2 and new.lease.owner == "w2"
     assert new.lease.token != old.lease.token
     assert store.read(lambda tx: raw_token(tx, "c1")) not in (None, old_token)
-    events = store.read(lambda tx: tx.lease_events("c1"))
+    events = store.read(lambda tx: tx.outbox.lease_events("c1"))
     assert [(e.event, e.owner, e.delivery) for e in events] == [("claim", "w1", 1), ("takeover", "w2", 2)]
     assert read_command(store, "c1").delivery_count == 2
     # The stale worker can persist nothing more.
     with pytest.raises(LeaseLost):
-        store.transact(lambda tx: tx.renew_lease(old.lease, lease_seconds=backend.long_lease))
+        store.transact(lambda tx: tx.outbox.renew(old.lease, lease_seconds=backend.long_lease))
     with pytest.raises(LeaseLost):
-        store.transact(lambda tx: tx.finish_command(old.lease, CommandStatus.DELIVERED))
+        store.transact(lambda tx: tx.outbox.finish(old.lease, CommandStatus.DELIVERED))
     with pytest.raises(LeaseLost):
-        store.transact(lambda tx: tx.release_command(old.lease))
-    assert store.transact(lambda tx: tx.finish_commands([old.lease])) == [False]
+        store.transact(lambda tx: tx.outbox.release(old.lease))
+    assert store.transact(lambda tx: tx.outbox.finish_many([old.lease])) == [False]
     record = read_command(store, "c1")
     assert record.status is CommandStatus.PROCESSING and record.lease_owner == "w2"
-    store.transact(lambda tx: tx.finish_command(new.lease, CommandStatus.DELIVERED))
+    store.transact(lambda tx: tx.outbox.finish(new.lease, CommandStatus.DELIVERED))
     assert read_command(store, "c1").status is CommandStatus.DELIVERED
 
 
@@ -155,7 +155,7 @@ def test_claim_respects_limit(store: Store, backend: StoreBackend) -> None:
     insert(store, *(f"c{i}" for i in range(5)))
     assert len(claim(store, "w", backend.long_lease, limit=2)) == 2
     assert claim(store, "w", backend.long_lease, limit=0) == []
-    assert store.transact(lambda tx: tx.claim_commands(owner="w", kinds=[], limit=5, lease_seconds=1)) == []
+    assert store.transact(lambda tx: tx.outbox.claim(owner="w", kinds=[], limit=5, lease_seconds=1)) == []
     assert len(claim(store, "w", backend.long_lease, limit=10)) == 3
 
 
@@ -167,13 +167,13 @@ def test_claim_limit_spans_kinds(store: Store, backend: StoreBackend) -> None:
 
 def test_claim_takes_expired_leases_first_then_oldest_due(store: Store, backend: StoreBackend) -> None:
     now = store.read(lambda tx: tx.now())
-    store.transact(lambda tx: tx.insert_command(command_id="x", kind="k", payload={},
-                                                available_at=now - timedelta(seconds=100)))
+    store.transact(lambda tx: tx.outbox.insert(command_id="x", kind="k", payload={},
+                                               available_at=now - timedelta(seconds=100)))
     claim_one(store, "w1", backend.short_lease)
-    store.transact(lambda tx: tx.insert_command(command_id="late", kind="k", payload={},
-                                                available_at=now - timedelta(seconds=10)))
-    store.transact(lambda tx: tx.insert_command(command_id="early", kind="k", payload={},
-                                                available_at=now - timedelta(seconds=20)))
+    store.transact(lambda tx: tx.outbox.insert(command_id="late", kind="k", payload={},
+                                               available_at=now - timedelta(seconds=10)))
+    store.transact(lambda tx: tx.outbox.insert(command_id="early", kind="k", payload={},
+                                               available_at=now - timedelta(seconds=20)))
     backend.expire()
     assert claim_one(store, "w2", backend.long_lease).id == "x"
     assert claim_one(store, "w2", backend.long_lease).id == "early"
@@ -182,8 +182,8 @@ def test_claim_takes_expired_leases_first_then_oldest_due(store: Store, backend:
 
 def test_a_command_is_not_claimable_before_available_at(store: Store, backend: StoreBackend) -> None:
     now = store.read(lambda tx: tx.now())
-    store.transact(lambda tx: tx.insert_command(command_id="later", kind="k", payload={},
-                                                available_at=now + timedelta(seconds=backend.short_lease)))
+    store.transact(lambda tx: tx.outbox.insert(command_id="later", kind="k", payload={},
+                                               available_at=now + timedelta(seconds=backend.short_lease)))
     assert claim(store, "w", backend.long_lease) == []
     backend.expire()
     assert [c.id for c in claim(store, "w", backend.long_lease)] == ["later"]
@@ -202,11 +202,11 @@ def test_renew_extends_the_lease_and_records_a_heartbeat(store: Store, backend: 
     insert(store, "c1")
     first = claim_one(store, "w1", backend.long_lease).lease
     backend.advance(0.05)
-    renewed = store.transact(lambda tx: tx.renew_lease(first, lease_seconds=backend.long_lease))
+    renewed = store.transact(lambda tx: tx.outbox.renew(first, lease_seconds=backend.long_lease))
     assert renewed.token == first.token and renewed.delivery == 1 and renewed.until > first.until
     backend.advance(0.05)
-    store.transact(lambda tx: tx.renew_lease(renewed, lease_seconds=backend.long_lease, record=False))
-    events = store.read(lambda tx: tx.lease_events("c1"))
+    store.transact(lambda tx: tx.outbox.renew(renewed, lease_seconds=backend.long_lease, record=False))
+    events = store.read(lambda tx: tx.outbox.lease_events("c1"))
     assert [e.event for e in events] == ["claim", "heartbeat"]
     assert events[1].lease_until == renewed.until
     assert renewed.until - events[1].at == timedelta(seconds=backend.long_lease)
@@ -219,7 +219,7 @@ def test_an_expired_lease_can_still_be_renewed_until_someone_takes_it_over(
     insert(store, "c1")
     lease = claim_one(store, "w1", backend.short_lease).lease
     backend.expire()
-    renewed = store.transact(lambda tx: tx.renew_lease(lease, lease_seconds=backend.long_lease))
+    renewed = store.transact(lambda tx: tx.outbox.renew(lease, lease_seconds=backend.long_lease))
     assert claim(store, "w2", backend.long_lease) == []
     assert read_command(store, "c1").lease_until == renewed.until
 
@@ -231,15 +231,15 @@ def test_finish_command_is_terminal_and_clears_the_lease(
         store: Store, backend: StoreBackend, status: CommandStatus, event: str) -> None:
     insert(store, "c1")
     lease = claim_one(store, "w1", backend.long_lease).lease
-    store.transact(lambda tx: tx.finish_command(lease, status, error="boom" if event == "fail" else None))
+    store.transact(lambda tx: tx.outbox.finish(lease, status, error="boom" if event == "fail" else None))
     record = read_command(store, "c1")
     assert record.status is status and record.finished_at is not None
     assert record.lease_owner is None and record.lease_until is None
     assert record.last_error == ("boom" if event == "fail" else None)
     assert store.read(lambda tx: raw_token(tx, "c1")) is None
-    assert [e.event for e in store.read(lambda tx: tx.lease_events("c1"))] == ["claim", event]
+    assert [e.event for e in store.read(lambda tx: tx.outbox.lease_events("c1"))] == ["claim", event]
     with pytest.raises(LeaseLost):
-        store.transact(lambda tx: tx.finish_command(lease, status))
+        store.transact(lambda tx: tx.outbox.finish(lease, status))
     assert claim(store, "w2", backend.long_lease) == []
 
 
@@ -247,14 +247,14 @@ def test_finish_command_refuses_a_non_terminal_status(store: Store, backend: Sto
     insert(store, "c1")
     lease = claim_one(store, "w1", backend.long_lease).lease
     with pytest.raises(ValueError):
-        store.transact(lambda tx: tx.finish_command(lease, CommandStatus.PENDING))
+        store.transact(lambda tx: tx.outbox.finish(lease, CommandStatus.PENDING))
 
 
 def test_finish_commands_reports_each_lease(store: Store, backend: StoreBackend) -> None:
     insert(store, "a", "b")
     leases = {c.id: c.lease for c in claim(store, "w1", backend.long_lease)}
-    assert store.transact(lambda tx: tx.abort_command("b")) is True
-    outcome = store.transact(lambda tx: tx.finish_commands([leases["a"], leases["b"]]))
+    assert store.transact(lambda tx: tx.outbox.abort("b")) is True
+    outcome = store.transact(lambda tx: tx.outbox.finish_many([leases["a"], leases["b"]]))
     assert outcome == [True, False]
     assert (read_command(store, "a").status, read_command(store, "b").status) == (
         CommandStatus.DELIVERED, CommandStatus.ABORTED)
@@ -263,46 +263,46 @@ def test_finish_commands_reports_each_lease(store: Store, backend: StoreBackend)
 def test_release_returns_the_command_due_now(store: Store, backend: StoreBackend) -> None:
     insert(store, "c1")
     lease = claim_one(store, "w1", backend.long_lease).lease
-    store.transact(lambda tx: tx.release_command(lease))
+    store.transact(lambda tx: tx.outbox.release(lease))
     record = read_command(store, "c1")
     assert record.status is CommandStatus.PENDING and record.lease_owner is None
     assert record.available_at == record.updated_at
     again = claim_one(store, "w2", backend.long_lease)
     assert again.delivery == 2
-    assert [e.event for e in store.read(lambda tx: tx.lease_events("c1"))] == ["claim", "release", "takeover"]
+    assert [e.event for e in store.read(lambda tx: tx.outbox.lease_events("c1"))] == ["claim", "release", "takeover"]
     with pytest.raises(LeaseLost):
-        store.transact(lambda tx: tx.release_command(lease))
+        store.transact(lambda tx: tx.outbox.release(lease))
 
 
 # ── reconcile ──
 
 def test_reconcile_an_unknown_command_is_not_found(store: Store) -> None:
     with pytest.raises(NotFound):
-        store.transact(lambda tx: tx.reconcile_command("nope"))
+        store.transact(lambda tx: tx.outbox.reconcile("nope"))
 
 
 def test_reconcile_refuses_an_active_lease(store: Store, backend: StoreBackend) -> None:
     insert(store, "c1")
     lease = claim_one(store, "w1", backend.long_lease).lease
     with pytest.raises(LeaseActive) as caught:
-        store.transact(lambda tx: tx.reconcile_command("c1"))
+        store.transact(lambda tx: tx.outbox.reconcile("c1"))
     assert caught.value.lease_until == lease.until
     assert read_command(store, "c1").status is CommandStatus.PROCESSING
-    store.transact(lambda tx: tx.renew_lease(lease, lease_seconds=backend.long_lease))
+    store.transact(lambda tx: tx.outbox.renew(lease, lease_seconds=backend.long_lease))
 
 
 def test_reconcile_returns_an_expired_lease_to_pending(store: Store, backend: StoreBackend) -> None:
     insert(store, "c1")
     lease = claim_one(store, "w1", backend.short_lease).lease
     backend.expire()
-    record = store.transact(lambda tx: tx.reconcile_command("c1"))
+    record = store.transact(lambda tx: tx.outbox.reconcile("c1"))
     assert record.status is CommandStatus.PENDING and record.lease_owner is None
     assert record.lease_until is None and record.delivery_count == 1
     assert store.read(lambda tx: raw_token(tx, "c1")) is None
-    events = store.read(lambda tx: tx.lease_events("c1"))
+    events = store.read(lambda tx: tx.outbox.lease_events("c1"))
     assert [(e.event, e.owner, e.delivery) for e in events] == [("claim", "w1", 1), ("reconcile", None, 1)]
     with pytest.raises(LeaseLost):
-        store.transact(lambda tx: tx.renew_lease(lease, lease_seconds=backend.long_lease))
+        store.transact(lambda tx: tx.outbox.renew(lease, lease_seconds=backend.long_lease))
     assert claim_one(store, "w2", backend.long_lease).delivery == 2
 
 
@@ -312,11 +312,11 @@ def test_reconcile_refuses_a_command_that_is_not_processing(
     insert(store, "c1")
     if state == "delivered":
         lease = claim_one(store, "w1", backend.long_lease).lease
-        store.transact(lambda tx: tx.finish_command(lease, CommandStatus.DELIVERED))
+        store.transact(lambda tx: tx.outbox.finish(lease, CommandStatus.DELIVERED))
     elif state == "aborted":
-        store.transact(lambda tx: tx.abort_command("c1"))
+        store.transact(lambda tx: tx.outbox.abort("c1"))
     with pytest.raises(Conflict) as caught:
-        store.transact(lambda tx: tx.reconcile_command("c1"))
+        store.transact(lambda tx: tx.outbox.reconcile("c1"))
     assert not isinstance(caught.value, LeaseActive)
 
 
@@ -324,32 +324,32 @@ def test_reconcile_refuses_a_command_that_is_not_processing(
 
 def test_abort_a_pending_command(store: Store) -> None:
     insert(store, "c1")
-    assert store.transact(lambda tx: tx.abort_command("c1", error="operator")) is True
+    assert store.transact(lambda tx: tx.outbox.abort("c1", error="operator")) is True
     record = read_command(store, "c1")
     assert record.status is CommandStatus.ABORTED and record.finished_at is not None
     assert record.last_error == "operator"
-    assert [(e.event, e.delivery) for e in store.read(lambda tx: tx.lease_events("c1"))] == [("abort", 0)]
+    assert [(e.event, e.delivery) for e in store.read(lambda tx: tx.outbox.lease_events("c1"))] == [("abort", 0)]
 
 
 def test_abort_fences_the_active_worker(store: Store, backend: StoreBackend) -> None:
     insert(store, "c1")
     lease = claim_one(store, "w1", backend.long_lease).lease
-    assert store.transact(lambda tx: tx.abort_command("c1")) is True
+    assert store.transact(lambda tx: tx.outbox.abort("c1")) is True
     assert store.read(lambda tx: raw_token(tx, "c1")) is None
     with pytest.raises(LeaseLost):
-        store.transact(lambda tx: tx.renew_lease(lease, lease_seconds=backend.long_lease))
+        store.transact(lambda tx: tx.outbox.renew(lease, lease_seconds=backend.long_lease))
     with pytest.raises(LeaseLost):
-        store.transact(lambda tx: tx.finish_command(lease, CommandStatus.DELIVERED))
+        store.transact(lambda tx: tx.outbox.finish(lease, CommandStatus.DELIVERED))
     assert read_command(store, "c1").status is CommandStatus.ABORTED
     assert claim(store, "w2", backend.long_lease) == []
 
 
 def test_abort_of_a_terminal_or_unknown_command_changes_nothing(store: Store) -> None:
     insert(store, "c1")
-    assert store.transact(lambda tx: tx.abort_command("c1")) is True
-    assert store.transact(lambda tx: tx.abort_command("c1")) is False
-    assert store.transact(lambda tx: tx.abort_command("nope")) is False
-    assert len(store.read(lambda tx: tx.lease_events("c1"))) == 1
+    assert store.transact(lambda tx: tx.outbox.abort("c1")) is True
+    assert store.transact(lambda tx: tx.outbox.abort("c1")) is False
+    assert store.transact(lambda tx: tx.outbox.abort("nope")) is False
+    assert len(store.read(lambda tx: tx.outbox.lease_events("c1"))) == 1
 
 
 # ── heartbeat history and the private token ──
@@ -357,17 +357,17 @@ def test_abort_of_a_terminal_or_unknown_command_changes_nothing(store: Store) ->
 def test_lease_events_keep_the_whole_history_in_order(store: Store, backend: StoreBackend) -> None:
     insert(store, "c1")
     first = claim_one(store, "w1", backend.short_lease).lease
-    store.transact(lambda tx: tx.renew_lease(first, lease_seconds=backend.short_lease))
+    store.transact(lambda tx: tx.outbox.renew(first, lease_seconds=backend.short_lease))
     backend.expire()
     second = claim_one(store, "w2", backend.long_lease).lease
-    store.transact(lambda tx: tx.finish_command(second, CommandStatus.FAILED, error="x"))
-    events = store.read(lambda tx: tx.lease_events("c1"))
+    store.transact(lambda tx: tx.outbox.finish(second, CommandStatus.FAILED, error="x"))
+    events = store.read(lambda tx: tx.outbox.lease_events("c1"))
     assert [(e.event, e.owner, e.delivery) for e in events] == [
         ("claim", "w1", 1), ("heartbeat", "w1", 1), ("takeover", "w2", 2), ("fail", "w2", 2)]
     assert [e.seq for e in events] == sorted(e.seq for e in events)
     assert [e.at for e in events] == sorted(e.at for e in events)
     assert all(e.command_id == "c1" and e.at.utcoffset() == timedelta(0) for e in events)
-    assert store.read(lambda tx: tx.lease_events("other")) == []
+    assert store.read(lambda tx: tx.outbox.lease_events("other")) == []
 
 
 def test_the_token_never_leaves_the_lease(store: Store, backend: StoreBackend) -> None:
@@ -376,14 +376,14 @@ def test_the_token_never_leaves_the_lease(store: Store, backend: StoreBackend) -
     token = claimed.lease.token
     assert store.read(lambda tx: raw_token(tx, "c1")) == token
     record = read_command(store, "c1")
-    events = store.read(lambda tx: tx.lease_events("c1"))
+    events = store.read(lambda tx: tx.outbox.lease_events("c1"))
     for shown in (repr(claimed), repr(claimed.lease), repr(record), repr(events), str(vars(record))):
         assert token not in shown
     assert "token" not in vars(record)
     backend.expire()
     claim_one(store, "w2", backend.long_lease)
     with pytest.raises(LeaseLost) as lost:
-        store.transact(lambda tx: tx.renew_lease(claimed.lease, lease_seconds=1))
+        store.transact(lambda tx: tx.outbox.renew(claimed.lease, lease_seconds=1))
     assert token not in str(lost.value)
 
 

@@ -16,7 +16,8 @@ from fencepost.core.clock import ManualClock
 from fencepost.core.errors import Conflict, InvalidInput, StoreUnavailable
 from fencepost.core.statuses import CommandStatus
 from fencepost.store import Store, open_store
-from fencepost.store.base import StoreBusy, Transaction
+from fencepost.store.base import StoreBusy
+from fencepost.store.ports import UnitOfWork
 from fencepost.store.postgres.store import PostgresStore, _Scrubber, translate_postgres_error
 from helpers.store_backends import StoreBackend, admin_connect
 from helpers.store_reads import raw, read_command
@@ -30,9 +31,9 @@ def pg(pg_backend: StoreBackend) -> Store:
 
 
 def seed(store: Store, *ids: str) -> None:
-    def fn(tx: Transaction) -> None:
+    def fn(tx: UnitOfWork) -> None:
         for command_id in ids:
-            tx.insert_command(command_id=command_id, kind="k", payload={})
+            tx.outbox.insert(command_id=command_id, kind="k", payload={})
 
     store.transact(fn)
 
@@ -105,17 +106,17 @@ def test_the_server_clock_rules_not_the_client_clock(pg_backend: StoreBackend) -
     server_now = store.read(lambda tx: tx.now())
     assert abs(server_now - datetime.now(UTC)) < timedelta(seconds=60)  # same machine in the test
     assert server_now.tzinfo is UTC
-    lease = store.transact(lambda tx: tx.claim_commands(owner="w", kinds=["k"], limit=1, lease_seconds=60))[0].lease
+    lease = store.transact(lambda tx: tx.outbox.claim(owner="w", kinds=["k"], limit=1, lease_seconds=60))[0].lease
     assert lease.until.tzinfo is UTC and lease.until > server_now + timedelta(seconds=59)
     record = read_command(store, "c1")
     assert record.created_at.year == server_now.year != 2000
 
 
 def test_tx_now_is_the_server_instant_the_statements_use(pg: Store) -> None:
-    def fn(tx: Transaction) -> Any:
+    def fn(tx: UnitOfWork) -> Any:
         now = tx.now()
-        tx.insert_command(command_id="c1", kind="k", payload={})
-        claimed = tx.claim_commands(owner="w", kinds=["k"], limit=1, lease_seconds=2.5)
+        tx.outbox.insert(command_id="c1", kind="k", payload={})
+        claimed = tx.outbox.claim(owner="w", kinds=["k"], limit=1, lease_seconds=2.5)
         return now, claimed[0].lease.until
 
     now, until = pg.transact(fn)
@@ -130,20 +131,20 @@ def test_claim_skips_a_locked_row_without_waiting(pg: Store, pg_backend: StoreBa
     seed(pg, "a", "b", "c")
     with locked_by_other_session(pg_backend, "b"):
         started = time.monotonic()
-        got = pg.transact(lambda tx: tx.claim_commands(owner="w", kinds=["k"], limit=10, lease_seconds=60))
+        got = pg.transact(lambda tx: tx.outbox.claim(owner="w", kinds=["k"], limit=10, lease_seconds=60))
         assert time.monotonic() - started < 2.0  # lock_timeout is 5 s: it never waited
         assert sorted(c.id for c in got) == ["a", "c"]
     assert [c.id for c in pg.transact(
-        lambda tx: tx.claim_commands(owner="w", kinds=["k"], limit=10, lease_seconds=60))] == ["b"]
+        lambda tx: tx.outbox.claim(owner="w", kinds=["k"], limit=10, lease_seconds=60))] == ["b"]
 
 
 def test_claim_skips_a_locked_expired_lease_and_fills_the_limit(pg: Store, pg_backend: StoreBackend) -> None:
     seed(pg, "x", "y")
-    pg.transact(lambda tx: tx.claim_commands(owner="dead", kinds=["k"], limit=2, lease_seconds=0.1))
+    pg.transact(lambda tx: tx.outbox.claim(owner="dead", kinds=["k"], limit=2, lease_seconds=0.1))
     seed(pg, "p1", "p2")
     pg_backend.advance(0.2)
     with locked_by_other_session(pg_backend, "x"):
-        got = pg.transact(lambda tx: tx.claim_commands(owner="w", kinds=["k"], limit=3, lease_seconds=60))
+        got = pg.transact(lambda tx: tx.outbox.claim(owner="w", kinds=["k"], limit=3, lease_seconds=60))
     ids = sorted(c.id for c in got)
     assert len(ids) == 3 and "x" not in ids and "y" in ids
 
@@ -151,18 +152,18 @@ def test_claim_skips_a_locked_expired_lease_and_fills_the_limit(pg: Store, pg_ba
 def test_lock_attempt_holds_the_attempt_row_lock(pg: Store, pg_backend: StoreBackend) -> None:
     from fencepost.core.fingerprint import sha256_bytes
 
-    def enqueue(tx: Transaction) -> None:
-        tx.insert_run(run_id="r", package_name="p", package_version="1", previous_version=None,
-                      content_digest=sha256_bytes(b"p"), manifest={}, files=[])
-        tx.insert_command(command_id="c", kind="k", payload={})
-        tx.insert_attempt(attempt_id="a", run_id="r", seq=1, command_id="c", receipts=[])
+    def enqueue(tx: UnitOfWork) -> None:
+        tx.rehearsal.insert_run(run_id="r", package_name="p", package_version="1", previous_version=None,
+                                content_digest=sha256_bytes(b"p"), manifest={}, files=[])
+        tx.outbox.insert(command_id="c", kind="k", payload={})
+        tx.rehearsal.insert_attempt(attempt_id="a", run_id="r", seq=1, command_id="c", receipts=[])
 
     pg.transact(enqueue)
     other = admin_connect()
     other.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(str(pg_backend.schema))))
     try:
         with pg.transaction() as tx:
-            assert tx.lock_attempt("a") is not None
+            assert tx.rehearsal.lock_attempt("a") is not None
             with pytest.raises(psycopg.errors.LockNotAvailable):
                 other.execute(b"SELECT id FROM rehearsal_attempts WHERE id = 'a' FOR UPDATE NOWAIT")
         other.execute(b"SELECT id FROM rehearsal_attempts WHERE id = 'a' FOR UPDATE NOWAIT")
@@ -178,22 +179,22 @@ def test_a_lock_wait_past_lock_timeout_is_store_busy_after_bounded_retries(pg_ba
     with locked_by_other_session(pg_backend, "c1"):
         started = time.monotonic()
         with pytest.raises(StoreBusy, match="lock"):
-            store.transact(lambda tx: tx.abort_command("c1"))
+            store.transact(lambda tx: tx.outbox.abort("c1"))
         assert time.monotonic() - started < 5
-    assert store.transact(lambda tx: tx.abort_command("c1")) is True
+    assert store.transact(lambda tx: tx.outbox.abort("c1")) is True
 
 
 def test_a_lost_connection_is_store_busy_and_the_store_recovers(pg: Store) -> None:
-    def killed(tx: Transaction) -> None:
+    def killed(tx: UnitOfWork) -> None:
         pid = raw(tx, "SELECT pg_backend_pid()")[0][0]
         with admin_connect() as admin:
             admin.execute(b"SELECT pg_terminate_backend(%s)", (pid,))
-        tx.insert_command(command_id="c1", kind="k", payload={})
+        tx.outbox.insert(command_id="c1", kind="k", payload={})
 
     with pytest.raises(StoreBusy), pg.transaction() as tx:
         killed(tx)
     seed(pg, "c2")
-    assert pg.read(lambda tx: (tx.get_command("c1"), tx.get_command("c2") is not None)) == (None, True)
+    assert pg.read(lambda tx: (tx.outbox.get("c1"), tx.outbox.get("c2") is not None)) == (None, True)
 
 
 # ── failed statements doom the transaction ──
@@ -201,31 +202,31 @@ def test_a_lost_connection_is_store_busy_and_the_store_recovers(pg: Store) -> No
 def test_a_swallowed_error_cannot_commit_part_of_a_transaction(pg: Store) -> None:
     seed(pg, "dup")
     with pytest.raises(Conflict, match="rolled back"), pg.transaction() as tx:
-        tx.insert_command(command_id="c1", kind="k", payload={})
+        tx.outbox.insert(command_id="c1", kind="k", payload={})
         with pytest.raises(Conflict):
-            tx.insert_command(command_id="dup", kind="k", payload={})
+            tx.outbox.insert(command_id="dup", kind="k", payload={})
         with pytest.raises(Conflict, match="earlier statement"):
-            tx.get_command("c1")
-    assert pg.read(lambda tx: tx.get_command("c1")) is None
+            tx.outbox.get("c1")
+    assert pg.read(lambda tx: tx.outbox.get("c1")) is None
 
 
 def test_read_transactions_are_read_only(pg: Store) -> None:
     with pytest.raises(StoreUnavailable, match="read-only"), pg.transaction(write=False) as tx:
-        tx.insert_command(command_id="c1", kind="k", payload={})
-    assert pg.read(lambda tx: tx.count_commands_by_status()) == {}
+        tx.outbox.insert(command_id="c1", kind="k", payload={})
+    assert pg.read(lambda tx: tx.outbox.count_by_status()) == {}
 
 
 def test_a_closed_store_is_unavailable(pg_backend: StoreBackend) -> None:
     store = pg_backend.migrated()
     store.close()
     with pytest.raises(StoreUnavailable, match="closed"):
-        store.read(lambda tx: tx.get_command("x"))
+        store.read(lambda tx: tx.outbox.get("x"))
 
 
 def test_values_the_database_refuses_are_conflicts(pg: Store) -> None:
     with pytest.raises(Conflict, match="value rejected"):
-        pg.transact(lambda tx: tx.insert_command(command_id="c\x00", kind="k", payload={}))
-    assert pg.read(lambda tx: tx.count_commands_by_status()) == {}
+        pg.transact(lambda tx: tx.outbox.insert(command_id="c\x00", kind="k", payload={}))
+    assert pg.read(lambda tx: tx.outbox.count_by_status()) == {}
 
 
 @pytest.mark.parametrize(("error", "expected"), [

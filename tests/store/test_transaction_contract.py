@@ -13,41 +13,42 @@ import pytest
 
 from fencepost.core.errors import Conflict, SchemaNotReady
 from fencepost.store import Store
-from fencepost.store.base import StoreBusy, Transaction
+from fencepost.store.base import StoreBusy
+from fencepost.store.ports import UnitOfWork
 from helpers.store_backends import StoreBackend
 from helpers.store_reads import raw
 
 
-def insert(tx: Transaction, command_id: str) -> None:
-    tx.insert_command(command_id=command_id, kind="k", payload={})
+def insert(tx: UnitOfWork, command_id: str) -> None:
+    tx.outbox.insert(command_id=command_id, kind="k", payload={})
 
 
 def test_transact_commits(store: Store) -> None:
     store.transact(lambda tx: insert(tx, "c1"))
-    assert store.read(lambda tx: tx.get_command("c1")) is not None
+    assert store.read(lambda tx: tx.outbox.get("c1")) is not None
 
 
 def test_an_exception_rolls_back_the_whole_transaction(store: Store) -> None:
-    def fn(tx: Transaction) -> None:
+    def fn(tx: UnitOfWork) -> None:
         insert(tx, "c1")
         insert(tx, "c2")
         raise ValueError("caller gave up")
 
     with pytest.raises(ValueError, match="caller gave up"):
         store.transact(fn)
-    assert store.read(lambda tx: (tx.get_command("c1"), tx.get_command("c2"))) == (None, None)
+    assert store.read(lambda tx: (tx.outbox.get("c1"), tx.outbox.get("c2"))) == (None, None)
 
 
 def test_a_constraint_violation_is_a_conflict_and_rolls_back_the_whole_transaction(store: Store) -> None:
     store.transact(lambda tx: insert(tx, "dup"))
 
-    def fn(tx: Transaction) -> None:
+    def fn(tx: UnitOfWork) -> None:
         insert(tx, "c1")
         insert(tx, "dup")
 
     with pytest.raises(Conflict):
         store.transact(fn)
-    assert store.read(lambda tx: tx.get_command("c1")) is None
+    assert store.read(lambda tx: tx.outbox.get("c1")) is None
     # The store is fine afterwards.
     store.transact(lambda tx: insert(tx, "c2"))
 
@@ -58,13 +59,13 @@ def test_the_context_manager_commits_and_rolls_back(store: Store) -> None:
     with pytest.raises(KeyError), store.transaction() as tx:
         insert(tx, "c2")
         raise KeyError("x")
-    assert store.read(lambda tx: (tx.get_command("c1") is not None, tx.get_command("c2"))) == (True, None)
+    assert store.read(lambda tx: (tx.outbox.get("c1") is not None, tx.outbox.get("c2"))) == (True, None)
 
 
 def test_transact_retries_store_busy_then_succeeds(store: Store) -> None:
     calls: list[int] = []
 
-    def fn(tx: Transaction) -> str:
+    def fn(tx: UnitOfWork) -> str:
         calls.append(1)
         insert(tx, f"c{len(calls)}")
         if len(calls) < 3:
@@ -73,13 +74,13 @@ def test_transact_retries_store_busy_then_succeeds(store: Store) -> None:
 
     assert store.transact(fn) == "done"
     assert len(calls) == 3
-    assert store.read(lambda tx: [tx.get_command(f"c{i}") is not None for i in (1, 2, 3)]) == [False, False, True]
+    assert store.read(lambda tx: [tx.outbox.get(f"c{i}") is not None for i in (1, 2, 3)]) == [False, False, True]
 
 
 def test_transact_gives_up_after_the_bounded_wait(backend: StoreBackend) -> None:
     store = backend.migrated(busy_wait_seconds=0.05)
 
-    def fn(tx: Transaction) -> None:
+    def fn(tx: UnitOfWork) -> None:
         raise StoreBusy("always busy")
 
     with pytest.raises(StoreBusy):
@@ -93,7 +94,7 @@ def test_one_transaction_per_thread(store: Store) -> None:
 
 
 def test_now_is_one_instant_per_transaction_and_moves_between_them(store: Store, backend: StoreBackend) -> None:
-    def fn(tx: Transaction) -> Any:
+    def fn(tx: UnitOfWork) -> Any:
         return tx.now(), tx.now()
 
     first, again = store.transact(fn)
@@ -105,7 +106,7 @@ def test_now_is_one_instant_per_transaction_and_moves_between_them(store: Store,
 def test_read_sees_committed_writes_of_other_stores(backend: StoreBackend) -> None:
     writer, reader = backend.migrated(), backend.open()
     writer.transact(lambda tx: insert(tx, "c1"))
-    assert reader.read(lambda tx: tx.get_command("c1")) is not None
+    assert reader.read(lambda tx: tx.outbox.get("c1")) is not None
 
 
 def test_display_url_never_carries_the_location(store: Store, backend: StoreBackend) -> None:
@@ -120,7 +121,7 @@ import json, sys
 from fencepost.store import open_store
 args = json.loads(sys.argv[1])
 store = open_store(args["url"], **args["options"])
-store.transact(lambda tx: tx.insert_command(command_id="crash", kind="k", payload={}), name="probe")
+store.transact(lambda tx: tx.outbox.insert(command_id="crash", kind="k", payload={}), name="probe")
 print("returned")
 """
 
@@ -134,7 +135,7 @@ def test_sigkill_at_a_crash_point(store: Store, backend: StoreBackend, point: st
                           env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == -signal.SIGKILL, done.stderr
     assert "returned" not in done.stdout
-    assert (store.read(lambda tx: tx.get_command("crash")) is not None) is durable
+    assert (store.read(lambda tx: tx.outbox.get("crash")) is not None) is durable
     # The store is usable afterwards (SQLite: hot journal rolled back; PostgreSQL: the backend's tx aborted).
     store.transact(lambda tx: insert(tx, "after"))
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from fencepost.catalog.manifest import MANIFEST_NAME, load_package, package_from_run
 from fencepost.core.errors import InvalidInput
-from fencepost.rehearsal.package import MANIFEST_NAME, load_package, package_from_run
 from unit.builders import MINIMAL_MANIFEST, PackageWriter
 
 UP = "CREATE TABLE t (id INTEGER PRIMARY KEY);\n"

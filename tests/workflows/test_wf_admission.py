@@ -18,6 +18,7 @@ from fencepost.core.clock import to_iso
 from fencepost.core.errors import Conflict, NotAllowed, StoreUnavailable
 from fencepost.store.base import StoreBusy
 from fencepost.store.faults import FaultInjectingStore
+from fencepost.store.sql.admission import INSERTS
 from fencepost.workflows.admission import admit
 from fencepost.workflows.audit import audit_admissions
 from fencepost.workflows.bundle import derive_bundle
@@ -48,7 +49,7 @@ def conflicted(world: World, plan: dict[str, Any], *needles: str) -> Conflict:
 
 
 def stored_receipt(world: World, plan_id: str) -> dict[str, Any]:
-    shown = world.service.show(plan_id)
+    shown = world.workflows.show(plan_id)
     return dict(json.loads(shown["rows"]["workflow_admission_receipts"][0]["receipt"]))
 
 
@@ -74,7 +75,7 @@ def test_created_then_existing_with_the_identical_original_receipt(ready_world: 
     assert receipt["receipt_id"] == bundle.receipt_id
     assert [(s["key"], s["status"], s["step_run_id"]) for s in receipt["step_runs"]] == [
         ("extract", "ready", bundle.step_run_ids["extract"]), ("load", "waiting", bundle.step_run_ids["load"])]
-    admission = w.service.show(first.run_id)["admission"]
+    admission = w.workflows.show(first.run_id)["admission"]
     assert receipt["admitted_at"] == to_iso(admission.admitted_at)
     assert audit_admissions(w.store) == []
 
@@ -92,7 +93,7 @@ def test_the_normalized_and_the_raw_form_of_one_plan_are_the_same_admission(read
 def test_the_stored_rows_are_the_running_run_and_its_steps(ready_world: World) -> None:
     w = ready_world
     result = w.admit(w.plan("p1"))
-    rows = w.service.show("p1")["rows"]
+    rows = w.workflows.show("p1")["rows"]
     assert [(r["id"], r["status"], r["fence"]) for r in rows["workflow_runs"]] == [(result.run_id, "running", 1)]
     assert [(r["step_key"], r["status"], r["needs"]) for r in rows["workflow_step_runs"]] == [
         ("extract", "ready", "[]"), ("load", "waiting", '["extract"]')]
@@ -126,14 +127,14 @@ def test_publication_head_moved_by_a_newer_publish(ready_world: World) -> None:
 def test_publication_withdrawn(ready_world: World) -> None:
     w = ready_world
     plan = w.plan("p1")
-    w.service.withdraw(PACKAGE, "1.0.0")
+    w.catalog.withdraw(PACKAGE, "1.0.0")
     refused_with(w, plan, "publication_active")
 
 
 def test_not_installed(world: World) -> None:
     w = world
     publication_id = w.publish()
-    publication = w.service.state(PACKAGE).publications[0]
+    publication = w.catalog.state(PACKAGE).publications[0]
     workflow = publication.definition["workflows"][WORKFLOW]
     plan = {"format": 1, "plan_id": "p1", "package": PACKAGE, "publication_id": publication_id,
             "installation_id": "ins_never", "lock": OTHER_DIGEST, "workflow_id": WORKFLOW,
@@ -155,50 +156,50 @@ def test_lock_mismatch_after_installing_another_version(world: World) -> None:
     w.publish("1.0.0")
     w.ready("2.0.0")                        # head and installation at 2.0.0
     plan = w.plan("p1")
-    w.service.install(PACKAGE, "1.0.0")     # the same installation, locked to another publication
+    w.catalog.install(PACKAGE, "1.0.0")     # the same installation, locked to another publication
     refused_with(w, plan, "installation_lock")
-    w.service.install(PACKAGE, "2.0.0")     # the plan's lock again
+    w.catalog.install(PACKAGE, "2.0.0")     # the plan's lock again
     assert w.admit(plan).outcome == "created"
 
 
 def test_disabled_then_enabled(ready_world: World) -> None:
     w = ready_world
     plan = w.plan("p1")
-    w.service.set_disposition(PACKAGE, "disabled", "maintenance")
+    w.catalog.set_disposition(PACKAGE, "disabled", "maintenance")
     refused_with(w, plan, "lifecycle_disposition")
-    w.service.set_disposition(PACKAGE, "active")
+    w.catalog.set_disposition(PACKAGE, "active")
     assert w.admit(plan).outcome == "created"
 
 
 def test_quarantine_survives_enable_and_only_a_release_clears_it(ready_world: World) -> None:
     w = ready_world
     plan = w.plan("p1")
-    w.service.quarantine(PACKAGE, "suspicious task")
+    w.catalog.quarantine(PACKAGE, "suspicious task")
     error = refused_with(w, plan, "quarantine")
     assert "suspicious task" in str(error)
-    w.service.set_disposition(PACKAGE, "disabled", "also off")
-    w.service.set_disposition(PACKAGE, "active")
+    w.catalog.set_disposition(PACKAGE, "disabled", "also off")
+    w.catalog.set_disposition(PACKAGE, "active")
     refused_with(w, plan, "quarantine")
-    w.service.release_quarantine(PACKAGE, "cleared by review")
+    w.catalog.release_quarantine(PACKAGE, "cleared by review")
     assert w.admit(plan).outcome == "created"
-    assert w.service.state(PACKAGE).quarantine is None
+    assert w.catalog.state(PACKAGE).quarantine is None
 
 
 def test_a_quarantine_binds_the_exact_installation_and_lock(ready_world: World) -> None:
     w = ready_world
-    w.service.quarantine(PACKAGE, "bad 1.0.0")
+    w.catalog.quarantine(PACKAGE, "bad 1.0.0")
     refused_with(w, w.plan("p1"), "quarantine")
     w.ready("2.0.0")                        # a new lock for the same installation: not quarantined
     assert w.admit(w.plan("p2")).outcome == "created"
     with pytest.raises(Conflict):           # nothing to release at the current lock
-        w.service.release_quarantine(PACKAGE, "wrong lock")
+        w.catalog.release_quarantine(PACKAGE, "wrong lock")
 
 
 def test_guards_are_checked_in_order_head_first(ready_world: World) -> None:
     w = ready_world
     plan = w.plan("p1")
-    w.service.quarantine(PACKAGE, "q")
-    w.service.set_disposition(PACKAGE, "disabled")
+    w.catalog.quarantine(PACKAGE, "q")
+    w.catalog.set_disposition(PACKAGE, "disabled")
     refused_with(w, plan, "lifecycle_disposition")
     w.publish("2.0.0")
     refused_with(w, plan, "publication_head")
@@ -206,9 +207,9 @@ def test_guards_are_checked_in_order_head_first(ready_world: World) -> None:
 
 # ── replay after a guard change returns the original receipt; a new plan is refused ──
 GUARD_CHANGES: dict[str, tuple[Callable[[World], Any], str]] = {
-    "quarantine": (lambda w: w.service.quarantine(PACKAGE, "incident"), "quarantine"),
-    "withdraw": (lambda w: w.service.withdraw(PACKAGE, "1.0.0"), "publication_active"),
-    "disable": (lambda w: w.service.set_disposition(PACKAGE, "disabled"), "lifecycle_disposition"),
+    "quarantine": (lambda w: w.catalog.quarantine(PACKAGE, "incident"), "quarantine"),
+    "withdraw": (lambda w: w.catalog.withdraw(PACKAGE, "1.0.0"), "publication_active"),
+    "disable": (lambda w: w.catalog.set_disposition(PACKAGE, "disabled"), "lifecycle_disposition"),
     "newer-publish": (lambda w: w.publish("2.0.0"), "publication_head"),
 }
 
@@ -263,13 +264,13 @@ def test_a_run_identity_taken_by_another_plan_rolls_back_everything(ready_world:
     w = ready_world
     plan = w.plan("p1")
     bundle = derive_bundle(normalize_plan(plan))
-    state = w.service.state(PACKAGE)
+    state = w.catalog.state(PACKAGE)
     assert state.installation is not None and state.head is not None
     w.sql("INSERT INTO workflow_runs (id, plan_id, installation_id, publication_id, workflow_id, status, fence, "
           f"created_at) VALUES ('{bundle.run_id}', 'someone-else', '{state.installation.id}', "
           f"'{state.head.publication_id}', '{WORKFLOW}', 'running', 1, {NOW_SQL})")
     conflicted(w, plan)
-    assert w.service.state(PACKAGE).installation == state.installation
+    assert w.catalog.state(PACKAGE).installation == state.installation
 
 
 def _collide_late(w: World, table: str) -> tuple[dict[str, Any], int]:
@@ -316,7 +317,8 @@ def admission_insert_order(steps: int) -> list[str]:
 
 def test_the_bundle_inserts_in_adr_order(ready_world: World) -> None:
     bundle = derive_bundle(normalize_plan(ready_world.plan("p1")))
-    assert [q for q, _ in bundle.inserts(ready_world.store.clock.now())] == admission_insert_order(2)
+    records = bundle.records(ready_world.store.clock.now())
+    assert [INSERTS[type(r)] for r in records] == admission_insert_order(2)
 
 
 def _nth(order: list[str], number: int) -> tuple[str, int]:

@@ -86,7 +86,7 @@ def test_sigkill_at_every_admission_window(backend_name: str, window: str, tmp_p
         answer = readmit.json()
         assert answer["outcome"] == ("existing" if committed else "created")
         assert answer["run_id"] == derive_bundle(normalize_plan(plan)).run_id
-        stored = json.loads(world.service.show("crash-plan")["rows"]["workflow_admission_receipts"][0]["receipt"])
+        stored = json.loads(world.workflows.show("crash-plan")["rows"]["workflow_admission_receipts"][0]["receipt"])
         assert answer["receipt"] == stored
         assert world.counts() == {**before, **expected_admission_counts(STEPS)}
 

@@ -10,32 +10,32 @@ from pathlib import Path
 import pytest
 from wf_support import PACKAGE, WORKFLOW, World, assert_refused, cli
 
+from fencepost.catalog.digests import definition_digest
+from fencepost.catalog.manifest import load_package
 from fencepost.core.errors import Conflict, IntegrityViolation, InvalidInput, NotAllowed, NotFound
-from fencepost.rehearsal.package import load_package
-from fencepost.workflows.publication import definition_digest
 
 
 def test_publish_refuses_without_a_passing_gate_and_writes_nothing(world: World) -> None:
     before = world.counts()
     with pytest.raises(NotAllowed) as caught:
-        world.service.publish(world.package())
+        world.catalog.publish(world.package())
     assert caught.value.guard == "release_gate"
     assert "guard release_gate" in str(caught.value) and "no rehearsal" in str(caught.value)
     assert world.counts() == before
 
 
 def test_allow_ungated_records_the_gate_as_waived(world: World) -> None:
-    result = world.service.publish(world.package(), allow_ungated=True)
+    result = world.catalog.publish(world.package(), allow_ungated=True)
     assert result.outcome == "created"
     publication = result.publication
     assert (publication.gate, publication.gate_run_id, publication.status) == ("waived", None, "active")
-    state = world.service.state(PACKAGE)
+    state = world.catalog.state(PACKAGE)
     assert state.head is not None and (state.head.publication_id, state.head.revision) == (publication.id, 1)
 
 
 def test_a_publication_is_bound_to_the_exact_content_and_definition_digests(world: World) -> None:
     directory = world.package(extract_sql="SELECT 'extract';")
-    publication = world.service.publish(directory, allow_ungated=True).publication
+    publication = world.catalog.publish(directory, allow_ungated=True).publication
     spec = load_package(directory)
     assert publication.content_digest == spec.content_digest
     tasks = publication.definition["tasks"]
@@ -46,15 +46,15 @@ def test_a_publication_is_bound_to_the_exact_content_and_definition_digests(worl
     assert steps == [{"key": "extract", "task": "extract", "needs": []},
                      {"key": "load", "task": "load", "needs": ["extract"]}]
     assert publication.definition_digest == definition_digest(publication.definition)
-    other = world.service.publish(world.package("1.0.1", extract_sql="SELECT 'changed';"), allow_ungated=True)
+    other = world.catalog.publish(world.package("1.0.1", extract_sql="SELECT 'changed';"), allow_ungated=True)
     assert other.publication.definition["tasks"]["extract"]["digest"] != tasks["extract"]["digest"]
     assert other.publication.definition["tasks"]["load"] == tasks["load"]
 
 
 def test_republishing_the_same_content_answers_existing(world: World) -> None:
-    first = world.service.publish(world.package(), allow_ungated=True)
+    first = world.catalog.publish(world.package(), allow_ungated=True)
     before = world.counts()
-    again = world.service.publish(world.package(), allow_ungated=True)
+    again = world.catalog.publish(world.package(), allow_ungated=True)
     assert again.outcome == "existing" and again.publication == first.publication
     assert world.counts() == before
 
@@ -64,22 +64,22 @@ def test_publishing_an_existing_version_with_other_content_is_a_conflict(world: 
     before = world.counts()
     changed = world.package(load_sql="DELETE FROM t;")
     with pytest.raises(Conflict, match="immutable"):
-        world.service.publish(changed, allow_ungated=True)
+        world.catalog.publish(changed, allow_ungated=True)
     assert world.counts() == before
 
 
 def test_the_head_moves_by_compare_and_set(world: World) -> None:
     with pytest.raises(Conflict, match="revision 0, not 1"):
-        world.service.publish(world.package("1.0.0"), allow_ungated=True, expected_revision=1)
-    first = world.service.publish(world.package("1.0.0"), allow_ungated=True, expected_revision=0).publication
+        world.catalog.publish(world.package("1.0.0"), allow_ungated=True, expected_revision=1)
+    first = world.catalog.publish(world.package("1.0.0"), allow_ungated=True, expected_revision=0).publication
     before = world.counts()
     for wrong in (0, 2, 7):
         with pytest.raises(Conflict, match=f"revision 1, not {wrong}"):
-            world.service.publish(world.package("2.0.0"), allow_ungated=True, expected_revision=wrong)
+            world.catalog.publish(world.package("2.0.0"), allow_ungated=True, expected_revision=wrong)
     assert world.counts() == before
-    second = world.service.publish(world.package("2.0.0"), allow_ungated=True, expected_revision=1).publication
+    second = world.catalog.publish(world.package("2.0.0"), allow_ungated=True, expected_revision=1).publication
     assert second.previous_publication_id == first.id
-    head = world.service.state(PACKAGE).head
+    head = world.catalog.state(PACKAGE).head
     assert head is not None and (head.publication_id, head.revision) == (second.id, 2)
     assert head.updated_at == second.published_at      # one instant per transaction
 
@@ -87,24 +87,24 @@ def test_the_head_moves_by_compare_and_set(world: World) -> None:
 def test_withdraw_and_install_lifecycle(world: World) -> None:
     world.publish("1.0.0")
     world.publish("2.0.0")
-    installed = world.service.install(PACKAGE)
+    installed = world.catalog.install(PACKAGE)
     assert (installed.status, installed.generation) == ("active", 1)
-    withdrawn = world.service.withdraw(PACKAGE, "1.0.0")
+    withdrawn = world.catalog.withdraw(PACKAGE, "1.0.0")
     assert withdrawn.status == "withdrawn" and withdrawn.withdrawn_at is not None
     with pytest.raises(Conflict, match="already withdrawn"):
-        world.service.withdraw(PACKAGE, "1.0.0")
+        world.catalog.withdraw(PACKAGE, "1.0.0")
     with pytest.raises(NotAllowed) as caught:
-        world.service.install(PACKAGE, "1.0.0")
+        world.catalog.install(PACKAGE, "1.0.0")
     assert caught.value.guard == "publication_active"
     with pytest.raises(NotFound):
-        world.service.withdraw(PACKAGE, "9.9.9")
+        world.catalog.withdraw(PACKAGE, "9.9.9")
     with pytest.raises(NotFound):
-        world.service.install("absent")
+        world.catalog.install("absent")
     with pytest.raises(NotFound):
-        world.service.quarantine("absent", "why")
+        world.catalog.quarantine("absent", "why")
     with pytest.raises(InvalidInput):
-        world.service.quarantine(PACKAGE, "   ")
-    again = world.service.install(PACKAGE, "2.0.0")
+        world.catalog.quarantine(PACKAGE, "   ")
+    again = world.catalog.install(PACKAGE, "2.0.0")
     assert again.id == installed.id and again.generation == 2
 
 

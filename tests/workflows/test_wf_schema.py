@@ -83,7 +83,7 @@ def admitted(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         world = World(backend, backend.migrated(), tmp_path / "packages")
         world.ready()
         world.admit(world.plan("p1"))
-        world.service.quarantine("pair", "held")
+        world.catalog.quarantine("pair", "held")
         yield world
 
 

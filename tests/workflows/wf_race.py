@@ -20,9 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fencepost.catalog.lifecycle import CatalogService
 from fencepost.core.errors import FencepostError, NotAllowed
-from fencepost.packages.service import PackageService
+from fencepost.rehearsal.service import release_gate
 from fencepost.store import open_store
+from fencepost.workflows.service import WorkflowService
 
 PACKAGE = "pair"
 
@@ -38,7 +40,7 @@ def admit_role(url: str, plans_file: str, worker: int, workers: int, out: str, g
     deadline = time.monotonic() + seconds
     plans: list[dict[str, Any]] = json.loads(Path(plans_file).read_text(encoding="utf-8"))[worker::workers]
     store = open_store(url)
-    service = PackageService(store)
+    workflows = WorkflowService(store)
     store.schema_version()                       # connected before the start signal
     records = []
     _wait_for(Path(go), deadline)
@@ -47,7 +49,7 @@ def admit_role(url: str, plans_file: str, worker: int, workers: int, out: str, g
             break
         record: dict[str, Any] = {"plan_id": plan["plan_id"], "t0": time.monotonic_ns()}
         try:
-            result = service.admit(plan)
+            result = workflows.admit(plan)
             record.update(outcome=result.outcome, run_id=result.run_id, receipt=result.receipt)
         except NotAllowed as error:
             record["refused"] = error.guard
@@ -65,19 +67,19 @@ def admit_role(url: str, plans_file: str, worker: int, workers: int, out: str, g
 def guard_role(url: str, action: str, package_dir: str, after: int, out: str, go: str, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     store = open_store(url)
-    service = PackageService(store)
+    catalog = CatalogService(store, release_gate=release_gate)
     store.schema_version()
     _wait_for(Path(go), deadline)
     seen = 0
     while seen < after and time.monotonic() < deadline:
-        seen = store.read(lambda tx: len(tx.list_admission_plan_ids()))
+        seen = store.read(lambda tx: len(tx.admission.plan_ids()))
     t0 = time.monotonic_ns()
     if action == "quarantine":
-        service.quarantine(PACKAGE, "linearizability test")
+        catalog.quarantine(PACKAGE, "linearizability test")
     elif action == "disable":
-        service.set_disposition(PACKAGE, "disabled", "linearizability test")
+        catalog.set_disposition(PACKAGE, "disabled", "linearizability test")
     elif action == "publish":
-        service.publish(package_dir, allow_ungated=True)
+        catalog.publish(package_dir, allow_ungated=True)
     else:
         raise SystemExit(f"unknown action {action}")
     t1 = time.monotonic_ns()

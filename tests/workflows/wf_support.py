@@ -23,10 +23,12 @@ from urllib.parse import quote
 
 import pytest
 
-from fencepost.packages.service import PackageService
+from fencepost.catalog.lifecycle import CatalogService
+from fencepost.rehearsal.service import release_gate
 from fencepost.store import Store
-from fencepost.store.base import Transaction
+from fencepost.store.ports import UnitOfWork
 from fencepost.workflows.admission import AdmissionResult
+from fencepost.workflows.service import WorkflowService
 from helpers.store_backends import (
     BackendUnreachable,
     StoreBackend,
@@ -87,13 +89,13 @@ def write_package(root: Path, *, name: str = PACKAGE, version: str = "1.0.0", ex
 
 
 # ── raw SQL on either backend ──
-def raw(tx: Transaction, query: str) -> list[tuple[Any, ...]]:
+def raw(tx: UnitOfWork, query: str) -> list[tuple[Any, ...]]:
     """Parameterless SQL through the backend's ``execute_raw`` (test-only; both stores offer it)."""
     return cast(list[tuple[Any, ...]], cast(Any, tx).execute_raw(query))
 
 
 def table_counts(store: Store, tables: Sequence[str] = ALL_TABLES) -> dict[str, int]:
-    def unit(tx: Transaction) -> dict[str, int]:
+    def unit(tx: UnitOfWork) -> dict[str, int]:
         return {t: int(raw(tx, f"SELECT count(*) FROM {t}")[0][0]) for t in tables}
 
     return store.read(unit)
@@ -111,29 +113,31 @@ class World:
     backend: StoreBackend
     store: Store
     root: Path
-    service: PackageService = field(init=False)
+    catalog: CatalogService = field(init=False)
+    workflows: WorkflowService = field(init=False)
 
     def __post_init__(self) -> None:
-        self.service = PackageService(self.store)
+        self.catalog = CatalogService(self.store, release_gate=release_gate)
+        self.workflows = WorkflowService(self.store)
 
     def package(self, version: str = "1.0.0", **kwargs: Any) -> Path:
         return write_package(self.root, version=version, **kwargs)
 
     def publish(self, version: str = "1.0.0", **kwargs: Any) -> str:
         """Publish (gate waived) ``version`` of the test package; returns the publication id."""
-        return self.service.publish(self.package(version, **kwargs), allow_ungated=True).publication.id
+        return self.catalog.publish(self.package(version, **kwargs), allow_ungated=True).publication.id
 
     def ready(self, version: str = "1.0.0", **kwargs: Any) -> str:
         """Publish and install ``version``; returns the publication id."""
         publication_id = self.publish(version, **kwargs)
-        self.service.install(PACKAGE)
+        self.catalog.install(PACKAGE)
         return publication_id
 
     def plan(self, plan_id: str, inputs: dict[str, Any] | None = None) -> dict[str, Any]:
-        return self.service.plan(PACKAGE, WORKFLOW, plan_id=plan_id, inputs=inputs)
+        return self.workflows.plan(PACKAGE, WORKFLOW, plan_id=plan_id, inputs=inputs)
 
     def admit(self, plan: Any) -> AdmissionResult:
-        return self.service.admit(plan)
+        return self.workflows.admit(plan)
 
     def counts(self, tables: Sequence[str] = ALL_TABLES) -> dict[str, int]:
         return table_counts(self.store, tables)

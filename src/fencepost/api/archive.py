@@ -16,8 +16,8 @@ import zlib
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from fencepost.catalog.manifest import MANIFEST_NAME, MAX_FILES, MAX_PACKAGE_BYTES
 from fencepost.core.errors import InvalidInput
-from fencepost.rehearsal.package import MANIFEST_NAME, MAX_FILES, MAX_PACKAGE_BYTES
 
 MAX_MEMBERS = MAX_FILES * 2
 MAX_EXTRACTED_BYTES = MAX_PACKAGE_BYTES

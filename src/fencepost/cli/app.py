@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from fencepost import __version__
+from fencepost.catalog.manifest import load_package
 from fencepost.cli import logs, render
 from fencepost.cli.audit_cmd import audit
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, fail, handled, opened
@@ -28,7 +29,6 @@ from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
 from fencepost.outbox.worker import default_worker_id
 from fencepost.rehearsal import views
 from fencepost.rehearsal.handler import KIND, AttemptHandler
-from fencepost.rehearsal.package import load_package
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store.base import Store
 from fencepost.store.url import DEFAULT_URL

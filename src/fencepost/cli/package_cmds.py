@@ -6,8 +6,9 @@ from typing import Annotated, Any
 
 import typer
 
+from fencepost.catalog.lifecycle import CatalogService, PackageState
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
-from fencepost.packages.service import PackageService, PackageState
+from fencepost.rehearsal.service import release_gate
 from fencepost.rehearsal.views import iso
 from fencepost.store.url import DEFAULT_URL
 from fencepost.store.workflow_records import InstallationRecord, PublicationRecord
@@ -53,8 +54,8 @@ def publish(package_dir: Annotated[str, typer.Argument(help="Package directory."
 
     Refused unless the newest rehearsal of exactly this content passes its release gate."""
     with opened(database) as store, handled():
-        result = PackageService(store).publish(package_dir, allow_ungated=allow_ungated,
-                                               expected_revision=expect_revision)
+        result = CatalogService(store, release_gate=release_gate).publish(package_dir, allow_ungated=allow_ungated,
+                                                                          expected_revision=expect_revision)
     view = {"outcome": result.outcome, "publication": publication_view(result.publication)}
     emit(json, view, lambda: typer.echo(
         f"{result.outcome}: {result.publication.package_name} {result.publication.version} as "
@@ -66,7 +67,7 @@ def withdraw(name: NameArg, version: Annotated[str, typer.Argument(help="Version
              database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
     """Withdraw a publication: new workflow admissions against it are refused (replays still answer)."""
     with opened(database) as store, handled():
-        pub = PackageService(store).withdraw(name, version)
+        pub = CatalogService(store, release_gate=release_gate).withdraw(name, version)
     emit(json, publication_view(pub), lambda: typer.echo(f"withdrawn: {name} {version}"))
 
 
@@ -76,7 +77,7 @@ def install(name: NameArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = 
             ) -> None:
     """Install (activate) the head publication, or a given version, of a package."""
     with opened(database) as store, handled():
-        inst = PackageService(store).install(name, version)
+        inst = CatalogService(store, release_gate=release_gate).install(name, version)
     emit(json, installation_view(inst), lambda: typer.echo(
         f"installed {name}: installation {inst.id} at {inst.publication_id} (lock {inst.lock_digest[:23]}...)"))
 
@@ -86,7 +87,7 @@ def disable(name: NameArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = 
             reason: ReasonOpt = "disabled by operator") -> None:
     """Disable an installation (lifecycle disposition): new admissions are refused."""
     with opened(database) as store, handled():
-        record = PackageService(store).set_disposition(name, "disabled", reason)
+        record = CatalogService(store, release_gate=release_gate).set_disposition(name, "disabled", reason)
     emit(json, {"disposition": record.disposition}, lambda: typer.echo(f"{name}: disabled"))
 
 
@@ -94,7 +95,7 @@ def disable(name: NameArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = 
 def enable(name: NameArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
     """Enable an installation again. Never clears a quarantine."""
     with opened(database) as store, handled():
-        record = PackageService(store).set_disposition(name, "active", None)
+        record = CatalogService(store, release_gate=release_gate).set_disposition(name, "active", None)
     emit(json, {"disposition": record.disposition}, lambda: typer.echo(f"{name}: enabled"))
 
 
@@ -103,7 +104,7 @@ def quarantine(name: NameArg, reason: Annotated[str, typer.Option("--reason", he
                database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
     """Quarantine the exact current installation and lock of a package."""
     with opened(database) as store, handled():
-        record = PackageService(store).quarantine(name, reason)
+        record = CatalogService(store, release_gate=release_gate).quarantine(name, reason)
     emit(json, {"installation_id": record.installation_id, "lock": record.lock_digest, "reason": record.reason},
          lambda: typer.echo(f"{name}: quarantined ({record.reason})"))
 
@@ -113,7 +114,7 @@ def release_quarantine(name: NameArg, reason: Annotated[str, typer.Option("--rea
                        database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
     """Release the quarantine of the current installation and lock (an explicit, recorded decision)."""
     with opened(database) as store, handled():
-        PackageService(store).release_quarantine(name, reason)
+        CatalogService(store, release_gate=release_gate).release_quarantine(name, reason)
     emit(json, {"released": True}, lambda: typer.echo(f"{name}: quarantine released"))
 
 
@@ -121,7 +122,7 @@ def release_quarantine(name: NameArg, reason: Annotated[str, typer.Option("--rea
 def show(name: NameArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
     """Show a package's head, publications, installation, disposition and quarantine."""
     with opened(database) as store, handled():
-        view = state_view(PackageService(store).state(name))
+        view = state_view(CatalogService(store, release_gate=release_gate).state(name))
 
     def text() -> None:
         head = view["head"]

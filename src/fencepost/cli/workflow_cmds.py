@@ -16,9 +16,9 @@ import typer
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
 from fencepost.core.canonical import parse_json
 from fencepost.core.errors import InvalidPlan
-from fencepost.packages.service import PackageService
 from fencepost.rehearsal.views import iso
 from fencepost.store.url import DEFAULT_URL
+from fencepost.workflows.service import WorkflowService
 
 app = typer.Typer(help="Plan and atomically admit workflow runs of installed packages.", no_args_is_help=True)
 
@@ -39,7 +39,7 @@ def plan(package: Annotated[str, typer.Argument(help="Installed package name.")]
         if not isinstance(parsed, dict):
             raise InvalidPlan("--inputs must be a JSON object")
     with opened(database) as store, handled():
-        data = PackageService(store).plan(package, workflow, plan_id=plan_id, inputs=parsed)
+        data = WorkflowService(store).plan(package, workflow, plan_id=plan_id, inputs=parsed)
     text = jsonlib.dumps(data, indent=2, sort_keys=True) + "\n"
     if output is not None:
         output.write_text(text, encoding="utf-8")
@@ -65,7 +65,7 @@ def admit(plan_file: Annotated[str, typer.Argument(help="Plan JSON file, or - fo
         except ValueError as error:
             raise InvalidPlan(f"the plan is not valid JSON: {error}") from None
     with opened(database) as store, handled():
-        result = PackageService(store).admit(data)
+        result = WorkflowService(store).admit(data)
     view = {"outcome": result.outcome, "run_id": result.run_id, "receipt": result.receipt}
     emit(json, view, lambda: typer.echo(f"{result.outcome}: run {result.run_id} "
                                         f"({len(result.receipt['step_runs'])} steps, receipt "
@@ -84,7 +84,7 @@ def show(ident: Annotated[str, typer.Argument(help="Plan id or workflow run id."
          database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
     """Show an admission: Run, StepRuns, events, mutations and receipt."""
     with opened(database) as store, handled():
-        found = PackageService(store).show(ident)
+        found = WorkflowService(store).show(ident)
     admission = found["admission"]
     rows = _rows_view(found["rows"])
     view = {"plan_id": admission.plan_id, "plan_digest": admission.plan_digest, "run_id": admission.run_id,

@@ -61,3 +61,58 @@ class ReceiptStatus(StrEnum):
     @property
     def terminal(self) -> bool:
         return self in (ReceiptStatus.SUCCEEDED, ReceiptStatus.FAILED, ReceiptStatus.ABORTED)
+
+
+# ── the package catalog (ADR-0224; lower case, the convention of every table since 0002, ADR 0015) ──
+
+
+class PublicationStatus(StrEnum):
+    ACTIVE = "active"
+    WITHDRAWN = "withdrawn"
+
+
+class PublicationGate(StrEnum):
+    """How a publication passed the release gate: a passing rehearsal, or an explicit waiver."""
+
+    PASSED = "passed"
+    WAIVED = "waived"
+
+
+class InstallationStatus(StrEnum):
+    ACTIVE = "active"
+    UNINSTALLED = "uninstalled"
+
+
+class Disposition(StrEnum):
+    """The lifecycle disposition of an installation: a disabled one admits no new workflow Run."""
+
+    ACTIVE = "active"
+    DISABLED = "disabled"
+
+
+# ── workflows (ADR-0224) ──
+
+
+class WorkflowRunStatus(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class StepRunStatus(StrEnum):
+    WAITING = "waiting"
+    READY = "ready"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class WorkflowEventType(StrEnum):
+    ADMITTED = "workflow.admitted"
+    STEP_CREATED = "step.created"
+
+
+class StepMutationKind(StrEnum):
+    CREATE = "create"

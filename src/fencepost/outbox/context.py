@@ -8,7 +8,8 @@ from typing import TypeVar
 
 from fencepost.core.errors import LeaseLost
 from fencepost.core.statuses import CommandStatus
-from fencepost.store.base import Store, Transaction
+from fencepost.store.base import Store
+from fencepost.store.ports import FencedUnit
 from fencepost.store.records import ClaimedCommand, Lease
 
 T = TypeVar("T")
@@ -46,6 +47,9 @@ class CommandContext:
         self._lost = threading.Event()
         self._stop = stop or threading.Event()
         self.finished = False
+        # Set while the worker's batched completion of this command commits: a renewal that finds the lease
+        # gone then is most likely that completion, whose own outcome says whether the lease was lost.
+        self.completing = False
 
     @property
     def lease(self) -> Lease:
@@ -62,10 +66,6 @@ class CommandContext:
         """True once any renewal found the lease gone: stop the work, persist nothing more."""
         return self._lost.is_set()
 
-    @property
-    def stop_requested(self) -> bool:
-        return self._stop.is_set()
-
     def check(self) -> None:
         """Raise ``LeaseLost`` if fenced out, ``StopRequested`` if the worker is stopping."""
         self.check_lease()
@@ -81,14 +81,15 @@ class CommandContext:
         with self._lock:
             self._lease = lease
 
-    def fenced(self, fn: Callable[[Transaction], T], *, name: str, finish: CommandStatus | None = None,
+    def fenced(self, fn: Callable[[FencedUnit], T], *, name: str, finish: CommandStatus | None = None,
                error: str | None = None) -> T:
-        """Run ``fn(tx)`` and the lease fence in one write transaction.
+        """Run ``fn(tx)`` on a fenced unit of work and the lease fence in one write transaction.
 
-        ``fn`` writes the parent records first; then, last in the transaction (Attempt-then-Outbox
-        lock order), either the lease is renewed (heartbeat) or, with ``finish``, the command is
-        finished. A stale token makes that last statement touch zero rows: ``LeaseLost`` is raised and
-        everything ``fn`` wrote is rolled back (DESIGN.md: a stale worker never persists anything).
+        ``fn`` writes the parent records first, through the ``FencedUnit`` it is given (the only place the
+        delivery's writes exist, ADR 0015); then, last in the transaction (Attempt-then-Outbox lock order),
+        either the lease is renewed (heartbeat) or, with ``finish``, the command is finished
+        (``Store.fenced``). A stale token makes that last statement touch zero rows: ``LeaseLost`` is raised
+        and everything ``fn`` wrote is rolled back (DESIGN.md: a stale worker never persists anything).
 
         Args:
             fn: the writes of this decision; may run more than once on busy retries (no side effects).
@@ -103,15 +104,9 @@ class CommandContext:
         if self._lost.is_set():
             raise LeaseLost(f"lease on command {self.command.id} (delivery {self.delivery}) was lost")
 
-        def unit(tx: Transaction) -> tuple[T, Lease | None]:
-            result = fn(tx)
-            if finish is not None:
-                tx.finish_command(self.lease, finish, error)
-                return result, None
-            return result, tx.renew_lease(self.lease, lease_seconds=self.lease_seconds)
-
         try:
-            result, renewed = self.store.transact(unit, name=name)
+            result, renewed = self.store.fenced(self.lease, fn, name=name, lease_seconds=self.lease_seconds,
+                                                finish=finish, error=error)
         except LeaseLost:
             self._lost.set()
             raise
@@ -131,7 +126,7 @@ class CommandContext:
             return not self._lost.is_set()
         try:
             renewed = self.store.transact(
-                lambda tx: tx.renew_lease(self.lease, lease_seconds=self.lease_seconds), name="outbox.heartbeat")
+                lambda tx: tx.outbox.renew(self.lease, lease_seconds=self.lease_seconds), name="outbox.heartbeat")
         except LeaseLost:
             self._lost.set()
             return False

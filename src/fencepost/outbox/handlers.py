@@ -9,7 +9,7 @@ from fencepost.core.errors import InvalidInput
 
 if TYPE_CHECKING:
     from fencepost.outbox.context import CommandContext
-    from fencepost.store.base import Transaction
+    from fencepost.store.ports import FencedUnit
 
 
 class Handler(Protocol):
@@ -27,7 +27,7 @@ class Handler(Protocol):
 
     def handle(self, ctx: CommandContext) -> None: ...
 
-    def on_failure(self, tx: Transaction, ctx: CommandContext, error: str) -> None: ...
+    def on_failure(self, tx: FencedUnit, ctx: CommandContext, error: str) -> None: ...
 
 
 class FunctionHandler:
@@ -39,7 +39,7 @@ class FunctionHandler:
     def handle(self, ctx: CommandContext) -> None:
         self.fn(ctx)
 
-    def on_failure(self, tx: Transaction, ctx: CommandContext, error: str) -> None:
+    def on_failure(self, tx: FencedUnit, ctx: CommandContext, error: str) -> None:
         return None
 
 

@@ -49,7 +49,7 @@ class Heartbeat:
             if ctx.finished or ctx.lost:
                 continue
             try:
-                if not ctx.heartbeat():
+                if not ctx.heartbeat() and not ctx.completing:
                     log.warning("lease lost", extra={"event": "lease_lost", "command_id": ctx.command.id,
                                                      "delivery": ctx.delivery})
             except StoreUnavailable as error:

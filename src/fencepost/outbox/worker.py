@@ -21,7 +21,8 @@ from fencepost.core.statuses import CommandStatus
 from fencepost.outbox.context import CommandContext, EnvironmentFailed, StopRequested
 from fencepost.outbox.handlers import HandlerRegistry
 from fencepost.outbox.heartbeat import Heartbeat
-from fencepost.store.base import Store, Transaction, WorkWaiter
+from fencepost.store.base import Store, WorkWaiter
+from fencepost.store.ports import FencedUnit
 
 log = logging.getLogger("fencepost.worker")
 
@@ -180,8 +181,8 @@ class Worker:
         """
         cfg = self.config
         claimed = self.store.transact(
-            lambda tx: tx.claim_commands(owner=cfg.worker_id, kinds=self.registry.kinds, limit=cfg.batch_size,
-                                         lease_seconds=cfg.lease_seconds), name="outbox.claim")
+            lambda tx: tx.outbox.claim(owner=cfg.worker_id, kinds=self.registry.kinds, limit=cfg.batch_size,
+                                       lease_seconds=cfg.lease_seconds), name="outbox.claim")
         if not claimed:
             return 0
         self.stats.claimed += len(claimed)
@@ -265,7 +266,7 @@ class Worker:
         text = "".join(traceback.format_exception_only(type(error), error)).strip()[:MAX_ERROR_CHARS]
         handler = self.registry.get(ctx.command.kind)
 
-        def unit(tx: Transaction) -> None:
+        def unit(tx: FencedUnit) -> None:
             handler.on_failure(tx, ctx, text)
 
         try:
@@ -278,7 +279,7 @@ class Worker:
 
     def _release(self, ctx: CommandContext) -> None:
         try:
-            self.store.transact(lambda tx: tx.release_command(ctx.lease), name="outbox.release")
+            self.store.transact(lambda tx: tx.outbox.release(ctx.lease), name="outbox.release")
             self.stats.released += 1
             log.info("lease released", extra={"event": "released", "command_id": ctx.command.id,
                                               "delivery": ctx.delivery})
@@ -289,7 +290,9 @@ class Worker:
         """One fenced transaction marking every returned command DELIVERED (ADR 0008)."""
         if not contexts:
             return []
-        outcome: list[bool] = self.store.transact(lambda tx: tx.finish_commands([c.lease for c in contexts]),
+        for ctx in contexts:
+            ctx.completing = True
+        outcome: list[bool] = self.store.transact(lambda tx: tx.outbox.finish_many([c.lease for c in contexts]),
                                                   name="outbox.deliver")
         for ctx, ok in zip(contexts, outcome, strict=True):
             if ok:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from fencepost.core.fingerprint import sha256_bytes
 from fencepost.evidence.receipts import verify_receipt
 from fencepost.store.audit import Finding, audit_store
-from fencepost.store.base import Store, Transaction
-from fencepost.store.rehearsal_ops import receipt_from_row
+from fencepost.store.base import Store
+from fencepost.store.ports import UnitOfWork
 
 
 def audit(store: Store) -> list[Finding]:
@@ -20,16 +20,16 @@ def audit(store: Store) -> list[Finding]:
     if any(f.check == "schema" for f in findings):
         return findings
 
-    def evidence(tx: Transaction) -> list[Finding]:
+    def evidence(tx: UnitOfWork) -> list[Finding]:
         found = []
-        for row in tx._run("audit_evidence_rows", {}).rows:
-            check = verify_receipt(receipt_from_row(row), content_digest=str(row["content_digest"]))
+        for receipt, content_digest in tx.audit.sealed_receipts():
+            check = verify_receipt(receipt, content_digest=content_digest)
             if not check.ok:
-                found.append(Finding("evidence_fingerprint", str(row["id"]),
-                                     f"receipt {row['position']} of {row['attempt_id']}: {check.reason}"))
-        for row in tx._run("audit_file_rows", {}).rows:
-            if sha256_bytes(bytes(row["content"])) != row["sha256"]:
-                found.append(Finding("frozen_file", f"{row['run_id']}:{row['path']}",
+                found.append(Finding("evidence_fingerprint", receipt.id,
+                                     f"receipt {receipt.position} of {receipt.attempt_id}: {check.reason}"))
+        for file in tx.audit.frozen_files():
+            if sha256_bytes(file.content) != file.sha256:
+                found.append(Finding("frozen_file", f"{file.run_id}:{file.path}",
                                      "file bytes do not match the recorded digest"))
         return found
 

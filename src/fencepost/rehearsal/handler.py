@@ -16,15 +16,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fencepost.catalog.manifest import PackageSpec, package_from_run
 from fencepost.core.errors import LeaseLost
 from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus
 from fencepost.evidence.receipts import seal
 from fencepost.outbox.context import CommandContext
-from fencepost.rehearsal.package import PackageSpec, package_from_run
 from fencepost.rehearsal.sandbox import Sandbox, SandboxEnvironmentError, is_environment_error
 from fencepost.rehearsal.scenarios import SCENARIOS, ScenarioEnv, ScenarioFailed
 from fencepost.rehearsal.target import LocalFileTarget
-from fencepost.store.base import Transaction
+from fencepost.store.ports import FencedUnit
 
 KIND = "rehearsal.attempt"
 log = logging.getLogger("fencepost.rehearsal")
@@ -67,17 +67,17 @@ class AttemptHandler:
         attempt_id = str(ctx.command.payload["attempt_id"])
         delivery = ctx.delivery
 
-        def start(tx: Transaction) -> str | None:
-            tx.lock_attempt(attempt_id)
-            run_id = tx.start_attempt(attempt_id, delivery)
+        def start(tx: FencedUnit) -> str | None:
+            tx.rehearsal.lock_attempt(attempt_id)
+            run_id = tx.rehearsal.start_attempt(attempt_id)
             if run_id is not None:
-                _require(tx.receipt_running(attempt_id, 1, delivery), "receipt 1 not PENDING after reset")
+                _require(tx.rehearsal.receipt_running(attempt_id, 1), "receipt 1 not PENDING after reset")
             return run_id
 
         run_id = ctx.fenced(start, name="rehearsal.start")
         if run_id is None:
             raise RuntimeError(f"Attempt {attempt_id} is already terminal while its command is still open")
-        run, files = ctx.store.read(lambda tx: (tx.get_run(run_id), tx.run_files(run_id)))
+        run, files = ctx.store.read(lambda tx: (tx.rehearsal.get_run(run_id), tx.rehearsal.run_files(run_id)))
         assert run is not None
         package = package_from_run(run.manifest, files)
         attempt_dir = self.work_dir / "sandboxes" / attempt_id
@@ -144,42 +144,36 @@ class AttemptHandler:
             self._advance(ctx, attempt_id, position, text, fp)
 
     def _advance(self, ctx: CommandContext, attempt_id: str, position: int, text: str, fp: str) -> None:
-        delivery = ctx.delivery
-
-        def unit(tx: Transaction) -> None:
-            tx.lock_attempt(attempt_id)
-            _require(tx.receipt_finish(attempt_id, position, delivery, ReceiptStatus.SUCCEEDED, text, fp),
+        def unit(tx: FencedUnit) -> None:
+            tx.rehearsal.lock_attempt(attempt_id)
+            _require(tx.rehearsal.receipt_finish(attempt_id, position, ReceiptStatus.SUCCEEDED, text, fp),
                      f"receipt {position} not RUNNING")
-            _require(tx.receipt_running(attempt_id, position + 1, delivery), f"receipt {position + 1} not PENDING")
+            _require(tx.rehearsal.receipt_running(attempt_id, position + 1), f"receipt {position + 1} not PENDING")
 
         ctx.fenced(unit, name="rehearsal.receipt")
 
     def _succeed(self, ctx: CommandContext, attempt_id: str, position: int, text: str, fp: str) -> None:
-        delivery = ctx.delivery
-
-        def unit(tx: Transaction) -> None:
-            tx.lock_attempt(attempt_id)
-            _require(tx.receipt_finish(attempt_id, position, delivery, ReceiptStatus.SUCCEEDED, text, fp),
+        def unit(tx: FencedUnit) -> None:
+            tx.rehearsal.lock_attempt(attempt_id)
+            _require(tx.rehearsal.receipt_finish(attempt_id, position, ReceiptStatus.SUCCEEDED, text, fp),
                      f"receipt {position} not RUNNING")
-            _require(tx.finish_attempt(attempt_id, delivery, AttemptStatus.SUCCEEDED), "attempt not RUNNING")
+            _require(tx.rehearsal.finish_attempt(attempt_id, AttemptStatus.SUCCEEDED), "attempt not RUNNING")
 
         ctx.fenced(unit, name="rehearsal.succeed", finish=CommandStatus.DELIVERED)
 
     def _fail(self, ctx: CommandContext, attempt_id: str, position: int, text: str, fp: str, error: str) -> None:
-        delivery = ctx.delivery
-
-        def unit(tx: Transaction) -> None:
-            tx.lock_attempt(attempt_id)
-            _require(tx.receipt_finish(attempt_id, position, delivery, ReceiptStatus.FAILED, text, fp),
+        def unit(tx: FencedUnit) -> None:
+            tx.rehearsal.lock_attempt(attempt_id)
+            _require(tx.rehearsal.receipt_finish(attempt_id, position, ReceiptStatus.FAILED, text, fp),
                      f"receipt {position} not RUNNING")
-            tx.abort_open_receipts(attempt_id)
-            _require(tx.finish_attempt(attempt_id, delivery, AttemptStatus.FAILED, error), "attempt not RUNNING")
+            tx.rehearsal.abort_open_receipts(attempt_id)
+            _require(tx.rehearsal.finish_attempt(attempt_id, AttemptStatus.FAILED, error), "attempt not RUNNING")
 
         ctx.fenced(unit, name="rehearsal.fail", finish=CommandStatus.FAILED, error=error)
 
-    def on_failure(self, tx: Transaction, ctx: CommandContext, error: str) -> None:
+    def on_failure(self, tx: FencedUnit, ctx: CommandContext, error: str) -> None:
         """An unexpected handler error fails the Attempt with the command (open Receipts become ABORTED)."""
         attempt_id = str(ctx.command.payload["attempt_id"])
-        tx.lock_attempt(attempt_id)
-        tx.abort_open_receipts(attempt_id)
-        tx.finish_attempt(attempt_id, ctx.delivery, AttemptStatus.FAILED, error)
+        tx.rehearsal.lock_attempt(attempt_id)
+        tx.rehearsal.abort_open_receipts(attempt_id)
+        tx.rehearsal.finish_attempt(attempt_id, AttemptStatus.FAILED, error)

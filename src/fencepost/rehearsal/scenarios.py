@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fencepost.rehearsal.package import PackageSpec
+from fencepost.catalog.manifest import PackageSpec
 from fencepost.rehearsal.sandbox import (
     LEDGER,
     Sandbox,

@@ -10,15 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from fencepost.catalog.lifecycle import GateVerdict
+from fencepost.catalog.manifest import PackageSpec, load_package
 from fencepost.core.errors import Conflict, LeaseActive, NotFound
 from fencepost.core.ids import new_id
 from fencepost.core.statuses import AttemptStatus, RunStatus
 from fencepost.evidence.comparison import Comparison, compare_attempts
 from fencepost.evidence.gate import GateReport, evaluate_gate
 from fencepost.rehearsal.handler import KIND
-from fencepost.rehearsal.package import PackageSpec, load_package
 from fencepost.rehearsal.scenarios import SCENARIO_CODES
-from fencepost.store.base import Store, Transaction
+from fencepost.store.base import Store
+from fencepost.store.ports import UnitOfWork
 from fencepost.store.records import AttemptRecord, ReceiptRecord, RunRecord
 
 
@@ -53,24 +55,24 @@ class RehearsalService:
         run_id = new_id("run")
         files = spec.run_files()
 
-        def unit(tx: Transaction) -> RunRecord:
-            tx.insert_run(run_id=run_id, package_name=spec.name, package_version=spec.version,
-                          previous_version=spec.previous_version, content_digest=spec.content_digest,
-                          manifest=spec.normalized_manifest(), files=files)
-            run = tx.get_run(run_id)
+        def unit(tx: UnitOfWork) -> RunRecord:
+            tx.rehearsal.insert_run(run_id=run_id, package_name=spec.name, package_version=spec.version,
+                                    previous_version=spec.previous_version, content_digest=spec.content_digest,
+                                    manifest=spec.normalized_manifest(), files=files)
+            run = tx.rehearsal.get_run(run_id)
             assert run is not None
             return run
 
         return self.store.transact(unit, name="rehearsal.create_run")
 
     def get_run(self, run_id: str) -> RunRecord:
-        run = self.store.read(lambda tx: tx.get_run(run_id))
+        run = self.store.read(lambda tx: tx.rehearsal.get_run(run_id))
         if run is None:
             raise NotFound(f"no rehearsal {run_id}")
         return run
 
     def list_runs(self, limit: int = 100) -> list[RunRecord]:
-        return self.store.read(lambda tx: tx.list_runs(limit))
+        return self.store.read(lambda tx: tx.rehearsal.list_runs(limit))
 
     # ── attempts ──
     def enqueue_attempt(self, run_id: str) -> AttemptRecord:
@@ -82,34 +84,34 @@ class RehearsalService:
         command_id = new_id("cmd")
         receipts = [(new_id("rcp"), position, code) for position, code in enumerate(SCENARIO_CODES, start=1)]
 
-        def unit(tx: Transaction) -> AttemptRecord:
-            run = tx.get_run(run_id)
+        def unit(tx: UnitOfWork) -> AttemptRecord:
+            run = tx.rehearsal.get_run(run_id)
             if run is None:
                 raise NotFound(f"no rehearsal {run_id}")
             if run.status is not RunStatus.READY:
                 raise Conflict(f"rehearsal {run_id} is {run.status}; only a READY Run takes new Attempts")
-            seq = tx.next_attempt_seq(run_id)
-            tx.insert_command(command_id=command_id, kind=KIND, payload={"attempt_id": attempt_id, "run_id": run_id})
-            tx.insert_attempt(attempt_id=attempt_id, run_id=run_id, seq=seq, command_id=command_id,
-                              receipts=receipts)
-            attempt = tx.get_attempt(attempt_id)
+            seq = tx.rehearsal.next_attempt_seq(run_id)
+            tx.outbox.insert(command_id=command_id, kind=KIND, payload={"attempt_id": attempt_id, "run_id": run_id})
+            tx.rehearsal.insert_attempt(attempt_id=attempt_id, run_id=run_id, seq=seq, command_id=command_id,
+                                        receipts=receipts)
+            attempt = tx.rehearsal.get_attempt(attempt_id)
             assert attempt is not None
             return attempt
 
         return self.store.transact(unit, name="rehearsal.enqueue")
 
     def attempt(self, attempt_id: str) -> AttemptRecord:
-        found = self.store.read(lambda tx: tx.get_attempt(attempt_id))
+        found = self.store.read(lambda tx: tx.rehearsal.get_attempt(attempt_id))
         if found is None:
             raise NotFound(f"no attempt {attempt_id}")
         return found
 
     def attempts(self, run_id: str) -> list[AttemptRecord]:
         self.get_run(run_id)
-        return self.store.read(lambda tx: tx.list_attempts(run_id))
+        return self.store.read(lambda tx: tx.rehearsal.list_attempts(run_id))
 
     def receipts(self, attempt_id: str) -> list[ReceiptRecord]:
-        return self.store.read(lambda tx: tx.attempt_receipts(attempt_id))
+        return self.store.read(lambda tx: tx.rehearsal.attempt_receipts(attempt_id))
 
     def reconcile(self, attempt_id: str) -> AttemptRecord:
         """Return the Attempt's expired PROCESSING command to PENDING (Attempt locked first).
@@ -120,20 +122,20 @@ class RehearsalService:
             Conflict: the command is not PROCESSING.
         """
 
-        def unit(tx: Transaction) -> AttemptRecord:
-            locked = tx.lock_attempt(attempt_id)
+        def unit(tx: UnitOfWork) -> AttemptRecord:
+            locked = tx.rehearsal.lock_attempt(attempt_id)
             if locked is None:
                 raise NotFound(f"no attempt {attempt_id}")
             try:
-                tx.reconcile_command(str(locked["command_id"]))
+                tx.outbox.reconcile(locked.command_id)
             except LeaseActive as error:
                 raise LeaseActive(f"attempt {attempt_id}: {error}", error.lease_until) from None
             except Conflict:
-                command = tx.get_command(str(locked["command_id"]))
+                command = tx.outbox.get(locked.command_id)
                 state = command.status if command else "missing"
-                raise Conflict(f"attempt {attempt_id} is {locked['status']} with its command {state}; only an "
+                raise Conflict(f"attempt {attempt_id} is {locked.status} with its command {state}; only an "
                                "Attempt whose lease has expired can be reconciled") from None
-            attempt = tx.get_attempt(attempt_id)
+            attempt = tx.rehearsal.get_attempt(attempt_id)
             assert attempt is not None
             return attempt
 
@@ -148,16 +150,16 @@ class RehearsalService:
             Conflict: the Attempt is already terminal.
         """
 
-        def unit(tx: Transaction) -> AttemptRecord:
-            locked = tx.lock_attempt(attempt_id)
+        def unit(tx: UnitOfWork) -> AttemptRecord:
+            locked = tx.rehearsal.lock_attempt(attempt_id)
             if locked is None:
                 raise NotFound(f"no attempt {attempt_id}")
-            command_id = tx.abort_attempt(attempt_id, reason)
+            command_id = tx.rehearsal.abort_attempt(attempt_id, reason)
             if command_id is None:
-                raise Conflict(f"attempt {attempt_id} is {locked['status']}; only PENDING or RUNNING can be aborted")
-            tx.abort_open_receipts(attempt_id)
-            tx.abort_command(command_id, reason)
-            attempt = tx.get_attempt(attempt_id)
+                raise Conflict(f"attempt {attempt_id} is {locked.status}; only PENDING or RUNNING can be aborted")
+            tx.rehearsal.abort_open_receipts(attempt_id)
+            tx.outbox.abort(command_id, reason)
+            attempt = tx.rehearsal.get_attempt(attempt_id)
             assert attempt is not None
             return attempt
 
@@ -179,20 +181,44 @@ class RehearsalService:
         return ComparisonResult(comparison, reason)
 
     def gate(self, run_id: str) -> GateReport:
-        """The release gate, computed now from durable records (never stored)."""
+        """The release gate, computed now from durable records (never stored).
 
-        def unit(tx: Transaction) -> GateReport:
-            run = tx.get_run(run_id)
+        Raises:
+            NotFound: no such rehearsal.
+        """
+
+        def unit(tx: UnitOfWork) -> GateReport:
+            run = tx.rehearsal.get_run(run_id)
             if run is None:
                 raise NotFound(f"no rehearsal {run_id}")
-            attempts = tx.list_attempts(run_id)
-            wanted = []
-            if attempts:
-                wanted.append(attempts[-1])
-                previous = [a for a in attempts[:-1] if a.status is AttemptStatus.SUCCEEDED]
-                if previous:
-                    wanted.append(previous[-1])
-            receipts = {a.id: tx.attempt_receipts(a.id) for a in wanted}
-            return evaluate_gate(run, attempts, receipts)
+            return gate_of(tx, run)
 
         return self.store.read(unit)
+
+
+def gate_of(tx: UnitOfWork, run: RunRecord) -> GateReport:
+    """The release gate of ``run`` from its Attempts: the latest, and the latest success before it."""
+    attempts = tx.rehearsal.list_attempts(run.id)
+    wanted = []
+    if attempts:
+        wanted.append(attempts[-1])
+        previous = [a for a in attempts[:-1] if a.status is AttemptStatus.SUCCEEDED]
+        if previous:
+            wanted.append(previous[-1])
+    receipts = {a.id: tx.rehearsal.attempt_receipts(a.id) for a in wanted}
+    return evaluate_gate(run, attempts, receipts)
+
+
+def release_gate(tx: UnitOfWork, content_digest: str) -> GateVerdict | None:
+    """The catalog's ``ReleaseGate``: the gate of the newest rehearsal of exactly this content.
+
+    Returns:
+        None when this content was never rehearsed.
+    """
+    runs = tx.rehearsal.runs_by_digest(content_digest)
+    if not runs:
+        return None
+    report = gate_of(tx, runs[0])
+    return GateVerdict(passed=report.passed, run_id=report.run_id,
+                       blocking=[f"{c.name}: {c.reason}" for c in report.blocking])
+

@@ -1,8 +1,8 @@
-"""The store contract: a ``Store`` opens units of work, a ``Transaction`` offers the operations.
+"""The store: a ``Store`` opens units of work (``fencepost.store.ports.UnitOfWork``) on a control database.
 
-Every backend implements the same two abstract classes; the operations themselves are written once
-(``OutboxOps``, ``RehearsalOps``) against ``Transaction._run``, which executes a named query of the
-backend's dialect. Driver errors are translated into ``fencepost.core.errors`` at this boundary.
+Every backend implements this abstract class; the ports a unit of work offers are listed in
+``fencepost.store.ports`` (SQL backends get them from ``fencepost.store.sql``). Driver errors are translated
+into ``fencepost.core.errors`` at this boundary.
 """
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from fencepost.core.clock import Clock, SystemClock
 from fencepost.core.errors import SchemaNotReady, StoreUnavailable
-from fencepost.store.outbox_ops import OutboxOps
-from fencepost.store.rehearsal_ops import RehearsalOps
-from fencepost.store.workflow_ops import WorkflowOps
+from fencepost.core.statuses import CommandStatus
+from fencepost.store.ports import FencedUnit, UnitOfWork
+from fencepost.store.records import Lease
 
 T = TypeVar("T")
 
@@ -30,26 +30,6 @@ class StoreBusy(StoreUnavailable):
 
     ``Store.transact`` retries these within a bounded wait; only then do they surface.
     """
-
-
-@dataclass(frozen=True)
-class Result:
-    rows: list[dict[str, Any]]
-    rowcount: int
-
-
-class Transaction(OutboxOps, RehearsalOps, WorkflowOps, ABC):
-    """One open unit of work. Valid only inside ``Store.transaction()``."""
-
-    backend: str
-
-    @abstractmethod
-    def _run(self, name: str, params: dict[str, Any]) -> Result:
-        """Execute the named query with ``params``; return rows as dicts and the rowcount."""
-
-    @abstractmethod
-    def now(self) -> datetime:
-        """The store's clock: the lease authority (SQLite: the store's Clock; PostgreSQL: the server)."""
 
 
 class WorkWaiter:
@@ -107,8 +87,9 @@ class Store(ABC):
 
     # ── units of work ──
     @abstractmethod
-    def transaction(self, *, write: bool = True, name: str | None = None) -> Any:
-        """Context manager yielding a ``Transaction``.
+    def transaction(self, *, write: bool = True,
+                    name: str | None = None) -> AbstractContextManager[UnitOfWork, bool | None]:
+        """Context manager yielding a ``UnitOfWork``.
 
         ``write=True`` takes the write reservation first (SQLite ``BEGIN IMMEDIATE``); commits on normal
         exit, rolls back on any exception. Raises ``StoreBusy``/``StoreUnavailable`` on driver errors.
@@ -116,7 +97,7 @@ class Store(ABC):
         ``<name>:after-commit`` fire around COMMIT (``fencepost.core.crashpoints``).
         """
 
-    def transact(self, fn: Callable[[Transaction], T], *, write: bool = True, name: str | None = None) -> T:
+    def transact(self, fn: Callable[[UnitOfWork], T], *, write: bool = True, name: str | None = None) -> T:
         """Run ``fn(tx)`` in one transaction, retrying it whole on ``StoreBusy``.
 
         ``fn`` must be free of side effects outside the transaction, since it may run more than once.
@@ -135,9 +116,34 @@ class Store(ABC):
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 0.25)
 
-    def read(self, fn: Callable[[Transaction], T]) -> T:
+    def read(self, fn: Callable[[UnitOfWork], T]) -> T:
         """Run a read-only ``fn(tx)`` on one consistent snapshot."""
         return self.transact(fn, write=False)
+
+    def fenced(self, lease: Lease, fn: Callable[[FencedUnit], T], *, name: str, lease_seconds: float,
+               finish: CommandStatus | None = None, error: str | None = None) -> tuple[T, Lease | None]:
+        """Run ``fn`` on a fenced unit under ``lease``, then the fence, last, in the same write transaction.
+
+        The fence is the renewal of ``lease`` by ``lease_seconds`` (seconds) or, with ``finish``
+        (DELIVERED or FAILED, ``error`` stored with FAILED), the command's terminal write. A stale token
+        makes the fence touch zero rows: ``LeaseLost`` is raised and everything ``fn`` wrote is rolled back
+        (ADR 0002: the fence is the last statement; a stale worker never persists anything). This is the
+        only way to reach a ``FencedUnit`` (ADR 0015). ``fn`` may run more than once on busy retries.
+
+        Returns:
+            ``(what fn returned, the renewed lease)``; the lease is None after ``finish``.
+        Raises:
+            LeaseLost: fenced out. StoreUnavailable: the store failed or stayed busy.
+        """
+
+        def unit(tx: UnitOfWork) -> tuple[T, Lease | None]:
+            result = fn(tx._fence(lease))
+            if finish is not None:
+                tx.outbox.finish(lease, finish, error)
+                return result, None
+            return result, tx.outbox.renew(lease, lease_seconds=lease_seconds)
+
+        return self.transact(unit, name=name)
 
     def work_waiter(self, kinds: Sequence[str], *, listen: bool = True, name: str | None = None) -> WorkWaiter:
         """A waiter for one idle worker claiming ``kinds`` (close it when the worker stops).

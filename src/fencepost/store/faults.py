@@ -1,12 +1,11 @@
 """Fault injection: a store wrapper that makes the Nth executed query fail (DESIGN.md, "Fault injection").
 
-``FaultInjectingStore`` wraps a real ``Store``. Every transaction it opens is the real backend's
-transaction, except that the instance attribute ``_run`` is replaced by a counting shim: the operations
-(``OutboxOps``, ``RehearsalOps``) call ``self._run`` for every query, so the shim sees each one, counts
-those that match, and raises the chosen error *inside* the open transaction when the count reaches
-``nth``. The real transaction then rolls back exactly as it would on a genuine driver failure, which is
-what lets a test drive every fallback path (a partial enqueue, a lost commit, a busy retry) without
-touching the backend code.
+``FaultInjectingStore`` wraps a real SQL ``Store``. Every unit of work it opens is the real backend's,
+except that its executor is wrapped by a counting shim: every port runs its queries through the unit's
+executor (``fencepost.store.sql.unit``), so the shim sees each one by name, counts those that match, and
+raises the chosen error *inside* the open transaction when the count reaches ``nth``. The real transaction
+then rolls back exactly as it would on a genuine driver failure, which is what lets a test drive every
+fallback path (a partial enqueue, a lost commit, a busy retry) without touching the backend code.
 
 The fault fires once (then the wrapper is disarmed) unless ``times`` says otherwise; ``arm`` re-arms it.
 Counting is shared by all threads and transactions of the wrapper, and is thread-safe.
@@ -20,12 +19,16 @@ Example::
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 from fencepost.core.errors import FencepostError, StoreUnavailable
-from fencepost.store.base import MigrationStep, Result, Store, Transaction
+from fencepost.store.base import MigrationStep, Store
+from fencepost.store.sql.executor import Executor, Result
+from fencepost.store.sql.queries import Query
+from fencepost.store.sql.unit import SqlUnitOfWork
 
 
 class FaultInjectingStore(Store):
@@ -103,19 +106,17 @@ class FaultInjectingStore(Store):
 
     # ── units of work ──
     @contextmanager
-    def transaction(self, *, write: bool = True, name: str | None = None) -> Iterator[Transaction]:
+    def transaction(self, *, write: bool = True, name: str | None = None) -> Iterator[SqlUnitOfWork]:
+        """The inner store's unit of work, its executor wrapped by the counting shim.
+
+        Raises:
+            TypeError: the inner store is not a SQL store.
+        """
         with self.inner.transaction(write=write, name=name) as opened:
-            tx: Transaction = opened
-            real_run = tx._run
-
-            def counting_run(query_name: str, params: dict[str, Any]) -> Result:
-                if self._should_fail(query_name):
-                    self._raise()
-                return real_run(query_name, params)
-
-            # The ops mixins call ``self._run``: an instance attribute shadows the class's method.
-            tx._run = counting_run  # type: ignore[method-assign,assignment]
-            yield tx
+            if not isinstance(opened, SqlUnitOfWork):
+                raise TypeError("FaultInjectingStore wraps SQL stores only")
+            opened.executor = _CountingExecutor(opened.executor, self)
+            yield opened
 
     # ── schema: straight delegation ──
     def migrations(self) -> list[MigrationStep]:
@@ -129,3 +130,23 @@ class FaultInjectingStore(Store):
 
     def close(self) -> None:
         self.inner.close()
+
+
+class _CountingExecutor:
+    """An ``Executor`` that asks its ``FaultInjectingStore`` before each statement whether to fail it."""
+
+    def __init__(self, inner: Executor, faults: FaultInjectingStore) -> None:
+        self._inner = inner
+        self._faults = faults
+        self.backend = inner.backend
+
+    def run(self, query: Query, params: Mapping[str, Any]) -> Result:
+        if self._faults._should_fail(query.name):
+            self._faults._raise()
+        return self._inner.run(query, params)
+
+    def now(self) -> datetime:
+        return self._inner.now()
+
+    def execute_raw(self, sql: str) -> list[tuple[Any, ...]]:
+        return self._inner.execute_raw(sql)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus, RunStatus
+from fencepost.core.statuses import AttemptStatus, CommandStatus, LeaseEventKind, ReceiptStatus, RunStatus
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class LeaseEvent:
 
     seq: int
     command_id: str
-    event: str
+    event: LeaseEventKind
     owner: str | None
     delivery: int
     at: datetime
@@ -128,3 +128,31 @@ class ReceiptRecord:
     evidence_fingerprint: str | None
     started_at: datetime | None
     finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class AttemptLock:
+    """What taking an Attempt's row lock reads: enough to decide before touching its command."""
+
+    id: str
+    status: AttemptStatus
+    command_id: str
+
+
+@dataclass(frozen=True)
+class FrozenFile:
+    """A frozen package file with its recorded digest (``sha256`` hex), as the audit re-verifies it."""
+
+    run_id: str
+    path: str
+    sha256: str
+    content: bytes
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One audit finding: which check, which subject (a row id) and what is wrong."""
+
+    check: str
+    subject: str
+    detail: str

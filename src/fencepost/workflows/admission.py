@@ -21,21 +21,31 @@ No network, file or user callback runs while the transaction is open. Crash poin
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
+from fencepost.catalog.definitions import workflow_digest
+from fencepost.catalog.digests import definition_digest, lock_digest
+from fencepost.catalog.lifecycle import not_allowed
 from fencepost.core.canonical import canonical_json, parse_json
 from fencepost.core.clock import to_iso
 from fencepost.core.crashpoints import crashpoint
-from fencepost.core.errors import Conflict, IntegrityViolation, InvalidPlan, NotAllowed
+from fencepost.core.errors import Conflict, IntegrityViolation, InvalidPlan
 from fencepost.core.fingerprint import fingerprint
-from fencepost.store.base import Store, Transaction
-from fencepost.store.workflow_records import AdmissionRow, InstallationRecord, PublicationRecord
+from fencepost.core.statuses import Disposition, InstallationStatus, PublicationStatus
+from fencepost.store.base import Store
+from fencepost.store.ports import UnitOfWork
+from fencepost.store.workflow_records import (
+    AdmissionReceiptRow,
+    AdmissionRow,
+    InstallationRecord,
+    PublicationRecord,
+    StepMutationRow,
+    StepRunRow,
+)
 from fencepost.workflows.bundle import RECEIPT_DOMAIN, AdmissionBundle, derive_bundle
-from fencepost.workflows.definitions import workflow_digest
 from fencepost.workflows.plan import NormalizedPlan, normalize_plan
-from fencepost.workflows.publication import definition_digest, lock_digest
 
 
 @dataclass(frozen=True)
@@ -61,50 +71,46 @@ def admit(store: Store, raw_plan: Any) -> AdmissionResult:
     plan = normalize_plan(raw_plan)
     bundle = derive_bundle(plan)
 
-    def unit(tx: Transaction) -> AdmissionResult:
-        tx.lock_package(str(plan.data["package"]))
-        existing = tx.get_admission(plan.plan_id)
+    def unit(tx: UnitOfWork) -> AdmissionResult:
+        tx.catalog.lock_package(str(plan.data["package"]))
+        existing = tx.admission.get(plan.plan_id)
         if existing is not None:
             return _replay(tx, existing, bundle)
         publication, installation = check_guards(tx, plan)
         check_definitions(publication, installation, plan)
         admitted_at = tx.now()
-        for number, (query, params) in enumerate(bundle.inserts(admitted_at), start=1):
-            tx.insert_row(query, params)
+        for number, record in enumerate(bundle.records(admitted_at), start=1):
+            tx.admission.insert(record)
             crashpoint(f"workflow.admit:after-insert-{number}")
         return AdmissionResult("created", bundle.run_id, bundle.receipt(admitted_at))
 
     return store.transact(unit, name="workflow.admit")
 
 
-def not_allowed(guard: str, detail: str) -> NotAllowed:
-    """A false start guard, named in the one-line message (``guard <name>: ...``) and in ``.guard``."""
-    return NotAllowed(f"not allowed by guard {guard}: {detail}", guard)
-
-
-def check_guards(tx: Transaction, plan: NormalizedPlan) -> tuple[PublicationRecord, InstallationRecord]:
+def check_guards(tx: UnitOfWork, plan: NormalizedPlan) -> tuple[PublicationRecord, InstallationRecord]:
     """Re-check every start guard inside the admission transaction (ADR-0224 decision 2, step 3)."""
     package = str(plan.data["package"])
-    head = tx.get_head(package)
+    head = tx.catalog.get_head(package)
     if head is None or head.publication_id != plan.data["publication_id"]:
         current = head.publication_id if head else "none"
         raise not_allowed("publication_head", f"the publication head of {package} is {current}, not the plan's "
                                               f"{plan.data['publication_id']}")
-    publication = tx.get_publication(head.publication_id)
+    publication = tx.catalog.get_publication(head.publication_id)
     if publication is None or publication.package_name != package:
         raise not_allowed("publication_head", f"the publication head of {package} names no publication of it")
-    if publication.status != "active":
+    if publication.status is not PublicationStatus.ACTIVE:
         raise not_allowed("publication_active", f"publication {publication.id} of {package} is {publication.status}")
-    installation = tx.get_installation(package)
-    if installation is None or installation.status != "active" or installation.id != plan.data["installation_id"]:
+    installation = tx.catalog.get_installation(package)
+    if (installation is None or installation.status is not InstallationStatus.ACTIVE
+            or installation.id != plan.data["installation_id"]):
         raise not_allowed("installation_active", f"{package} has no active installation {plan.data['installation_id']}")
     if installation.lock_digest != plan.data["lock"] or installation.publication_id != publication.id:
         raise not_allowed("installation_lock",
                           f"installation {installation.id} is locked to another publication than the plan's")
-    disposition = tx.get_disposition(installation.id)
-    if disposition is not None and disposition.disposition != "active":
+    disposition = tx.catalog.get_disposition(installation.id)
+    if disposition is not None and disposition.disposition is not Disposition.ACTIVE:
         raise not_allowed("lifecycle_disposition", f"installation {installation.id} is {disposition.disposition}")
-    quarantine = tx.open_quarantine(installation.id, installation.lock_digest)
+    quarantine = tx.catalog.open_quarantine(installation.id, installation.lock_digest)
     if quarantine is not None:
         raise not_allowed("quarantine",
                           f"installation {installation.id} at this lock is quarantined: {quarantine.reason}")
@@ -140,16 +146,12 @@ def check_definitions(publication: PublicationRecord, installation: Installation
 
 
 # Columns that later progress may change (status, fence) are not admission facts: replay does not compare
-# them with the bundle. A StepRun's status and fence must still equal its latest StepRun mutation's (every
-# change of a StepRun writes a mutation), which replay checks; the Run's have no such ledger yet.
-_MUTABLE = {"workflow_runs": {"status", "fence"}, "workflow_step_runs": {"status", "fence"}}
-_KEYS = {"workflow_runs": ("id",), "workflow_events": ("id",), "workflow_step_runs": ("id",),
-         "workflow_step_mutations": ("id",), "workflow_admission_steps": ("plan_id", "step_key"),
-         "workflow_admission_receipts": ("id",)}
-_TIME = {"workflow_admissions": "admitted_at"}
+# them with the bundle (each record type names its own, ``mutable``). A StepRun's status and fence must still
+# equal its latest StepRun mutation's (every change of a StepRun writes a mutation), which replay checks; the
+# Run's have no such ledger yet.
 
 
-def verify_admission(tx: Transaction, existing: AdmissionRow) -> AdmissionResult:
+def verify_admission(tx: UnitOfWork, existing: AdmissionRow) -> AdmissionResult:
     """Re-derive an admission from its stored plan and verify every stored row (audit readiness check).
 
     Raises:
@@ -166,39 +168,46 @@ def verify_admission(tx: Transaction, existing: AdmissionRow) -> AdmissionResult
     return _replay(tx, existing, derive_bundle(plan))
 
 
-def _replay(tx: Transaction, existing: AdmissionRow, bundle: AdmissionBundle) -> AdmissionResult:
+def _replay(tx: UnitOfWork, existing: AdmissionRow, bundle: AdmissionBundle) -> AdmissionResult:
     plan = bundle.plan
     if existing.plan_digest != plan.digest:
         raise Conflict(f"plan id {plan.plan_id} is already bound to another plan ({existing.plan_digest})")
-    expected = bundle.expected_rows(existing.admitted_at)
-    stored_admission = {**existing.__dict__}
-    _compare("workflow_admissions", expected["workflow_admissions"][0], stored_admission, plan.plan_id)
-    stored = tx.admission_rows(plan.plan_id, existing.run_id)
-    _check_admitted_at(existing, stored["workflow_admission_receipts"])
-    for table, rows in expected.items():
-        if table == "workflow_admissions":
-            continue
-        index = {tuple(r[k] for k in _KEYS[table]): r for r in stored[table]}
-        for row in rows:
-            key = tuple(row[k] for k in _KEYS[table])
-            found = index.get(key)
-            if found is None:
-                raise IntegrityViolation(f"admission {plan.plan_id}: {table} row {'/'.join(map(str, key))} is missing")
-            _compare(table, row, found, "/".join(map(str, key)))
-    for table in ("workflow_admission_steps", "workflow_step_runs"):
-        if len(stored[table]) != len(plan.steps):
-            raise IntegrityViolation(f"admission {plan.plan_id}: {table} has {len(stored[table])} rows for "
+    expected = bundle.records(existing.admitted_at)
+    admission_row = next(r for r in expected if isinstance(r, AdmissionRow))
+    _compare(admission_row, existing, plan.plan_id)
+    stored = tx.admission.stored(plan.plan_id, existing.run_id)
+    _check_admitted_at(existing, stored.receipts)
+    by_table: dict[str, list[Any]] = {}
+    everything: list[Any] = [*stored.run, *stored.events, *stored.step_runs, *stored.mutations, *stored.steps,
+                             *stored.receipts]
+    for row in everything:
+        by_table.setdefault(row.table, []).append(row)
+    # Table by table, in the order the tables are first written (the first disagreement is the one named).
+    order: list[str] = list(dict.fromkeys(r.table for r in expected))
+    for row in sorted((r for r in expected if r is not admission_row), key=lambda r: order.index(r.table)):
+        index = {_key(r): r for r in by_table.get(row.table, [])}
+        found = index.get(_key(row))
+        if found is None:
+            raise IntegrityViolation(f"admission {plan.plan_id}: {row.table} row {_key(row)} is missing")
+        _compare(row, found, _key(row))
+    for table, rows in (("workflow_admission_steps", stored.steps), ("workflow_step_runs", stored.step_runs)):
+        if len(rows) != len(plan.steps):
+            raise IntegrityViolation(f"admission {plan.plan_id}: {table} has {len(rows)} rows for "
                                      f"{len(plan.steps)} steps")
-    _check_step_run_states(stored["workflow_step_runs"], stored["workflow_step_mutations"])
-    receipt_row = stored["workflow_admission_receipts"][0]
-    receipt = parse_json(receipt_row["receipt"])
-    if fingerprint(RECEIPT_DOMAIN, receipt) != receipt_row["receipt_digest"]:
-        raise IntegrityViolation(f"admission {plan.plan_id}: workflow_admission_receipts row {receipt_row['id']} "
+    _check_step_run_states(stored.step_runs, stored.mutations)
+    receipt_row = stored.receipts[0]
+    receipt = parse_json(receipt_row.receipt)
+    if fingerprint(RECEIPT_DOMAIN, receipt) != receipt_row.receipt_digest:
+        raise IntegrityViolation(f"admission {plan.plan_id}: workflow_admission_receipts row {receipt_row.id} "
                                  "does not match its digest")
     return AdmissionResult("existing", existing.run_id, receipt)
 
 
-def _check_admitted_at(existing: AdmissionRow, receipts: list[dict[str, Any]]) -> None:
+def _key(row: Any) -> str:
+    return "/".join(str(getattr(row, k)) for k in row.key)
+
+
+def _check_admitted_at(existing: AdmissionRow, receipts: list[AdmissionReceiptRow]) -> None:
     """The admission's ``admitted_at`` is the one sealed in its (self-consistent) receipt.
 
     Every other row is re-derived from ``admitted_at``, so without this check an edited ``admitted_at``
@@ -206,41 +215,34 @@ def _check_admitted_at(existing: AdmissionRow, receipts: list[dict[str, Any]]) -
     """
     if not receipts:
         return  # reported as a missing receipt row
-    receipt = parse_json(receipts[0]["receipt"])
-    if not isinstance(receipt, dict) or fingerprint(RECEIPT_DOMAIN, receipt) != receipts[0]["receipt_digest"]:
+    receipt = parse_json(receipts[0].receipt)
+    if not isinstance(receipt, dict) or fingerprint(RECEIPT_DOMAIN, receipt) != receipts[0].receipt_digest:
         return  # reported against the receipt row itself
     if receipt.get("admitted_at") != to_iso(existing.admitted_at):
         raise IntegrityViolation(f"corrupt admission evidence: workflow_admissions row {existing.plan_id}: column "
                                  "admitted_at differs from the one sealed in its receipt")
 
 
-def _check_step_run_states(step_runs: list[dict[str, Any]], mutations: list[dict[str, Any]]) -> None:
+def _check_step_run_states(step_runs: list[StepRunRow], mutations: list[StepMutationRow]) -> None:
     """Every StepRun's status and fence are those of its latest mutation (the ledger of its changes)."""
-    latest: dict[str, dict[str, Any]] = {}
+    latest: dict[str, StepMutationRow] = {}
     for mutation in mutations:
-        current = latest.get(mutation["step_run_id"])
-        if current is None or int(mutation["fence"]) > int(current["fence"]):
-            latest[mutation["step_run_id"]] = mutation
+        current = latest.get(mutation.step_run_id)
+        if current is None or mutation.fence > current.fence:
+            latest[mutation.step_run_id] = mutation
     for step_run in step_runs:
-        last = latest.get(step_run["id"])
-        if last is None or (step_run["status"], int(step_run["fence"])) != (last["to_status"], int(last["fence"])):
-            raise IntegrityViolation(f"corrupt admission evidence: workflow_step_runs row {step_run['id']}: columns "
+        last = latest.get(step_run.id)
+        if last is None or (step_run.status, step_run.fence) != (last.to_status, last.fence):
+            raise IntegrityViolation(f"corrupt admission evidence: workflow_step_runs row {step_run.id}: columns "
                                      "status and fence differ from its latest StepRun mutation")
 
 
-def _compare(table: str, expected: dict[str, Any], stored: dict[str, Any], subject: str) -> None:
-    skip = _MUTABLE.get(table, set())
-    for column, value in expected.items():
-        if column in skip:
+def _compare(expected: Any, stored: Any, subject: str) -> None:
+    """Field by field, except the columns progress may change; the first difference is named."""
+    skip: frozenset[str] = getattr(expected, "mutable", frozenset())
+    for field in dataclasses.fields(expected):
+        if field.name in skip:
             continue
-        stored_column = _TIME.get(table, "created_at") if column == "now" else column
-        if stored_column not in stored:
-            continue  # e.g. admission steps carry no timestamp
-        actual = stored[stored_column]
-        if isinstance(value, datetime) and isinstance(actual, datetime):
-            same = value == actual
-        else:
-            same = actual == value or (isinstance(actual, (int, float)) and actual == value)
-        if not same:
-            raise IntegrityViolation(f"corrupt admission evidence: {table} row {subject}: column {stored_column} "
-                                     "differs from the re-derived admission")
+        if getattr(expected, field.name) != getattr(stored, field.name):
+            raise IntegrityViolation(f"corrupt admission evidence: {expected.table} row {subject}: column "
+                                     f"{field.name} differs from the re-derived admission")

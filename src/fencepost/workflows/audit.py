@@ -7,22 +7,23 @@ and workflow digests, and every installation's lock, are recomputed too: admissi
 
 from __future__ import annotations
 
+from fencepost.catalog.definitions import workflow_digest
+from fencepost.catalog.digests import definition_digest, lock_digest
 from fencepost.core.canonical import canonical_json
 from fencepost.core.errors import Conflict, IntegrityViolation
 from fencepost.store.audit import Finding
-from fencepost.store.base import Store, Transaction
+from fencepost.store.base import Store
+from fencepost.store.ports import UnitOfWork
 from fencepost.workflows.admission import verify_admission
-from fencepost.workflows.definitions import workflow_digest
-from fencepost.workflows.publication import definition_digest, lock_digest
 
 
 def audit_admissions(store: Store) -> list[Finding]:
     """One ``admission`` finding per admission that fails verification (empty when all agree)."""
 
-    def unit(tx: Transaction) -> list[Finding]:
+    def unit(tx: UnitOfWork) -> list[Finding]:
         found = []
-        for plan_id in tx.list_admission_plan_ids():
-            row = tx.get_admission(plan_id)
+        for plan_id in tx.admission.plan_ids():
+            row = tx.admission.get(plan_id)
             if row is None:  # pragma: no cover - listed in this same snapshot
                 continue
             try:
@@ -31,10 +32,10 @@ def audit_admissions(store: Store) -> list[Finding]:
                 found.append(Finding("admission", plan_id, str(error)))
         return found
 
-    def publications(tx: Transaction) -> list[Finding]:
+    def publications(tx: UnitOfWork) -> list[Finding]:
         found = []
         by_id = {}
-        for pub in tx.all_publications():
+        for pub in tx.catalog.all_publications():
             by_id[pub.id] = pub
             if (definition_digest(pub.definition) != pub.definition_digest
                     or canonical_json(pub.definition) != pub.definition_text):
@@ -44,7 +45,7 @@ def audit_admissions(store: Store) -> list[Finding]:
                 if not isinstance(workflow, dict) or workflow_digest(wid, workflow.get("steps", [])) != workflow.get(
                         "digest"):
                     found.append(Finding("publication", pub.id, f"workflow {wid} does not match its digest"))
-        for inst in tx.all_installations():
+        for inst in tx.catalog.all_installations():
             locked = by_id.get(inst.publication_id)
             if locked is None or lock_digest(locked.id, locked.content_digest,
                                              locked.definition_digest) != inst.lock_digest:

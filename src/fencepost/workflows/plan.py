@@ -19,10 +19,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from fencepost.catalog.definitions import MAX_STEPS, check_id, normalize_dag
 from fencepost.core.canonical import canonical_json
 from fencepost.core.errors import InvalidPlan
 from fencepost.core.fingerprint import fingerprint, is_fingerprint
-from fencepost.workflows.definitions import MAX_STEPS, check_id, normalize_dag
 
 PLAN_FORMAT = 1
 MAX_PLAN_BYTES = 256 * 1024

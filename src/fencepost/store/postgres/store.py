@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 from datetime import UTC, datetime
+from functools import cache
+from types import MappingProxyType
 from typing import Any
 
 import psycopg
@@ -40,10 +43,12 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 from fencepost.core.clock import Clock
 from fencepost.core.crashpoints import crashpoint
 from fencepost.core.errors import Conflict, FencepostError, SchemaNotReady, StoreUnavailable
-from fencepost.store.base import MigrationStep, Result, Store, StoreBusy, Transaction, WorkWaiter
+from fencepost.store.base import MigrationStep, Store, StoreBusy, WorkWaiter
 from fencepost.store.migrations import load_migrations
 from fencepost.store.postgres.listen import PostgresWorkWaiter
-from fencepost.store.queries import load_dialect, to_pyformat
+from fencepost.store.sql.executor import Result
+from fencepost.store.sql.queries import Query, dialect_queries, to_pyformat
+from fencepost.store.sql.unit import SqlUnitOfWork
 
 # SQLSTATEs of transient contention: serialization failure, deadlock, lock not available.
 _BUSY_STATES = {"40001", "40P01", "55P03"}
@@ -125,8 +130,8 @@ def _utc_row(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-class PostgresTransaction(Transaction):
-    """One open unit of work on one pooled connection. Valid only inside ``PostgresStore.transaction()``.
+class PostgresExecutor:
+    """The ``Executor`` of one open PostgreSQL transaction on one pooled connection.
 
     After any failed statement PostgreSQL has aborted the transaction; every later statement and the
     commit then raise the same error type instead of silently committing nothing.
@@ -144,7 +149,7 @@ class PostgresTransaction(Transaction):
         """The server's ``clock_timestamp()``, read once per transaction (aware UTC ``datetime``)."""
         # One instant per transaction: every row a decision writes carries the same server time.
         if self._now is None:
-            self._now = self._run("store_now", {}).rows[0]["now"]
+            self._now = self.run(self._store.queries["store_now"], {}).rows[0]["now"]
         assert self._now is not None
         return self._now
 
@@ -157,20 +162,18 @@ class PostgresTransaction(Transaction):
         self.failure = translate_postgres_error(error, self._store.scrub)
         return self.failure
 
-    def _run(self, name: str, params: dict[str, Any]) -> Result:
+    def run(self, query: Query, params: Mapping[str, Any]) -> Result:
         self._guard()
-        query = self._store.queries[name]
         try:
             with self._conn.cursor(row_factory=dict_row) as cursor:
-                cursor.execute(query, params)
+                cursor.execute(query.sql, params)
                 rows = [_utc_row(r) for r in cursor.fetchall()] if cursor.description is not None else []
                 return Result(rows=rows, rowcount=cursor.rowcount if cursor.rowcount >= 0 else len(rows))
         except psycopg.Error as error:
             raise self._fail(error) from None
 
-    def execute_raw(self, query: str,
-                    params: tuple[Any, ...] | dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        """Run ad-hoc SQL (``%s`` placeholders) for audit checks and tests. Not for application paths.
+    def execute_raw(self, sql: str) -> list[tuple[Any, ...]]:
+        """Run ad-hoc parameterless SQL for audit checks and tests. Not for application paths.
 
         Returns:
             The result rows as tuples (empty for statements without a result).
@@ -180,10 +183,16 @@ class PostgresTransaction(Transaction):
         self._guard()
         try:
             with self._conn.cursor() as cursor:
-                cursor.execute(query.encode("utf-8"), params)
+                cursor.execute(sql.encode("utf-8"))
                 return list(cursor.fetchall()) if cursor.description is not None else []
         except psycopg.Error as error:
             raise self._fail(error) from None
+
+
+@cache
+def _pyformat_queries(package: str) -> Mapping[str, Query]:
+    """The dialect's queries with psycopg ``%(name)s`` parameters, converted once per process."""
+    return MappingProxyType({name: replace(q, sql=to_pyformat(q.sql)) for name, q in dialect_queries(package).items()})
 
 
 class PostgresStore(Store):
@@ -213,8 +222,7 @@ class PostgresStore(Store):
         self.schema = schema
         self.lock_timeout_seconds = lock_timeout_seconds
         self.scrub = _Scrubber(dsn)
-        self.queries = {name: to_pyformat(text)
-                        for name, text in load_dialect("fencepost.store.postgres").items()}
+        self.queries = _pyformat_queries("fencepost.store.postgres")
         self._local = threading.local()
         try:
             conninfo_to_dict(dsn)
@@ -279,7 +287,7 @@ class PostgresStore(Store):
             self._pool.putconn(conn)
 
     @contextmanager
-    def transaction(self, *, write: bool = True, name: str | None = None) -> Iterator[PostgresTransaction]:
+    def transaction(self, *, write: bool = True, name: str | None = None) -> Iterator[SqlUnitOfWork]:
         """Open a unit of work: READ COMMITTED for writes, REPEATABLE READ READ ONLY for reads.
 
         Commits on normal exit and rolls back on any exception; crash points ``<name>:before-commit`` and
@@ -296,7 +304,8 @@ class PostgresStore(Store):
         self._local.open = True
         try:
             with self._connection() as conn:
-                tx = PostgresTransaction(conn, self)
+                executor = PostgresExecutor(conn, self)
+                tx = SqlUnitOfWork(executor, self.queries)
                 try:
                     conn.execute(b"BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE" if write
                                  else b"BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -304,10 +313,10 @@ class PostgresStore(Store):
                     raise translate_postgres_error(error, self.scrub) from None
                 try:
                     yield tx
-                    if tx.failure is not None:
+                    if executor.failure is not None:
                         # The caller swallowed a store error; PostgreSQL would answer COMMIT with ROLLBACK.
-                        raise type(tx.failure)(
-                            f"the transaction was rolled back after an error: {tx.failure}")
+                        raise type(executor.failure)(
+                            f"the transaction was rolled back after an error: {executor.failure}")
                     if name:
                         crashpoint(f"{name}:before-commit")
                     conn.execute(b"COMMIT")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from typing import Any
@@ -22,12 +22,13 @@ from typing import Any
 from fencepost.core.clock import from_iso, to_iso
 from fencepost.core.crashpoints import crashpoint
 from fencepost.core.errors import Conflict, FencepostError, SchemaNotReady, StoreUnavailable
-from fencepost.store.base import MigrationStep, Result, Store, StoreBusy, Transaction
+from fencepost.store.base import MigrationStep, Store, StoreBusy
 from fencepost.store.migrations import load_migrations
-from fencepost.store.queries import load_dialect
+from fencepost.store.sql.executor import Result
+from fencepost.store.sql.queries import Query, dialect_queries
+from fencepost.store.sql.unit import SqlUnitOfWork
 
 _BUSY_CODES = {5, 6, 261, 517, 262}  # SQLITE_BUSY, SQLITE_LOCKED and their extended codes
-_TIME_COLUMNS = ("_at", "_until")
 
 
 def translate_sqlite_error(error: sqlite3.Error) -> FencepostError:
@@ -41,17 +42,19 @@ def translate_sqlite_error(error: sqlite3.Error) -> FencepostError:
     return StoreUnavailable(f"SQLite error: {text}")
 
 
-def _is_time_column(name: str) -> bool:
-    return name == "at" or name == "now" or name.endswith(_TIME_COLUMNS)
-
-
 def _adapt(value: Any) -> Any:
     if isinstance(value, datetime):
         return to_iso(value)
     return value
 
 
-class SQLiteTransaction(Transaction):
+class SQLiteExecutor:
+    """The ``Executor`` of one open SQLite transaction (``fencepost.store.sql.executor``).
+
+    Instants are fixed-width UTC text on disk (ADR 0001): parameters are written so, and the columns a
+    query declares as instants are read back as aware datetimes.
+    """
+
     backend = "sqlite"
 
     def __init__(self, conn: sqlite3.Connection, store: SQLiteStore) -> None:
@@ -65,27 +68,27 @@ class SQLiteTransaction(Transaction):
             self._now = self._store.clock.now()
         return self._now
 
-    def _run(self, name: str, params: dict[str, Any]) -> Result:
-        sql = self._store.queries[name]
-        cursor = self._conn.execute(sql, {k: _adapt(v) for k, v in params.items()})
+    def run(self, query: Query, params: Mapping[str, Any]) -> Result:
+        cursor = self._conn.execute(query.sql, {k: _adapt(v) for k, v in params.items()})
         raw = cursor.fetchall()
         rowcount = cursor.rowcount
         if cursor.description is None:
             return Result(rows=[], rowcount=rowcount)
         names = [d[0] for d in cursor.description]
+        instants = [n for n in names if n in query.instants]
         rows = []
         for values in raw:
             row = dict(zip(names, values, strict=True))
-            for key in names:
-                if isinstance(row[key], str) and _is_time_column(key):
+            for key in instants:
+                if isinstance(row[key], str):
                     row[key] = from_iso(row[key])
             rows.append(row)
         # With RETURNING, sqlite3 reports the rows changed; plain SELECTs report -1.
         return Result(rows=rows, rowcount=rowcount if rowcount >= 0 else len(rows))
 
-    def execute_raw(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        """Run ad-hoc SQL (audit checks, tests). Not for application paths."""
-        return self._conn.execute(sql, params).fetchall()
+    def execute_raw(self, sql: str) -> list[tuple[Any, ...]]:
+        """Run ad-hoc parameterless SQL (tests, benchmarks). Not for application paths."""
+        return self._conn.execute(sql).fetchall()
 
 
 class SQLiteStore(Store):
@@ -110,7 +113,7 @@ class SQLiteStore(Store):
         self.busy_timeout_seconds = busy_timeout_seconds
         self.create = create
         self.display_url = f"sqlite ({journal_mode} journal)"
-        self.queries = load_dialect("fencepost.store.sqlite")
+        self.queries = dialect_queries("fencepost.store.sqlite")
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
@@ -163,7 +166,7 @@ class SQLiteStore(Store):
         return conn
 
     @contextmanager
-    def transaction(self, *, write: bool = True, name: str | None = None) -> Iterator[SQLiteTransaction]:
+    def transaction(self, *, write: bool = True, name: str | None = None) -> Iterator[SqlUnitOfWork]:
         conn = self.connection()
         if conn.in_transaction:
             raise RuntimeError("a transaction is already open on this thread's connection")
@@ -171,7 +174,7 @@ class SQLiteStore(Store):
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         except sqlite3.Error as error:
             raise translate_sqlite_error(error) from None
-        tx = SQLiteTransaction(conn, self)
+        tx = SqlUnitOfWork(SQLiteExecutor(conn, self), self.queries)
         try:
             yield tx
             if name:

@@ -47,10 +47,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from fencepost.catalog.definitions import check_id, normalize_dag, workflow_digest
 from fencepost.core.errors import InvalidInput, InvalidPlan
 from fencepost.core.fingerprint import fingerprint, sha256_bytes
 from fencepost.store.records import RunFile
-from fencepost.workflows.definitions import check_id, normalize_dag, workflow_digest
 
 MANIFEST_NAME = "fencepost-package.toml"
 MAX_PACKAGE_BYTES = 64 * 1024 * 1024

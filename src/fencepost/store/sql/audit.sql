@@ -1,8 +1,7 @@
--- Invariant checks run by `fencepost audit` (PostgreSQL dialect). Each query returns the offending rows as
--- (subject, detail); an empty result means the invariant holds. The same names exist in
--- ../sqlite/audit.sql. The schema's constraints already forbid most of these states: the audit
--- re-checks them from the data, so a database edited behind fencepost's back (or with constraints
--- dropped) is caught.
+-- Invariant checks run by `fencepost audit`. Each audit_* query returns the offending rows as
+-- (subject, detail); an empty result means the invariant holds. The schema's constraints already forbid most
+-- of these states: the audit re-checks them from the data, so a database edited behind fencepost's back (or
+-- with constraints dropped) is caught.
 
 -- name: audit_attempt_receipts
 -- Every Attempt has exactly six Receipts at positions 1..6.
@@ -91,7 +90,8 @@ SELECT r.id AS subject, 'Run has no frozen files' AS detail
 FROM rehearsal_runs r
 WHERE NOT EXISTS (SELECT 1 FROM rehearsal_run_files f WHERE f.run_id = r.id);
 
--- name: audit_evidence_rows
+-- name: sealed_receipts
+-- instants: started_at, finished_at
 -- Rows whose evidence the audit re-fingerprints in Python, with the Run content digest the evidence must name.
 SELECT r.id, r.attempt_id, r.position, r.scenario, r.status, r.delivery, r.evidence, r.evidence_fingerprint,
        r.started_at, r.finished_at, u.content_digest
@@ -100,7 +100,7 @@ JOIN rehearsal_attempts a ON a.id = r.attempt_id
 JOIN rehearsal_runs u ON u.id = a.run_id
 WHERE r.evidence IS NOT NULL ORDER BY r.attempt_id, r.position;
 
--- name: audit_file_rows
+-- name: frozen_files
 SELECT run_id, path, sha256, size, content FROM rehearsal_run_files ORDER BY run_id, path;
 
 -- name: schema_checksums

@@ -1,1 +1,0 @@
-"""Package publication, installation lifecycle and workflow planning/admission (the application service)."""

@@ -1,0 +1,404 @@
+"""What a store must provide: one port per concern, reached from a unit of work as an attribute.
+
+A ``Store`` (``fencepost.store.base``) opens units of work; each is a ``UnitOfWork`` whose attributes are
+the ports below (``tx.outbox.claim(...)``, ``tx.catalog.get_head(...)``). Every port returns typed rows
+(frozen dataclasses of ``fencepost.store.records`` and ``fencepost.store.workflow_records``) with instants as
+aware UTC datetimes, and raises only ``fencepost.core.errors`` types. Later capabilities add their own
+port (the action host, the event log, workflow progress) rather than methods on an existing one.
+
+The fence is a type (ADR 0002, ADR 0015). Writes that the lease protects but do not name the token
+themselves (an Attempt's start, its Receipts, its verdict) exist only on ``FencedUnit``, the unit that
+``Store.fenced`` hands its function and ends with the lease's renewal or finish. Statements that do name the
+token (``OutboxPort.renew``/``finish``/``finish_many``/``release``) fence themselves and may run anywhere.
+
+A SQL backend gets every port from ``fencepost.store.sql`` by supplying an ``Executor`` and its dialect's
+overrides; any other store implements these protocols directly and proves it with ``fencepost.testing``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Protocol
+
+from fencepost.core.statuses import AttemptStatus, CommandStatus, Disposition, ReceiptStatus
+from fencepost.store.records import (
+    AttemptLock,
+    AttemptRecord,
+    ClaimedCommand,
+    CommandRecord,
+    Finding,
+    FrozenFile,
+    Lease,
+    LeaseEvent,
+    ReceiptRecord,
+    RunFile,
+    RunRecord,
+)
+from fencepost.store.workflow_records import (
+    AdmissionRecord,
+    AdmissionRow,
+    DispositionRecord,
+    HeadRecord,
+    InstallationRecord,
+    PublicationRecord,
+    QuarantineRecord,
+    StoredAdmission,
+)
+
+
+class OutboxPort(Protocol):
+    """The durable command outbox (seed: "Durable Command", "Heartbeat And Takeover")."""
+
+    def insert(self, *, command_id: str, kind: str, payload: dict[str, Any],
+               available_at: datetime | None = None) -> None:
+        """Insert a PENDING command; the caller writes its parent rows in the same unit.
+
+        Args:
+            command_id: unique id (``fencepost.core.ids``). kind: handler name, 1..100 chars.
+            payload: a plain JSON object. available_at: earliest delivery (default: the store's now).
+        Raises:
+            Conflict: the id exists or a value breaks the schema.
+        """
+        ...
+
+    def claim(self, *, owner: str, kinds: list[str], limit: int, lease_seconds: float) -> list[ClaimedCommand]:
+        """Claim up to ``limit`` due commands of ``kinds``, each under a fresh token and ``delivery_count + 1``.
+
+        Due: PENDING after ``available_at``, or PROCESSING after ``lease_until`` (takeover). Records a
+        ``claim`` or ``takeover`` lease event per command. ``lease_seconds`` is the lease duration (seconds).
+        """
+        ...
+
+    def renew(self, lease: Lease, *, lease_seconds: float, record: bool = True) -> Lease:
+        """Heartbeat and fence: extend ``lease`` by ``lease_seconds`` from the store's now.
+
+        Args:
+            record: also append a ``heartbeat`` lease event.
+        Returns:
+            The renewed lease (same token, new ``until``).
+        Raises:
+            LeaseLost: the token is no longer current.
+        """
+        ...
+
+    def finish(self, lease: Lease, status: CommandStatus, error: str | None = None) -> None:
+        """Terminal outcome (DELIVERED or FAILED) under ``lease``; clears the token.
+
+        Raises:
+            ValueError: another status. LeaseLost: the token is no longer current.
+        """
+        ...
+
+    def finish_many(self, leases: list[Lease]) -> list[bool]:
+        """Mark several commands DELIVERED in one statement; a lost lease does not undo the others (ADR 0008).
+
+        Returns:
+            Per lease, whether it was current (and its command is now DELIVERED).
+        A lease listed twice is delivered once; of several leases of one command only the current one is.
+        """
+        ...
+
+    def release(self, lease: Lease) -> None:
+        """Give a claimed command back as PENDING, due now (graceful stop).
+
+        Raises:
+            LeaseLost: the token is no longer current.
+        """
+        ...
+
+    def reconcile(self, command_id: str) -> CommandRecord:
+        """Return an expired PROCESSING command to PENDING (seed: only an expired lease).
+
+        Raises:
+            NotFound: no such command. LeaseActive: the lease has not expired (carries ``lease_until``).
+            Conflict: the command is not PROCESSING.
+        """
+        ...
+
+    def abort(self, command_id: str, error: str | None = None) -> bool:
+        """Mark a PENDING or PROCESSING command ABORTED and clear its token (fences its worker).
+
+        Returns:
+            True when aborted now, False when already terminal or absent.
+        """
+        ...
+
+    def get(self, command_id: str) -> CommandRecord | None:
+        """The public view of one command (never its token)."""
+        ...
+
+    def lease_events(self, command_id: str) -> list[LeaseEvent]:
+        """The command's heartbeat history, oldest first."""
+        ...
+
+    def count_by_status(self) -> dict[CommandStatus, int]:
+        """How many commands are in each status (absent statuses are omitted)."""
+        ...
+
+
+class RehearsalPort(Protocol):
+    """Rehearsal Runs, Attempts and Receipts outside a delivery (seed: "Release Gate")."""
+
+    def insert_run(self, *, run_id: str, package_name: str, package_version: str, previous_version: str | None,
+                   content_digest: str, manifest: dict[str, Any], files: list[RunFile]) -> None:
+        """Freeze a package version as a READY Run with every file's bytes."""
+        ...
+
+    def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    def list_runs(self, limit: int = 100) -> list[RunRecord]:
+        """The newest ``limit`` Runs, newest first."""
+        ...
+
+    def run_files(self, run_id: str) -> list[RunFile]:
+        """A Run's frozen files, by path."""
+        ...
+
+    def runs_by_digest(self, content_digest: str) -> list[RunRecord]:
+        """Runs of exactly this package content, newest first."""
+        ...
+
+    def retire_run(self, run_id: str) -> bool:
+        """READY -> RETIRED; False when it was not READY."""
+        ...
+
+    def next_attempt_seq(self, run_id: str) -> int:
+        """The next Attempt number of the Run (1 for the first); serialized per Run."""
+        ...
+
+    def insert_attempt(self, *, attempt_id: str, run_id: str, seq: int, command_id: str,
+                       receipts: list[tuple[str, int, str]]) -> None:
+        """Insert a PENDING Attempt and its Receipts ``(receipt_id, position, scenario)``; its command first."""
+        ...
+
+    def get_attempt(self, attempt_id: str) -> AttemptRecord | None: ...
+
+    def lock_attempt(self, attempt_id: str) -> AttemptLock | None:
+        """Take the Attempt's row lock, first in Attempt-then-Outbox order; None when absent."""
+        ...
+
+    def list_attempts(self, run_id: str) -> list[AttemptRecord]:
+        """A Run's Attempts in sequence order."""
+        ...
+
+    def attempt_receipts(self, attempt_id: str) -> list[ReceiptRecord]:
+        """An Attempt's Receipts by position."""
+        ...
+
+    def abort_attempt(self, attempt_id: str, reason: str) -> str | None:
+        """PENDING/RUNNING -> ABORTED; returns its command id, or None when not abortable."""
+        ...
+
+    def abort_open_receipts(self, attempt_id: str) -> int:
+        """PENDING/RUNNING Receipts -> ABORTED; returns how many."""
+        ...
+
+
+class FencedRehearsalPort(RehearsalPort, Protocol):
+    """The writes of one delivery of an Attempt: only inside a fenced unit, under its lease.
+
+    Each statement also carries the lease condition, so a stale delivery's write touches nothing; the
+    delivery number written is the fenced lease's.
+    """
+
+    def start_attempt(self, attempt_id: str) -> str | None:
+        """(Re)start a non-terminal Attempt for this delivery and reset its provisional Receipts.
+
+        Returns:
+            The Run id, or None when the Attempt is terminal or the lease is gone (nothing changed).
+        """
+        ...
+
+    def receipt_running(self, attempt_id: str, position: int) -> bool:
+        """PENDING -> RUNNING for this delivery; False when it was not PENDING or the lease is gone."""
+        ...
+
+    def receipt_finish(self, attempt_id: str, position: int, status: ReceiptStatus, evidence: str,
+                       evidence_fingerprint: str) -> bool:
+        """Record a RUNNING Receipt's outcome of this delivery with its canonical evidence and fingerprint."""
+        ...
+
+    def finish_attempt(self, attempt_id: str, status: AttemptStatus, error: str | None = None) -> bool:
+        """The Attempt's verdict, in the unit that finishes its command."""
+        ...
+
+
+class CatalogPort(Protocol):
+    """The package catalog: publications, the head, installations, dispositions, quarantines (ADR-0224)."""
+
+    def lock_package(self, package_name: str) -> None:
+        """Serialize with every guard change or admission of ``package_name`` until the unit ends."""
+        ...
+
+    def insert_publication(self, *, publication_id: str, package_name: str, version: str, content_digest: str,
+                           definition: str, definition_digest: str, gate: str, gate_run_id: str | None,
+                           previous_publication_id: str | None) -> PublicationRecord:
+        """Insert an active publication; returns it as stored."""
+        ...
+
+    def get_publication(self, publication_id: str) -> PublicationRecord | None: ...
+
+    def get_publication_by_version(self, package_name: str, version: str) -> PublicationRecord | None: ...
+
+    def list_publications(self, package_name: str) -> list[PublicationRecord]: ...
+
+    def all_publications(self) -> list[PublicationRecord]: ...
+
+    def withdraw_publication(self, publication_id: str) -> PublicationRecord | None:
+        """active -> withdrawn; returns it as stored, or None when it was not active."""
+        ...
+
+    def get_head(self, package_name: str) -> HeadRecord | None: ...
+
+    def move_head(self, package_name: str, publication_id: str, expected_revision: int | None) -> bool:
+        """Compare-and-set the head from ``expected_revision`` (None: no head yet); False when it moved."""
+        ...
+
+    def get_installation(self, package_name: str) -> InstallationRecord | None: ...
+
+    def all_installations(self) -> list[InstallationRecord]: ...
+
+    def insert_installation(self, *, installation_id: str, package_name: str, publication_id: str,
+                            lock_digest: str) -> InstallationRecord:
+        """Insert an active installation (generation 1); returns it as stored."""
+        ...
+
+    def update_installation(self, *, installation_id: str, publication_id: str, lock_digest: str,
+                            expected_generation: int) -> InstallationRecord | None:
+        """Compare-and-set by generation; returns it as stored, or None when another change came first."""
+        ...
+
+    def get_disposition(self, installation_id: str) -> DispositionRecord | None: ...
+
+    def set_disposition(self, installation_id: str, disposition: Disposition,
+                        reason: str | None) -> DispositionRecord:
+        """Insert or replace the installation's disposition; returns it as stored."""
+        ...
+
+    def open_quarantine(self, installation_id: str, lock_digest: str) -> QuarantineRecord | None: ...
+
+    def insert_quarantine(self, *, quarantine_id: str, installation_id: str, lock_digest: str,
+                          reason: str) -> QuarantineRecord:
+        """Open a quarantine of the installation at this lock; returns it as stored."""
+        ...
+
+    def release_quarantine(self, installation_id: str, lock_digest: str, reason: str) -> bool:
+        """Release the open quarantine; False when none is open."""
+        ...
+
+
+class AdmissionPort(Protocol):
+    """Atomic workflow admission's ledger (ADR-0224 decision 2)."""
+
+    def get(self, plan_id: str) -> AdmissionRow | None: ...
+
+    def get_by_run(self, run_id: str) -> AdmissionRow | None: ...
+
+    def plan_ids(self) -> list[str]:
+        """Every admitted plan id, oldest first."""
+        ...
+
+    def insert(self, record: AdmissionRecord) -> None:
+        """Write one row of an admission bundle (the record's type names its table)."""
+        ...
+
+    def stored(self, plan_id: str, run_id: str) -> StoredAdmission:
+        """Every row the admission of ``plan_id`` (Run ``run_id``) wrote, as stored, for replay verification.
+
+        Raises:
+            IntegrityViolation: a stored value is outside its vocabulary (a row edited behind our back).
+        """
+        ...
+
+
+class AuditPort(Protocol):
+    """What ``fencepost audit`` reads: invariant violations and the sealed evidence to recompute."""
+
+    def invariant_findings(self) -> list[Finding]:
+        """Every violated invariant of every concern (empty when the data keeps them)."""
+        ...
+
+    def sealed_receipts(self) -> list[tuple[ReceiptRecord, str]]:
+        """Every Receipt with evidence, with its Run's content digest."""
+        ...
+
+    def frozen_files(self) -> list[FrozenFile]:
+        """Every frozen package file with its recorded digest."""
+        ...
+
+    def schema_checksums(self) -> list[tuple[int, str]]:
+        """Applied migrations as recorded: ``(version, checksum)``."""
+        ...
+
+
+class UnitOfWork(Protocol):
+    """One open transaction. Valid only inside ``Store.transaction()``/``transact``/``read``."""
+
+    @property
+    def backend(self) -> str:
+        """``"sqlite"``, ``"postgres"`` or another backend's name."""
+        ...
+
+    @property
+    def outbox(self) -> OutboxPort: ...
+
+    @property
+    def rehearsal(self) -> RehearsalPort: ...
+
+    @property
+    def catalog(self) -> CatalogPort: ...
+
+    @property
+    def admission(self) -> AdmissionPort: ...
+
+    @property
+    def audit(self) -> AuditPort: ...
+
+    def now(self) -> datetime:
+        """The store's clock, read once per unit (SQLite: the store's Clock; PostgreSQL: the server)."""
+        ...
+
+    def _fence(self, lease: Lease) -> FencedUnit:
+        """The fenced view of this unit under ``lease``: for ``Store.fenced`` only (tests hold it to that)."""
+        ...
+
+
+class FencedUnit(Protocol):
+    """A unit of work that ``Store.fenced`` ends with the lease fence (renewal or finish), last.
+
+    Everything written through it commits only if the fence holds; the fenced writes also carry the
+    lease condition themselves (``require_lease`` as a statement).
+    """
+
+    @property
+    def backend(self) -> str: ...
+
+    @property
+    def lease(self) -> Lease:
+        """The lease this unit is fenced by."""
+        ...
+
+    @property
+    def outbox(self) -> OutboxPort: ...
+
+    @property
+    def rehearsal(self) -> FencedRehearsalPort: ...
+
+    @property
+    def catalog(self) -> CatalogPort: ...
+
+    @property
+    def admission(self) -> AdmissionPort: ...
+
+    @property
+    def audit(self) -> AuditPort: ...
+
+    def now(self) -> datetime: ...
+
+    def require_lease(self) -> None:
+        """Check the lease condition now (and, on PostgreSQL, hold it until the unit ends).
+
+        Raises:
+            LeaseLost: the lease is no longer the command's current one.
+        """
+        ...

@@ -1,0 +1,57 @@
+"""What a SQL backend provides: an ``Executor`` that runs one named ``Query`` inside an open transaction.
+
+The executor binds ``:name`` parameters (instants arrive as aware datetimes; the SQLite executor writes them
+as fixed-width UTC text, ADR 0001), returns rows as dicts with the query's declared instants as aware UTC
+datetimes and bytes as ``bytes``, and translates driver errors into ``fencepost.core.errors``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from fencepost.store.sql.queries import Query
+
+
+@dataclass(frozen=True)
+class Result:
+    """Rows of one statement (column name -> value) and its rowcount (rows changed, or rows returned)."""
+
+    rows: list[dict[str, Any]]
+    rowcount: int
+
+
+class Executor(Protocol):
+    """One open transaction of a SQL backend."""
+
+    backend: str
+
+    def run(self, query: Query, params: Mapping[str, Any]) -> Result:
+        """Execute ``query`` with ``params``.
+
+        Raises:
+            Conflict, StoreBusy, StoreUnavailable: the translated driver error.
+        """
+        ...
+
+    def now(self) -> datetime:
+        """The store's clock, read once per transaction: the lease authority."""
+        ...
+
+    def execute_raw(self, sql: str) -> list[tuple[Any, ...]]:
+        """Ad-hoc parameterless SQL for tests and benchmarks only; never on an application path."""
+        ...
+
+
+class Statements(Protocol):
+    """What a port implementation needs from its unit of work: run a named query, read the clock."""
+
+    def run(self, name: str, params: Mapping[str, Any]) -> Result:
+        """Execute the dialect's query ``name`` with ``params``."""
+        ...
+
+    def now(self) -> datetime:
+        """The store's clock, read once per unit."""
+        ...

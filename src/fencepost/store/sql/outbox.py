@@ -1,0 +1,218 @@
+"""``OutboxPort`` over SQL: every operation of the durable command outbox, written once.
+
+Seed: plugin-rehearsal-outbox-release-gate-design.md, "Durable Command" and "Heartbeat And Takeover".
+Each lease-guarded write is a conditional statement naming the token; zero rows raises ``LeaseLost``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from fencepost.core.canonical import canonical_json, parse_json
+from fencepost.core.clock import to_iso
+from fencepost.core.errors import Conflict, LeaseActive, LeaseLost, NotFound
+from fencepost.core.statuses import CommandStatus, LeaseEventKind
+from fencepost.store.records import ClaimedCommand, CommandRecord, Lease, LeaseEvent
+from fencepost.store.sql.executor import Statements
+
+#: One heartbeat-history row waiting to be written: ``(command_id, event, owner, delivery, lease_until)``.
+_PendingEvent = tuple[str, LeaseEventKind, str | None, int, datetime | None]
+
+
+def _lost(lease: Lease) -> LeaseLost:
+    return LeaseLost(f"lease on command {lease.command_id} (delivery {lease.delivery}) was lost")
+
+
+class SqlOutbox:
+    """The ``OutboxPort`` of one SQL unit of work."""
+
+    def __init__(self, unit: Statements) -> None:
+        self._unit = unit
+        self._notified: set[str] = set()
+
+    def _times(self, lease_seconds: float | None = None) -> dict[str, Any]:
+        now = self._unit.now()
+        params: dict[str, Any] = {"now": now}
+        if lease_seconds is not None:
+            params["lease_until"] = now + timedelta(seconds=lease_seconds)
+            params["lease_seconds"] = float(lease_seconds)
+        return params
+
+    def _event(self, command_id: str, event: LeaseEventKind, owner: str | None, delivery: int,
+               at: datetime, lease_until: datetime | None) -> None:
+        self._unit.run("insert_lease_event", {"command_id": command_id, "event": str(event), "owner": owner,
+                                              "delivery": delivery, "at": at, "lease_until": lease_until})
+
+    def _events(self, events: list[_PendingEvent], at: datetime) -> None:
+        """Append heartbeat-history rows that share the instant ``at``, in order, with one statement."""
+        if not events:
+            return
+        rows = [{"command_id": c, "event": str(e), "owner": o, "delivery": d,
+                 "lease_until": to_iso(u) if u is not None else None} for c, e, o, d, u in events]
+        self._unit.run("insert_lease_events", {"events": _json(rows), "at": at})
+
+    def _notify(self, kind: str, available_at: datetime, now: datetime) -> None:
+        """Wake idle workers of ``kind`` once this unit commits (PostgreSQL NOTIFY, ADR 0014; a no-op on
+        SQLite). Sent at most once per kind and unit, and only for work due now."""
+        if available_at > now or kind in self._notified:
+            return
+        self._notified.add(kind)
+        self._unit.run("notify_command", {"kind": kind, "available_at": available_at, "now": now})
+
+    # ── producer side ──
+    def insert(self, *, command_id: str, kind: str, payload: dict[str, Any],
+               available_at: datetime | None = None) -> None:
+        params = self._times()
+        params.update(id=command_id, kind=kind, payload=canonical_json(payload),
+                      available_at=available_at or params["now"])
+        self._unit.run("insert_command", params)
+        self._notify(kind, params["available_at"], params["now"])
+
+    # ── worker side ──
+    def claim(self, *, owner: str, kinds: list[str], limit: int, lease_seconds: float) -> list[ClaimedCommand]:
+        if limit < 1 or not kinds:
+            return []
+        params = self._times(lease_seconds)
+        rows: list[dict[str, Any]] = []
+        for kind in sorted(set(kinds)):
+            if len(rows) >= limit:
+                break
+            params.update(owner=owner, kind=kind, limit=limit - len(rows))
+            rows.extend(self._unit.run("claim_commands", params).rows)
+        claimed = []
+        events: list[_PendingEvent] = []
+        for row in rows:
+            lease = Lease(command_id=row["id"], owner=row["lease_owner"], token=row["lease_token"],
+                          delivery=int(row["delivery_count"]), until=row["lease_until"])
+            kind = LeaseEventKind.CLAIM if lease.delivery == 1 else LeaseEventKind.TAKEOVER
+            events.append((lease.command_id, kind, owner, lease.delivery, lease.until))
+            claimed.append(ClaimedCommand(id=row["id"], kind=row["kind"], payload=_payload(row["payload"]),
+                                          lease=lease))
+        # Heartbeat history of the whole batch in one statement, in the same unit as the claim.
+        self._events(events, params["now"])
+        return claimed
+
+    def renew(self, lease: Lease, *, lease_seconds: float, record: bool = True) -> Lease:
+        params = self._times(lease_seconds)
+        params.update(id=lease.command_id, token=lease.token)
+        result = self._unit.run("renew_lease", params)
+        if result.rowcount != 1:
+            raise _lost(lease)
+        until = result.rows[0]["lease_until"]
+        if record:
+            self._event(lease.command_id, LeaseEventKind.HEARTBEAT, lease.owner, lease.delivery,
+                        params["now"], until)
+        return Lease(lease.command_id, lease.owner, lease.token, lease.delivery, until)
+
+    def finish(self, lease: Lease, status: CommandStatus, error: str | None = None) -> None:
+        if status not in (CommandStatus.DELIVERED, CommandStatus.FAILED):
+            raise ValueError(f"finish takes DELIVERED or FAILED, not {status}")
+        params = self._times()
+        params.update(id=lease.command_id, token=lease.token, status=str(status), error=error)
+        if self._unit.run("finish_command", params).rowcount != 1:
+            raise _lost(lease)
+        event = LeaseEventKind.DELIVER if status is CommandStatus.DELIVERED else LeaseEventKind.FAIL
+        self._event(lease.command_id, event, lease.owner, lease.delivery, params["now"], None)
+
+    def finish_many(self, leases: list[Lease]) -> list[bool]:
+        if not leases:
+            return []
+        params = self._times()
+        # The statement reports delivered ids, not tokens. So that it can tell which of several leases of one
+        # command was current, each round holds at most one lease per command (one round in practice); a
+        # lease listed again after its command was delivered matches nothing.
+        rounds: list[list[int]] = []
+        seen: dict[str, int] = {}
+        for index, lease in enumerate(leases):
+            number = seen.get(lease.command_id, 0)
+            seen[lease.command_id] = number + 1
+            if number == len(rounds):
+                rounds.append([])
+            rounds[number].append(index)
+        outcome = [False] * len(leases)
+        for indexes in rounds:
+            wanted = [{"id": leases[i].command_id, "token": leases[i].token} for i in indexes]
+            done = {row["id"] for row in self._unit.run("finish_commands", dict(params, leases=_json(wanted))).rows}
+            for i in indexes:
+                outcome[i] = leases[i].command_id in done
+        self._events([(lease.command_id, LeaseEventKind.DELIVER, lease.owner, lease.delivery, None)
+                      for lease, ok in zip(leases, outcome, strict=True) if ok], params["now"])
+        return outcome
+
+    def release(self, lease: Lease) -> None:
+        params = self._times()
+        params.update(id=lease.command_id, token=lease.token)
+        result = self._unit.run("release_command", params)
+        if result.rowcount != 1:
+            raise _lost(lease)
+        self._event(lease.command_id, LeaseEventKind.RELEASE, lease.owner, lease.delivery, params["now"], None)
+        self._notify(str(result.rows[0]["kind"]), params["now"], params["now"])
+
+    # ── operator side ──
+    def reconcile(self, command_id: str) -> CommandRecord:
+        params = self._times()
+        params["id"] = command_id
+        result = self._unit.run("reconcile_command", params)
+        if result.rowcount == 1:
+            record = command_from_row(result.rows[0])
+            self._event(command_id, LeaseEventKind.RECONCILE, None, record.delivery_count, params["now"], None)
+            self._notify(record.kind, params["now"], params["now"])
+            return record
+        found = self.get(command_id)
+        if found is None:
+            raise NotFound(f"no command {command_id}")
+        if found.status is CommandStatus.PROCESSING and found.lease_until is not None:
+            raise LeaseActive(
+                f"the lease is active until {found.lease_until.isoformat()}; "
+                "an active lease cannot be reconciled", found.lease_until)
+        raise Conflict(f"command {command_id} is {found.status}, only an expired PROCESSING lease "
+                       "can be reconciled")
+
+    def abort(self, command_id: str, error: str | None = None) -> bool:
+        params = self._times()
+        params.update(id=command_id, error=error)
+        result = self._unit.run("abort_command", params)
+        if result.rowcount != 1:
+            return False
+        self._event(command_id, LeaseEventKind.ABORT, None, int(result.rows[0]["delivery_count"]),
+                    params["now"], None)
+        return True
+
+    # ── reads ──
+    def get(self, command_id: str) -> CommandRecord | None:
+        rows = self._unit.run("get_command", {"id": command_id}).rows
+        return command_from_row(rows[0]) if rows else None
+
+    def lease_events(self, command_id: str) -> list[LeaseEvent]:
+        rows = self._unit.run("lease_events", {"command_id": command_id}).rows
+        return [LeaseEvent(seq=int(r["seq"]), command_id=r["command_id"], event=LeaseEventKind(r["event"]),
+                           owner=r["owner"], delivery=int(r["delivery"]), at=r["at"], lease_until=r["lease_until"])
+                for r in rows]
+
+    def count_by_status(self) -> dict[CommandStatus, int]:
+        rows = self._unit.run("count_commands_by_status", {}).rows
+        return {CommandStatus(r["status"]): int(r["n"]) for r in rows}
+
+
+def _json(rows: list[dict[str, Any]]) -> str:
+    """Internal statement parameters (ids, tokens, numbers, instants): plain compact JSON, never stored."""
+    return json.dumps(rows, separators=(",", ":"))
+
+
+def _payload(raw: Any) -> dict[str, Any]:
+    value = parse_json(raw) if isinstance(raw, str) else raw
+    if not isinstance(value, dict):
+        raise ValueError("command payload is not a JSON object")
+    return value
+
+
+def command_from_row(row: dict[str, Any]) -> CommandRecord:
+    """A ``CommandRecord`` from a row of ``get_command``'s columns."""
+    return CommandRecord(
+        id=row["id"], kind=row["kind"], payload=_payload(row["payload"]), status=CommandStatus(row["status"]),
+        available_at=row["available_at"], created_at=row["created_at"], updated_at=row["updated_at"],
+        lease_owner=row["lease_owner"], lease_until=row["lease_until"],
+        last_heartbeat_at=row["last_heartbeat_at"], delivery_count=int(row["delivery_count"]),
+        finished_at=row["finished_at"], last_error=row["last_error"])

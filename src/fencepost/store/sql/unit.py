@@ -1,0 +1,76 @@
+"""The SQL unit of work: every port over one ``Executor``, and its fenced view under a lease.
+
+``SqlUnitOfWork.run`` is the one path from a port to the executor, so a wrapper of the executor
+(``fencepost.store.faults``) sees every statement by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from fencepost.core.errors import LeaseLost
+from fencepost.store.records import Lease
+from fencepost.store.sql.admission import SqlAdmission
+from fencepost.store.sql.audit import SqlAudit
+from fencepost.store.sql.catalog import SqlCatalog
+from fencepost.store.sql.executor import Executor, Result
+from fencepost.store.sql.lease import lease_held
+from fencepost.store.sql.outbox import SqlOutbox
+from fencepost.store.sql.queries import Query
+from fencepost.store.sql.rehearsal import SqlFencedRehearsal, SqlRehearsal
+
+
+class SqlUnitOfWork:
+    """A ``UnitOfWork`` (``fencepost.store.ports``) over one open transaction of a SQL backend.
+
+    Args:
+        executor: the open transaction.
+        queries: the dialect's queries by name (``fencepost.store.sql.queries.load_dialect``).
+    """
+
+    def __init__(self, executor: Executor, queries: Mapping[str, Query]) -> None:
+        self.executor = executor
+        self.queries = queries
+        self.backend = executor.backend
+        self.outbox = SqlOutbox(self)
+        self.rehearsal = SqlRehearsal(self)
+        self.catalog = SqlCatalog(self)
+        self.admission = SqlAdmission(self)
+        self.audit = SqlAudit(self, queries)
+
+    def now(self) -> datetime:
+        return self.executor.now()
+
+    def run(self, name: str, params: Mapping[str, Any]) -> Result:
+        """Execute the named query of this dialect."""
+        return self.executor.run(self.queries[name], params)
+
+    def execute_raw(self, sql: str) -> list[tuple[Any, ...]]:
+        """Parameterless ad-hoc SQL for tests and benchmarks (see ``Executor.execute_raw``)."""
+        return self.executor.execute_raw(sql)
+
+    def _fence(self, lease: Lease) -> SqlFencedUnit:
+        return SqlFencedUnit(self, lease)
+
+
+class SqlFencedUnit:
+    """A ``FencedUnit``: the unit's ports, with the rehearsal port's delivery writes under ``lease``."""
+
+    def __init__(self, unit: SqlUnitOfWork, lease: Lease) -> None:
+        self.unit = unit
+        self.lease = lease
+        self.backend = unit.backend
+        self.outbox = unit.outbox
+        self.catalog = unit.catalog
+        self.admission = unit.admission
+        self.audit = unit.audit
+        self.rehearsal = SqlFencedRehearsal(unit, lease)
+
+    def now(self) -> datetime:
+        return self.unit.now()
+
+    def require_lease(self) -> None:
+        if not lease_held(self.unit, self.lease):
+            raise LeaseLost(f"lease on command {self.lease.command_id} (delivery {self.lease.delivery}) was lost")

@@ -1,0 +1,83 @@
+-- The SQLite dialect: only the blocks that common files (../sql/*.sql) declare per-dialect. Instants are
+-- fixed-width UTC text (ADR 0001); the caller supplies every instant from the store's Clock.
+
+-- name: notify_command
+-- Wakes idle workers of :kind on PostgreSQL (LISTEN/NOTIFY, ADR 0014). SQLite has no notifications between
+-- processes: its workers poll, so this is a no-op statement here.
+SELECT 1;
+
+-- name: claim_commands
+-- One atomic conditional update for one kind: due PENDING rows and PROCESSING rows whose lease
+-- expired, expired leases first (they waited longest). Each claimed row gets its own fresh random
+-- token. One kind per statement keeps both scans pure index range scans (no sort of all due rows).
+UPDATE commands
+SET status = 'PROCESSING',
+    lease_owner = :owner,
+    lease_token = lower(hex(randomblob(16))),
+    lease_until = :lease_until,
+    last_heartbeat_at = :now,
+    updated_at = :now,
+    delivery_count = delivery_count + 1
+WHERE id IN (
+    SELECT id FROM (
+        SELECT id FROM commands
+        WHERE status = 'PROCESSING' AND kind = :kind AND lease_until <= :now
+        ORDER BY lease_until LIMIT :limit)
+    UNION ALL
+    SELECT id FROM (
+        SELECT id FROM commands
+        WHERE status = 'PENDING' AND kind = :kind AND available_at <= :now
+        ORDER BY available_at LIMIT :limit)
+    LIMIT :limit)
+RETURNING id, kind, payload, lease_owner, lease_token, lease_until, delivery_count;
+
+-- name: renew_lease
+-- Heartbeat and fence: touches exactly one row only while the caller's token is current.
+UPDATE commands
+SET lease_until = :lease_until, last_heartbeat_at = :now, updated_at = :now
+WHERE id = :id AND lease_token = :token AND status = 'PROCESSING'
+RETURNING lease_until, delivery_count;
+
+-- name: finish_commands
+-- Batched completion: every listed command whose token is still current becomes DELIVERED, in one
+-- statement. :leases is a JSON array of {"id", "token"}; each row is found by its primary key and changes
+-- only under its own token, exactly as finish_command would change it. Returns the ids delivered.
+UPDATE commands
+SET status = 'DELIVERED', lease_owner = NULL, lease_token = NULL, lease_until = NULL,
+    finished_at = :now, updated_at = :now, last_error = NULL
+FROM (SELECT json_extract(l.value, '$.id') AS id, json_extract(l.value, '$.token') AS token
+      FROM json_each(:leases) AS l) AS wanted
+WHERE commands.id = wanted.id AND commands.lease_token = wanted.token AND commands.status = 'PROCESSING'
+RETURNING commands.id;
+
+-- name: insert_lease_events
+-- Several heartbeat-history rows sharing the instant :at, in list order. :events is a JSON array of
+-- {"command_id", "event", "owner", "delivery", "lease_until"} (lease_until as fixed-width UTC text or null).
+INSERT INTO lease_events (command_id, event, owner, delivery, at, lease_until)
+SELECT json_extract(e.value, '$.command_id'), json_extract(e.value, '$.event'), json_extract(e.value, '$.owner'),
+       json_extract(e.value, '$.delivery'), :at, json_extract(e.value, '$.lease_until')
+FROM json_each(:events) AS e
+ORDER BY e.key;
+
+-- name: store_now
+-- The store's clock; on SQLite the caller supplies it.
+SELECT :now AS now;
+
+-- ──────────────────────────── rehearsal ────────────────────────────
+
+-- name: next_attempt_seq
+SELECT coalesce(max(seq), 0) + 1 AS seq FROM rehearsal_attempts WHERE run_id = :run_id;
+
+-- name: lock_attempt
+-- First lock of the Attempt-then-Outbox order (a plain read under SQLite's write reservation).
+SELECT id, status, command_id FROM rehearsal_attempts WHERE id = :id;
+
+-- name: lock_package
+-- Serializes guard changes and admissions of one package. SQLite's BEGIN IMMEDIATE already holds the
+-- database write reservation, so this is a no-op here.
+SELECT 1 AS locked;
+
+-- fragment: lease_held
+-- Writes are serialized by BEGIN IMMEDIATE: the condition holds until COMMIT.
+EXISTS (SELECT 1 FROM commands AS lease WHERE lease.id = :lease_command_id AND lease.lease_token = :lease_token
+        AND lease.status = 'PROCESSING')

@@ -1,0 +1,167 @@
+"""Every query of every port runs on every dialect, and returns its declared instants as aware datetimes.
+
+One scenario drives all ports through the real services (rehearse, publish, install, quarantine, admit,
+replay, audit) plus the outbox paths no service takes alone; a recording executor keeps each statement's
+name and rows. Afterwards: every loaded query ran, and on each row the instant columns are exactly the
+declared ones (PostgreSQL's own column types are the check of each ``-- instants:`` declaration).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from fencepost.catalog.lifecycle import CatalogService
+from fencepost.core.statuses import CommandStatus
+from fencepost.outbox.handlers import HandlerRegistry
+from fencepost.outbox.worker import Worker, WorkerConfig
+from fencepost.rehearsal.audit import audit
+from fencepost.rehearsal.handler import KIND, AttemptHandler
+from fencepost.rehearsal.service import RehearsalService, release_gate
+from fencepost.store.base import Store
+from fencepost.store.faults import FaultInjectingStore
+from fencepost.store.sql.executor import Executor, Result
+from fencepost.store.sql.queries import Query
+from fencepost.store.sql.unit import SqlUnitOfWork
+from fencepost.workflows.audit import audit_admissions
+from fencepost.workflows.service import WorkflowService
+from helpers.store_backends import StoreBackend
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "inventory"
+_ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
+
+
+class _Recorder:
+    def __init__(self, inner: Executor, seen: list[tuple[Query, Result]]) -> None:
+        self._inner, self._seen, self.backend = inner, seen, inner.backend
+
+    def run(self, query: Query, params: Mapping[str, Any]) -> Result:
+        result = self._inner.run(query, params)
+        self._seen.append((query, result))
+        return result
+
+    def now(self) -> datetime:
+        return self._inner.now()
+
+    def execute_raw(self, sql: str) -> list[tuple[Any, ...]]:
+        return self._inner.execute_raw(sql)
+
+
+class RecordingStore(FaultInjectingStore):
+    """Delegates to ``inner`` (never failing) and records every statement with its result."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.disarm()
+        self.seen: list[tuple[Query, Result]] = []
+
+    @contextmanager
+    def transaction(self, *, write: bool = True, name: str | None = None) -> Iterator[SqlUnitOfWork]:
+        with self.inner.transaction(write=write, name=name) as unit:
+            assert isinstance(unit, SqlUnitOfWork)
+            unit.executor = _Recorder(unit.executor, self.seen)
+            yield unit
+
+
+def _worker(store: Store, work_dir: Path) -> Worker:
+    registry = HandlerRegistry()
+    registry.register(KIND, AttemptHandler(work_dir))
+    registry.register("plain", _Plain())
+    return Worker(store, registry, WorkerConfig(poll_interval=0.01, batch_size=5, lease_seconds=30,
+                                                worker_id="recorder"))
+
+
+class _Plain:
+    """A handler with no parent records: the worker finishes it in its batched completion."""
+
+    def handle(self, ctx: Any) -> None:
+        ctx.heartbeat()
+
+    def on_failure(self, tx: Any, ctx: Any, error: str) -> None:
+        return None
+
+
+def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
+    package = tmp / "inventory"
+    shutil.copytree(EXAMPLE, package)
+    rehearsals = RehearsalService(store)
+    run = rehearsals.create_run(package)
+    for _ in range(2):
+        rehearsals.enqueue_attempt(run.id)
+    store.transact(lambda tx: tx.outbox.insert(command_id="plain-1", kind="plain", payload={}))
+    _worker(store, tmp / "work").run(max_idle_polls=1)
+    rehearsals.compare(run.id)
+    rehearsals.gate(run.id)
+    rehearsals.get_run(run.id)
+    store.read(lambda tx: tx.rehearsal.list_runs())
+    catalog = CatalogService(store, release_gate=release_gate)
+    catalog.publish(package)  # the gate of the two Attempts passes
+    # An operator abort, a reconcile of an expired lease, a release, a failure and a lease check.
+    aborted = rehearsals.enqueue_attempt(run.id)
+    rehearsals.abort(aborted.id)
+    reconciled = rehearsals.enqueue_attempt(run.id)
+    store.transact(lambda tx: tx.outbox.claim(owner="w", kinds=[KIND], limit=1, lease_seconds=backend.short_lease))
+    backend.expire()
+    rehearsals.reconcile(reconciled.id)
+    for command_id in ("plain-2", "plain-3"):
+        store.transact(lambda tx, c=command_id: tx.outbox.insert(command_id=c, kind="plain", payload={}))
+    two = store.transact(lambda tx: tx.outbox.claim(owner="w", kinds=["plain"], limit=2, lease_seconds=30))
+    store.fenced(two[0].lease, lambda f: f.require_lease(), name="test.check", lease_seconds=30)
+    store.transact(lambda tx: tx.outbox.release(two[0].lease))
+    store.transact(lambda tx: tx.outbox.finish(two[1].lease, CommandStatus.FAILED, "planned"))
+    store.read(lambda tx: (tx.outbox.get("plain-1"), tx.outbox.lease_events("plain-1"), tx.outbox.count_by_status()))
+    store.transact(lambda tx: tx.rehearsal.retire_run(run.id))
+    # The catalog and admission.
+    catalog.install("inventory")
+    newer = tmp / "inventory-next"
+    shutil.copytree(package, newer)
+    manifest = newer / "fencepost-package.toml"
+    manifest.write_text(manifest.read_text(encoding="utf-8").replace('version = "1.2.0"', 'version = "1.3.0"', 1),
+                        encoding="utf-8")
+    catalog.publish(newer, allow_ungated=True)  # moves the head
+    catalog.install("inventory")  # and the installation to it
+    catalog.set_disposition("inventory", "active")
+    catalog.quarantine("inventory", "looking")
+    catalog.release_quarantine("inventory", "done")
+    catalog.state("inventory")
+    workflows = WorkflowService(store)
+    workflow = next(iter(store.read(lambda tx: tx.catalog.all_publications())[0].definition["workflows"]))
+    plan = workflows.plan("inventory", workflow, plan_id="plan-every-query")
+    admitted = workflows.admit(plan)
+    assert workflows.admit(plan).outcome == "existing"
+    workflows.show(admitted.run_id)
+    audit(store)
+    audit_admissions(store)
+    publication = store.read(lambda tx: tx.catalog.all_publications())[0]
+    catalog.withdraw("inventory", publication.version)
+    assert {p.version for p in store.read(lambda tx: tx.catalog.all_publications())} == {"1.2.0", "1.3.0"}
+    # SQLite's clock is the store's Clock, so nothing else runs its clock statement; run it once here.
+    store.read(lambda tx: tx.run("store_now", {"now": tx.now()}))  # type: ignore[attr-defined]
+
+
+def test_every_query_runs_and_returns_its_declared_instants(backend: StoreBackend, tmp_path: Path) -> None:
+    store = RecordingStore(backend.migrated())
+    drive(store, backend, tmp_path)
+    inner = store.inner
+    assert isinstance(inner, Store)
+    loaded: Mapping[str, Query] = inner.queries  # type: ignore[attr-defined]
+    ran = {query.name for query, _ in store.seen}
+    assert set(loaded) - ran == set(), "queries no scenario ran"
+    checked = 0
+    for query, result in store.seen:
+        for row in result.rows:
+            instants = {k for k, v in row.items() if isinstance(v, datetime)}
+            undeclared_text = {k for k, v in row.items() if isinstance(v, str) and _ISO.match(v)}
+            assert instants <= query.instants, f"{query.name}: undeclared instants {instants - query.instants}"
+            assert undeclared_text == set(), f"{query.name}: instants left as text {undeclared_text}"
+            for column in query.instants:
+                assert column in row, f"{query.name}: declares {column}, which it does not return"
+                value = row[column]
+                assert value is None or (isinstance(value, datetime) and value.tzinfo == UTC), (query.name, column)
+                checked += 1
+    assert checked > 100
