@@ -41,6 +41,7 @@ class Problem(BaseModel):
     detail: str
     instance: str | None = None
     lease_until: str | None = Field(default=None, description="lease-active only: when the lease expires (UTC).")
+    guard: str | None = Field(default=None, description="not-allowed only: the start guard that is false.")
 
 
 class PackageInfo(_Model):

@@ -8,6 +8,7 @@ says nothing about it; the log line names only the exception class.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -24,6 +25,7 @@ from fencepost.core.errors import (
     InvalidInput,
     LeaseActive,
     LeaseLost,
+    NotAllowed,
     NotFound,
     SchemaNotReady,
     StoreUnavailable,
@@ -34,26 +36,61 @@ log = logging.getLogger("fencepost.api")
 PROBLEM_JSON = "application/problem+json"
 TYPE_PREFIX = "urn:fencepost:problem:"
 
-# kind -> (HTTP status, title). The kind is the stable last segment of ``type``.
-KINDS: dict[str, tuple[int, str]] = {
-    "invalid-input": (422, "Invalid input"),
-    "validation-error": (422, "Request validation failed"),
-    "invalid-host": (400, "Host not allowed"),
-    "unauthorized": (401, "Bearer token required"),
-    "not-found": (404, "Not found"),
-    "method-not-allowed": (405, "Method not allowed"),
-    "conflict": (409, "Conflicting state"),
-    "lease-active": (409, "Lease still active"),
-    "payload-too-large": (413, "Request body too large"),
-    "unsupported-media-type": (415, "Unsupported media type"),
-    "schema-not-ready": (503, "Control database schema not ready"),
-    "unavailable": (503, "Control store unavailable"),
-    "integrity": (500, "Integrity violation"),
-    "internal": (500, "Internal error"),
+
+@dataclass(frozen=True)
+class ProblemKind:
+    """One kind of problem: ``kind`` is the stable last segment of ``type``, ``status`` the HTTP status."""
+
+    kind: str
+    status: int
+    title: str
+
+
+INTERNAL = ProblemKind("internal", 500, "Internal error")
+CONFLICT = ProblemKind("conflict", 409, "Conflicting state")
+
+# The API's one error table (ADR 0016): error class -> problem. ``problem_for`` walks the class's MRO, so a
+# subclass (``InvalidPlan``, ``StoreBusy``) answers as its parent unless it has a row of its own.
+ERRORS: dict[type[FencepostError], ProblemKind] = {
+    FencepostError: INTERNAL,  # raised on purpose yet classified nowhere: a bug, like an unexpected exception
+    InvalidInput: ProblemKind("invalid-input", 422, "Invalid input"),
+    NotFound: ProblemKind("not-found", 404, "Not found"),
+    Conflict: CONFLICT,
+    LeaseActive: ProblemKind("lease-active", 409, "Lease still active"),
+    LeaseLost: CONFLICT,  # the lease moved on under the caller: the state forbids the write
+    # 409, not 403: a guard reads the current state (gate, head, installation), not who is asking (ADR 0016).
+    NotAllowed: ProblemKind("not-allowed", 409, "Not allowed by a guard"),
+    SchemaNotReady: ProblemKind("schema-not-ready", 503, "Control database schema not ready"),
+    StoreUnavailable: ProblemKind("unavailable", 503, "Control store unavailable"),
+    IntegrityViolation: ProblemKind("integrity", 500, "Integrity violation"),  # fail closed, loudly
 }
+
+# Kinds the HTTP layer answers itself (framework and middleware), never raised as a ``FencepostError``.
+PROTOCOL_KINDS = (
+    ProblemKind("validation-error", 422, "Request validation failed"),
+    ProblemKind("invalid-host", 400, "Host not allowed"),
+    ProblemKind("unauthorized", 401, "Bearer token required"),
+    ProblemKind("method-not-allowed", 405, "Method not allowed"),
+    ProblemKind("payload-too-large", 413, "Request body too large"),
+    ProblemKind("unsupported-media-type", 415, "Unsupported media type"),
+)
+
+# kind -> problem, for ``problem(kind, ...)``.
+KINDS: dict[str, ProblemKind] = {row.kind: row for row in (*ERRORS.values(), *PROTOCOL_KINDS)}
 
 _HTTP_KINDS = {400: "validation-error", 401: "unauthorized", 404: "not-found", 405: "method-not-allowed",
                409: "conflict", 413: "payload-too-large", 415: "unsupported-media-type", 422: "validation-error"}
+
+
+def problem_for(error_type: type[FencepostError]) -> ProblemKind:
+    """The row of ``ERRORS`` for ``error_type``: its own, else its nearest ancestor's along the MRO.
+
+    Every ``FencepostError`` subclass has one, since ``FencepostError`` itself has a row (``internal``).
+    """
+    for cls in error_type.__mro__:
+        if issubclass(cls, FencepostError) and cls in ERRORS:
+            return ERRORS[cls]
+    return INTERNAL  # unreachable: the walk ends at FencepostError, which has a row
 
 
 def problem_type(kind: str) -> str:
@@ -63,30 +100,13 @@ def problem_type(kind: str) -> str:
 def problem(kind: str, detail: str, *, instance: str | None = None, status: int | None = None,
             headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
     """A problem+json response of ``kind`` (see ``KINDS``)."""
-    code, title = KINDS[kind]
-    body: dict[str, Any] = {"type": problem_type(kind), "title": title, "status": status or code, "detail": detail}
+    row = KINDS[kind]
+    code = status or row.status
+    body: dict[str, Any] = {"type": problem_type(kind), "title": row.title, "status": code, "detail": detail}
     if instance is not None:
         body["instance"] = instance
     body.update(extra)
-    return JSONResponse(body, status_code=status or code, media_type=PROBLEM_JSON, headers=headers)
-
-
-def error_kind(error: FencepostError) -> str:
-    if isinstance(error, LeaseActive):
-        return "lease-active"
-    if isinstance(error, Conflict | LeaseLost):
-        return "conflict"
-    if isinstance(error, NotFound):
-        return "not-found"
-    if isinstance(error, InvalidInput):
-        return "invalid-input"
-    if isinstance(error, SchemaNotReady):
-        return "schema-not-ready"
-    if isinstance(error, StoreUnavailable):
-        return "unavailable"
-    if isinstance(error, IntegrityViolation):
-        return "integrity"
-    return "internal"
+    return JSONResponse(body, status_code=code, media_type=PROBLEM_JSON, headers=headers)
 
 
 def _iso(value: datetime) -> str:
@@ -95,14 +115,16 @@ def _iso(value: datetime) -> str:
 
 async def _fencepost_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, FencepostError)
-    kind = error_kind(error)
+    row = problem_for(type(error))
     extra: dict[str, Any] = {}
     if isinstance(error, LeaseActive):
         extra["lease_until"] = _iso(error.lease_until)
-    if kind in ("unavailable", "schema-not-ready", "integrity", "internal"):
-        log.warning("request failed", extra={"event": "request_failed", "kind": kind, "path": request.url.path,
-                                             "error": str(error)})
-    return problem(kind, str(error), instance=request.url.path, **extra)
+    if isinstance(error, NotAllowed):
+        extra["guard"] = error.guard
+    if row.status >= 500:
+        log.warning("request failed", extra={"event": "request_failed", "kind": row.kind,
+                                             "path": request.url.path, "error": str(error)})
+    return problem(row.kind, str(error), instance=request.url.path, **extra)
 
 
 async def _validation_error(request: Request, error: Exception) -> JSONResponse:
@@ -152,7 +174,7 @@ def _allowed_methods(request: Request, fallback: str) -> str:
 async def _http_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, StarletteHTTPException)
     kind = _HTTP_KINDS.get(error.status_code, "validation-error" if error.status_code < 500 else "internal")
-    detail = error.detail if isinstance(error.detail, str) else KINDS[kind][1]
+    detail = error.detail if isinstance(error.detail, str) else KINDS[kind].title
     headers = dict(error.headers) if error.headers else {}
     if error.status_code == 400:
         # Only the framework raises 400, for a body it cannot even parse (bad encoding, broken multipart): that is

@@ -1,7 +1,8 @@
 """``fencepost``: the command line entry point.
 
 Exit codes: 0 success; 1 release gate blocked (or Attempt did not finish); 2 bad input or unknown id;
-3 conflicting state (e.g. reconcile of an active lease); 4 schema not migrated; 5 store unavailable.
+3 conflicting state (e.g. reconcile of an active lease); 4 schema not migrated; 5 store unavailable or a record
+fails verification; 6 a start guard is false. Errors map to codes in ``fencepost.cli.exit_codes``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from fencepost.cli.package_cmds import app as package_app
 from fencepost.cli.rehearsal_cmds import app as rehearsal_app
 from fencepost.cli.serve import serve
 from fencepost.cli.workflow_cmds import app as workflow_app
-from fencepost.core.errors import FencepostError, InvalidInput
+from fencepost.core.errors import InvalidInput
 from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
 from fencepost.outbox.worker import default_worker_id
 from fencepost.rehearsal import views
@@ -50,13 +51,6 @@ LeaseOpt = Annotated[float, typer.Option(
     "--lease-seconds", envvar="FENCEPOST_LEASE_SECONDS", show_envvar=True,
     help="Lease duration in seconds (0.1-3600); heartbeat every third of it.")]
 DEFAULT_WORK_DIR = Path(".fencepost")
-
-
-class AttemptUnfinished(FencepostError):
-    """``rehearse`` stopped waiting for an Attempt: exit 1, like a blocked gate (docs/configuration.md)."""
-
-    exit_code = 1
-    kind = "unfinished"
 
 
 def _version(value: bool) -> None:
@@ -197,6 +191,7 @@ def rehearse(
         thread = threading.Thread(target=w.run, name="fencepost-worker", daemon=True)
         thread.start()
         finished = []
+        unfinished: str | None = None  # why rehearse stopped waiting: exit 1, like a blocked gate
         interrupted = threading.Event()
 
         def stop(signum: int, frame: FrameType | None) -> None:
@@ -215,12 +210,17 @@ def rehearse(
                 view = _watch(service, attempt.id, timeout) if not json else _quiet_wait(service, attempt.id, timeout)
                 finished.append(view)
                 if view["status"] not in ("SUCCEEDED", "FAILED", "ABORTED"):
-                    raise AttemptUnfinished(f"attempt {attempt.id} did not finish within {timeout:g} s (still "
-                                            f"{view['status']}); it stays queued for `fencepost worker`")
+                    unfinished = (f"attempt {attempt.id} did not finish within {timeout:g} s (still "
+                                  f"{view['status']}); it stays queued for `fencepost worker`")
+                    break
         finally:
             w.request_stop()
             thread.join(timeout=lease_seconds + 5)
             signal.signal(signal.SIGINT, previous)
+        if unfinished is not None:
+            # A CLI outcome, not a domain error: no FencepostError, so no row in the API's table (ADR 0016).
+            typer.echo(f"fencepost: {unfinished}", err=True)
+            raise typer.Exit(1)
         comparison = views.comparison_view(service.compare(run.id))
         gate = views.gate_view(service.gate(run.id))
     data = {"rehearsal": run_view, "attempts": finished, "comparison": comparison, "gate": gate}

@@ -10,9 +10,9 @@ from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 
+from fencepost.cli.exit_codes import exit_code
 from fencepost.core.errors import FencepostError
 from fencepost.store import Store, open_store
-from fencepost.store.url import DEFAULT_URL
 
 T = TypeVar("T")
 
@@ -21,13 +21,12 @@ DatabaseOpt = Annotated[str, typer.Option(
     help="Control database URL: sqlite:///path.db (add ?journal_mode=delete for DELETE journal) or "
          "postgresql://user@host/db.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of text.")]
-DEFAULT_DATABASE = DEFAULT_URL
 
 
 def fail(error: FencepostError) -> NoReturn:
-    """Print one clear line on stderr and exit with the error's code."""
+    """Print one clear line on stderr and exit with the error's code (``cli.exit_codes``)."""
     typer.echo(f"fencepost: {error}", err=True)
-    raise typer.Exit(error.exit_code)
+    raise typer.Exit(exit_code(type(error)))
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from fastapi.templating import Jinja2Templates
 
 from fencepost import __version__
 from fencepost.api.context import ApiContext
-from fencepost.api.problems import KINDS, error_kind
+from fencepost.api.problems import problem_for
 from fencepost.core.errors import FencepostError
 from fencepost.rehearsal import views
 
@@ -39,10 +39,10 @@ def _ctx(request: Request) -> ApiContext:
 
 
 def _error_page(request: Request, error: FencepostError) -> HTMLResponse:
-    kind = error_kind(error)
-    status, title = KINDS[kind]
-    return templates.TemplateResponse(request, "error.html", {"title": title, "detail": str(error), "status": status},
-                                      status_code=status)
+    row = problem_for(type(error))
+    return templates.TemplateResponse(request, "error.html",
+                                      {"title": row.title, "detail": str(error), "status": row.status},
+                                      status_code=row.status)
 
 
 def index(request: Request) -> HTMLResponse:

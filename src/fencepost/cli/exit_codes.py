@@ -1,0 +1,41 @@
+"""The CLI's one error table (ADR 0016): error class -> process exit code, documented in docs/configuration.md.
+
+Exit codes are a command-line concern, so they live here and not on the error classes in ``fencepost.core``.
+"""
+
+from __future__ import annotations
+
+from fencepost.core.errors import (
+    Conflict,
+    FencepostError,
+    IntegrityViolation,
+    InvalidInput,
+    NotAllowed,
+    NotFound,
+    SchemaNotReady,
+    StoreUnavailable,
+)
+
+# ``exit_code`` walks the class's MRO, so a subclass (``InvalidPlan``, ``LeaseActive``, ``StoreBusy``) exits with
+# its parent's code unless it has a row of its own. ``LeaseLost`` has none: it exits 1 like any other error.
+EXIT_CODES: dict[type[FencepostError], int] = {
+    FencepostError: 1,
+    InvalidInput: 2,
+    NotFound: 2,
+    Conflict: 3,
+    SchemaNotReady: 4,
+    StoreUnavailable: 5,
+    IntegrityViolation: 5,  # a corrupt record is reported like a store that cannot be trusted
+    NotAllowed: 6,
+}
+
+
+def exit_code(error_type: type[FencepostError]) -> int:
+    """The exit code for ``error_type`` (1-6): its own row of ``EXIT_CODES``, else its nearest ancestor's.
+
+    Every ``FencepostError`` subclass has one, since ``FencepostError`` itself has a row (1).
+    """
+    for cls in error_type.__mro__:
+        if issubclass(cls, FencepostError) and cls in EXIT_CODES:
+            return EXIT_CODES[cls]
+    return EXIT_CODES[FencepostError]  # unreachable: the walk ends at FencepostError, which has a row
