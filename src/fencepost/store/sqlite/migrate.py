@@ -17,8 +17,8 @@ no-op inside a transaction. So a migration file whose **first line** is exactly:
 
 is run as follows:
 
-1. ``PRAGMA foreign_keys = OFF`` and ``PRAGMA legacy_alter_table = OFF``, outside any transaction. Both
-   The foreign-key setting is read back.
+1. ``PRAGMA foreign_keys = OFF`` and ``PRAGMA legacy_alter_table = OFF``, outside any transaction. The
+   foreign-key setting is read back.
 2. ``BEGIN IMMEDIATE``, re-read the applied versions, run the statements, write the ``fencepost_schema`` row.
 3. ``PRAGMA foreign_key_check``. Any row is a reference the migration would leave dangling: ROLLBACK and
    raise ``SchemaNotReady`` naming the referencing and the referenced tables.
