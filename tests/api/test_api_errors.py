@@ -7,8 +7,8 @@ it goes through the same exception handlers as every real route.
 from __future__ import annotations
 
 from api.conftest import AUTH, Api, assert_problem
+from fencepost.catalog.lifecycle import not_allowed
 from fencepost.store.base import StoreBusy
-from fencepost.workflows.admission import not_allowed
 
 
 def test_not_allowed_answers_409_with_the_guard(api: Api) -> None:

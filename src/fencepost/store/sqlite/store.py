@@ -27,6 +27,8 @@ from fencepost.store.migrations import load_migrations
 from fencepost.store.sql.executor import Result
 from fencepost.store.sql.queries import Query, dialect_queries
 from fencepost.store.sql.unit import SqlUnitOfWork
+from fencepost.store.sqlite.migrate import applied_versions, apply_migrations
+from fencepost.store.sqlite.migrate import split_statements as split_statements  # re-exported for callers
 
 _BUSY_CODES = {5, 6, 261, 517, 262}  # SQLITE_BUSY, SQLITE_LOCKED and their extended codes
 
@@ -194,55 +196,27 @@ class SQLiteStore(Store):
     def migrations(self) -> list[MigrationStep]:
         return load_migrations("fencepost.store.sqlite")
 
-    def _applied(self, conn: sqlite3.Connection) -> dict[int, str]:
-        exists = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'fencepost_schema'").fetchone()
-        if not exists:
-            return {}
-        return {int(v): c for v, c in conn.execute("SELECT version, checksum FROM fencepost_schema")}
-
     def schema_version(self) -> int:
         try:
-            return max(self._applied(self.connection()), default=0)
+            return max(applied_versions(self.connection()), default=0)
         except sqlite3.Error as error:
             raise translate_sqlite_error(error) from None
 
     def migrate(self) -> list[MigrationStep]:
+        """Apply the shipped migrations (``fencepost.store.sqlite.migrate.apply_migrations``, ADR 0017).
+
+        Returns:
+            The steps applied by this call (empty when up to date).
+        Raises:
+            SchemaNotReady: an applied migration's checksum differs from the shipped file, the database is
+                newer than this fencepost, or a rebuilding migration would leave dangling references.
+            StoreBusy, StoreUnavailable, Conflict: translated driver errors (the failing step is rolled back).
+        """
         conn = self.connection()
-        applied_now = []
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS fencepost_schema (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
-                "checksum TEXT NOT NULL, applied_at TEXT NOT NULL)")
-            conn.execute("COMMIT")
-            for step in self.migrations():
-                # One transaction per migration; the version check inside it makes concurrent
-                # `fencepost migrate` runs safe (the second one finds the step applied and skips it).
-                conn.execute("BEGIN IMMEDIATE")
-                applied = self._applied(conn)
-                if step.version in applied:
-                    conn.execute("COMMIT")
-                    if applied[step.version] != step.checksum:
-                        raise SchemaNotReady(
-                            f"applied migration {step.version:04d}_{step.name} differs from the one shipped "
-                            "with this fencepost; refusing to continue")
-                    continue
-                for statement in split_statements(step.sql):
-                    conn.execute(statement)
-                conn.execute("INSERT INTO fencepost_schema (version, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
-                             (step.version, step.name, step.checksum, to_iso(self.clock.now())))
-                conn.execute("COMMIT")
-                applied_now.append(step)
-            newest = max(self._applied(conn), default=0)
-            if newest > self.expected_version:
-                raise SchemaNotReady(f"the control database schema is version {newest}, newer than this "
-                                     f"fencepost understands ({self.expected_version}); upgrade fencepost")
+            return apply_migrations(conn, self.migrations(), now=self.clock.now)
         except sqlite3.Error as error:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
             raise translate_sqlite_error(error) from None
-        return applied_now
 
     def physical_checks(self) -> list[tuple[str, str, str]]:
         """``PRAGMA integrity_check`` and ``PRAGMA foreign_key_check`` findings as (check, subject, detail)."""
@@ -264,25 +238,3 @@ class SQLiteStore(Store):
             self._all.clear()
         self._local = threading.local()
 
-
-def split_statements(script: str) -> list[str]:
-    """Split a SQL script into complete statements (trigger bodies stay whole), dropping empty ones."""
-    statements: list[str] = []
-    buffer = ""
-    for line in script.splitlines(keepends=True):
-        buffer += line
-        if sqlite3.complete_statement(buffer):
-            if _has_sql(buffer):
-                statements.append(buffer.strip())
-            buffer = ""
-    if _has_sql(buffer):
-        raise ValueError("SQL script ends with an incomplete statement")
-    return statements
-
-
-def _has_sql(text: str) -> bool:
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped and not stripped.startswith("--") and stripped != ";":
-            return True
-    return False
