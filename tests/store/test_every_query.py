@@ -48,8 +48,8 @@ class _Recorder:
     def now(self) -> datetime:
         return self._inner.now()
 
-    def execute_raw(self, sql: str) -> list[tuple[Any, ...]]:
-        return self._inner.execute_raw(sql)
+    def execute_raw(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        return self._inner.execute_raw(sql, params)
 
 
 class RecordingStore(FaultInjectingStore):

@@ -51,7 +51,7 @@ from fencepost.core.errors import Conflict, LeaseActive, LeaseLost, NotFound
 from fencepost.core.statuses import CommandStatus, LeaseEventKind
 from fencepost.outbox.context import CommandContext
 from fencepost.store import Store
-from fencepost.store.base import Transaction
+from fencepost.store.ports import FencedUnit, UnitOfWork
 from fencepost.store.records import ClaimedCommand, CommandRecord, Lease
 from fencepost.store.sqlite.store import SQLiteStore
 from helpers.store_backends import selected_backends, store_backend
@@ -123,7 +123,7 @@ class Snapshot:
     children: list[tuple[Any, ...]]
 
 
-def raw(tx: Transaction, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+def raw(tx: UnitOfWork | FencedUnit, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     return cast(list[tuple[Any, ...]], cast(Any, tx).execute_raw(query, params))
 
 
@@ -149,8 +149,9 @@ class LeaseProtocol(RuleBasedStateMachine):
             name, old, new = break_query
             sqlite_store = cast(SQLiteStore, self.store)
             # Fail loudly if the query text moved on, rather than silently testing an unbroken store.
-            assert old in sqlite_store.queries[name], f"{name} no longer contains {old!r}"
-            sqlite_store.queries = {**sqlite_store.queries, name: sqlite_store.queries[name].replace(old, new)}
+            query = sqlite_store.queries[name]
+            assert old in query.sql, f"{name} no longer contains {old!r}"
+            sqlite_store.queries = {**sqlite_store.queries, name: replace(query, sql=query.sql.replace(old, new))}
         self.model: dict[str, Model] = {}
         self.handed_out: list[Lease] = []  # every lease any worker ever held (claims and renewals)
         self.tokens_issued: list[str] = []  # one per claim, in order
@@ -165,7 +166,7 @@ class LeaseProtocol(RuleBasedStateMachine):
         return self.clock.now()
 
     def snapshot(self) -> Snapshot:
-        def read(tx: Transaction) -> Snapshot:
+        def read(tx: UnitOfWork) -> Snapshot:
             return Snapshot(commands=raw(tx, "SELECT * FROM commands ORDER BY id"),
                             events=raw(tx, "SELECT * FROM lease_events ORDER BY seq"),
                             children=raw(tx, "SELECT * FROM lease_machine_children ORDER BY seq"))
@@ -215,11 +216,11 @@ class LeaseProtocol(RuleBasedStateMachine):
         store = self.store
         label = f"{why}: delivery {lease.delivery} of {lease.command_id} by {lease.owner}"
         self.expect_fenced(invariant_name, f"renew ({label})",
-                           lambda: store.transact(lambda tx: tx.renew_lease(lease, lease_seconds=30.0)))
+                           lambda: store.transact(lambda tx: tx.outbox.renew(lease, lease_seconds=30.0)))
         self.expect_fenced(invariant_name, f"release ({label})",
-                           lambda: store.transact(lambda tx: tx.release_command(lease)))
+                           lambda: store.transact(lambda tx: tx.outbox.release(lease)))
         self.expect_fenced(invariant_name, f"finish DELIVERED ({label})",
-                           lambda: store.transact(lambda tx: tx.finish_command(lease, CommandStatus.DELIVERED)))
+                           lambda: store.transact(lambda tx: tx.outbox.finish(lease, CommandStatus.DELIVERED)))
 
     def record_claims(self, claimed: list[ClaimedCommand], owner: str, seconds: float, now: datetime) -> None:
         for command in claimed:
@@ -244,7 +245,7 @@ class LeaseProtocol(RuleBasedStateMachine):
         """Claim and check the result against the model: how many per kind, which ones, in what order."""
         now = self.now()
         claimed = self.store.transact(
-            lambda tx: tx.claim_commands(owner=owner, kinds=kinds, limit=limit, lease_seconds=seconds))
+            lambda tx: tx.outbox.claim(owner=owner, kinds=kinds, limit=limit, lease_seconds=seconds))
         ids = [c.id for c in claimed]
         assert len(ids) == len(set(ids)), f"one live lease per command: {ids} claimed twice in one batch"
         for command_id in ids:
@@ -290,7 +291,7 @@ class LeaseProtocol(RuleBasedStateMachine):
         command_id = f"c{len(self.model) + 1}"
         now = self.now()
         available_at = now + timedelta(seconds=delay)
-        self.store.transact(lambda tx: tx.insert_command(command_id=command_id, kind=kind,
+        self.store.transact(lambda tx: tx.outbox.insert(command_id=command_id, kind=kind,
                                                          payload={"id": command_id}, available_at=available_at))
         self.model[command_id] = Model(id=command_id, kind=kind, status=CommandStatus.PENDING,
                                        available_at=available_at, created_at=now, updated_at=now)
@@ -338,10 +339,10 @@ class LeaseProtocol(RuleBasedStateMachine):
         lease = self.draw_lease(data)
         if not self.is_current(lease):
             self.expect_fenced("no stale write lands", f"renew with a stale lease of {lease.command_id}",
-                               lambda: self.store.transact(lambda tx: tx.renew_lease(lease, lease_seconds=seconds)))
+                               lambda: self.store.transact(lambda tx: tx.outbox.renew(lease, lease_seconds=seconds)))
             return
         now = self.now()
-        renewed = self.store.transact(lambda tx: tx.renew_lease(lease, lease_seconds=seconds, record=record))
+        renewed = self.store.transact(lambda tx: tx.outbox.renew(lease, lease_seconds=seconds, record=record))
         assert renewed == replace(lease, until=now + timedelta(seconds=seconds)), "renew returns the same lease, later"
         m = self.model[lease.command_id]
         m.lease_until, m.last_heartbeat_at, m.updated_at = renewed.until, now, now
@@ -356,10 +357,10 @@ class LeaseProtocol(RuleBasedStateMachine):
         error = "boom" if status is CommandStatus.FAILED else None
         if not self.is_current(lease):
             self.expect_fenced("no stale write lands", f"finish {status} with a stale lease of {lease.command_id}",
-                               lambda: self.store.transact(lambda tx: tx.finish_command(lease, status, error)))
+                               lambda: self.store.transact(lambda tx: tx.outbox.finish(lease, status, error)))
             return
         now = self.now()
-        self.store.transact(lambda tx: tx.finish_command(lease, status, error))
+        self.store.transact(lambda tx: tx.outbox.finish(lease, status, error))
         self.finished(lease, status, error, now)
 
     def finished(self, lease: Lease, status: CommandStatus, error: str | None, now: datetime) -> None:
@@ -385,7 +386,7 @@ class LeaseProtocol(RuleBasedStateMachine):
         expected = [self.is_current(lease) for lease in leases]
         before = self.snapshot()
         now = self.now()
-        outcome = self.store.transact(lambda tx: tx.finish_commands(leases))
+        outcome = self.store.transact(lambda tx: tx.outbox.finish_many(leases))
         assert outcome == expected, f"no stale write lands: finish_commands reported {outcome}, expected {expected}"
         if not any(expected):
             assert self.snapshot() == before, "no stale write lands: a batch of stale leases changed the database"
@@ -400,10 +401,10 @@ class LeaseProtocol(RuleBasedStateMachine):
         lease = self.draw_lease(data)
         if not self.is_current(lease):
             self.expect_fenced("no stale write lands", f"release with a stale lease of {lease.command_id}",
-                               lambda: self.store.transact(lambda tx: tx.release_command(lease)))
+                               lambda: self.store.transact(lambda tx: tx.outbox.release(lease)))
             return
         now = self.now()
-        self.store.transact(lambda tx: tx.release_command(lease))
+        self.store.transact(lambda tx: tx.outbox.release(lease))
         m = self.model[lease.command_id]
         m.status, m.available_at = CommandStatus.PENDING, now
         m.clear_lease(now)
@@ -420,12 +421,12 @@ class LeaseProtocol(RuleBasedStateMachine):
         if live and data.draw(st.integers(0, 3), label="any stale lease") > 0:
             stale = live
         lease = data.draw(st.sampled_from(stale), label="stale lease")
-        calls: dict[str, Callable[[Transaction], object]] = {
-            "renew": lambda tx: tx.renew_lease(lease, lease_seconds=90.0),
-            "renew-quietly": lambda tx: tx.renew_lease(lease, lease_seconds=90.0, record=False),
-            "deliver": lambda tx: tx.finish_command(lease, CommandStatus.DELIVERED),
-            "fail": lambda tx: tx.finish_command(lease, CommandStatus.FAILED, "late"),
-            "release": lambda tx: tx.release_command(lease),
+        calls: dict[str, Callable[[UnitOfWork], object]] = {
+            "renew": lambda tx: tx.outbox.renew(lease, lease_seconds=90.0),
+            "renew-quietly": lambda tx: tx.outbox.renew(lease, lease_seconds=90.0, record=False),
+            "deliver": lambda tx: tx.outbox.finish(lease, CommandStatus.DELIVERED),
+            "fail": lambda tx: tx.outbox.finish(lease, CommandStatus.FAILED, "late"),
+            "release": lambda tx: tx.outbox.release(lease),
         }
         self.expect_fenced("no stale write lands", f"{op} with a stale lease of {lease.command_id}",
                            lambda: self.store.transact(calls[op]))
@@ -441,7 +442,7 @@ class LeaseProtocol(RuleBasedStateMachine):
                                  lease_seconds=seconds)
         error = "boom" if finish is CommandStatus.FAILED else None
 
-        def write_child(tx: Transaction) -> None:
+        def write_child(tx: FencedUnit) -> None:
             raw(tx, "INSERT INTO lease_machine_children (command_id, delivery) VALUES (?, ?)",
                 (lease.command_id, lease.delivery))
 
@@ -487,7 +488,7 @@ class LeaseProtocol(RuleBasedStateMachine):
         else:
             expected = Conflict
         try:
-            record = self.store.transact(lambda tx: tx.reconcile_command(command_id))
+            record = self.store.transact(lambda tx: tx.outbox.reconcile(command_id))
         except (NotFound, Conflict) as refused:
             assert expected is not None and type(refused) is expected, (
                 f"reconcile only an expired lease: {command_id} raised {type(refused).__name__}, "
@@ -515,7 +516,7 @@ class LeaseProtocol(RuleBasedStateMachine):
         now = self.now()
         m = self.model.get(command_id)
         abortable = m is not None and m.status in (CommandStatus.PENDING, CommandStatus.PROCESSING)
-        done = self.store.transact(lambda tx: tx.abort_command(command_id, error))
+        done = self.store.transact(lambda tx: tx.outbox.abort(command_id, error))
         status = m.status if m is not None else "absent"
         assert not done or abortable, f"terminal commands never change: abort of {command_id} ({status}) succeeded"
         assert done or not abortable, f"abort fences the holder: abort of {command_id} ({status}) was refused"
@@ -533,10 +534,10 @@ class LeaseProtocol(RuleBasedStateMachine):
     # ── invariants ──
     @invariant()
     def store_matches_the_model(self) -> None:
-        def read(tx: Transaction) -> dict[str, Any]:
+        def read(tx: UnitOfWork) -> dict[str, Any]:
             return {
-                "records": {i: tx.get_command(i) for i in self.model},
-                "events": {i: tx.lease_events(i) for i in self.model},
+                "records": {i: tx.outbox.get(i) for i in self.model},
+                "events": {i: tx.outbox.lease_events(i) for i in self.model},
                 "tokens": dict(raw(tx, "SELECT id, lease_token FROM commands")),
                 "rows": {r[0]: r for r in raw(tx, "SELECT * FROM commands")},
                 "children": raw(tx, "SELECT command_id, delivery FROM lease_machine_children ORDER BY seq"),

@@ -148,5 +148,5 @@ class _CountingExecutor:
     def now(self) -> datetime:
         return self._inner.now()
 
-    def execute_raw(self, sql: str) -> list[tuple[Any, ...]]:
-        return self._inner.execute_raw(sql)
+    def execute_raw(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        return self._inner.execute_raw(sql, params)

@@ -172,8 +172,8 @@ class PostgresExecutor:
         except psycopg.Error as error:
             raise self._fail(error) from None
 
-    def execute_raw(self, sql: str) -> list[tuple[Any, ...]]:
-        """Run ad-hoc parameterless SQL for audit checks and tests. Not for application paths.
+    def execute_raw(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Run ad-hoc SQL with ``%s`` placeholders for tests and benchmarks. Not for application paths.
 
         Returns:
             The result rows as tuples (empty for statements without a result).
@@ -183,7 +183,7 @@ class PostgresExecutor:
         self._guard()
         try:
             with self._conn.cursor() as cursor:
-                cursor.execute(sql.encode("utf-8"))
+                cursor.execute(sql.encode("utf-8"), params or None)
                 return list(cursor.fetchall()) if cursor.description is not None else []
         except psycopg.Error as error:
             raise self._fail(error) from None

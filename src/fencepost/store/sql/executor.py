@@ -40,8 +40,8 @@ class Executor(Protocol):
         """The store's clock, read once per transaction: the lease authority."""
         ...
 
-    def execute_raw(self, sql: str) -> list[tuple[Any, ...]]:
-        """Ad-hoc parameterless SQL for tests and benchmarks only; never on an application path."""
+    def execute_raw(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Ad-hoc SQL for tests and benchmarks only (the driver's own placeholders); never on an application path."""
         ...
 
 

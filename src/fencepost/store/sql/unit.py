@@ -47,9 +47,9 @@ class SqlUnitOfWork:
         """Execute the named query of this dialect."""
         return self.executor.run(self.queries[name], params)
 
-    def execute_raw(self, sql: str) -> list[tuple[Any, ...]]:
-        """Parameterless ad-hoc SQL for tests and benchmarks (see ``Executor.execute_raw``)."""
-        return self.executor.execute_raw(sql)
+    def execute_raw(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Ad-hoc SQL for tests and benchmarks (see ``Executor.execute_raw``)."""
+        return self.executor.execute_raw(sql, params)
 
     def _fence(self, lease: Lease) -> SqlFencedUnit:
         return SqlFencedUnit(self, lease)
@@ -70,6 +70,11 @@ class SqlFencedUnit:
 
     def now(self) -> datetime:
         return self.unit.now()
+
+    def execute_raw(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Ad-hoc SQL for tests (see ``Executor.execute_raw``): a write here has no lease condition of its own,
+        so it stands for any child row the unit's fence alone protects."""
+        return self.unit.execute_raw(sql, params)
 
     def require_lease(self) -> None:
         if not lease_held(self.unit, self.lease):

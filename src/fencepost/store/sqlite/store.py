@@ -88,9 +88,9 @@ class SQLiteExecutor:
         # With RETURNING, sqlite3 reports the rows changed; plain SELECTs report -1.
         return Result(rows=rows, rowcount=rowcount if rowcount >= 0 else len(rows))
 
-    def execute_raw(self, sql: str) -> list[tuple[Any, ...]]:
-        """Run ad-hoc parameterless SQL (tests, benchmarks). Not for application paths."""
-        return self._conn.execute(sql).fetchall()
+    def execute_raw(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Run ad-hoc SQL with ``?`` placeholders (tests, benchmarks). Not for application paths."""
+        return self._conn.execute(sql, params).fetchall()
 
 
 class SQLiteStore(Store):
