@@ -176,7 +176,7 @@ def drain(db: CrashDB, workers: Workers, attempt_id: str, name: str, work_dir: P
         wait_until(lambda: db.attempt(attempt_id).status.terminal, what=f"attempt {attempt_id} to finish "
                    f"(worker log: {worker.log_path})")
     finally:
-        worker.stop()
+        worker.stop_cleanly()
 
 
 def idle_worker(db: CrashDB, workers: Workers, attempt_id: str, work_dir: Path | None = None) -> None:
@@ -187,7 +187,7 @@ def idle_worker(db: CrashDB, workers: Workers, attempt_id: str, work_dir: Path |
         wait_until(lambda: worker.events("worker_started"), what="the idle worker to start")
         time.sleep(LEASE_SECONDS + 4 * POLL_SECONDS)
     finally:
-        worker.stop()
+        worker.stop_cleanly()
     after = (db.attempt(attempt_id), db.events(before[0].command_id))
     assert after == before, "a finished Attempt was touched again by a new worker"
     assert not worker.events("claimed") and not worker.events("takeover"), worker.describe()
