@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from fencepost.rehearsal.service import RehearsalService
 from fencepost.store import Store, open_store
 from fencepost.store.base import Transaction
 from fencepost.store.records import AttemptRecord, LeaseEvent, ReceiptRecord
+from fencepost.workflows.audit import audit_admissions
 from helpers.processes import (
     CLI_TIMEOUT,
     KILLED,
@@ -72,6 +74,7 @@ def wait_until(predicate: Callable[[], T], timeout: float = STATE_TIMEOUT, what:
 
 # ── the database under test ──
 BACKENDS = ("sqlite-wal", "sqlite-delete", "postgres")
+DB_FILE = "control.db"
 
 
 @dataclass
@@ -136,13 +139,23 @@ class CrashDB:
 
 
 @contextmanager
-def crash_db(name: str, root: Path) -> Iterator[CrashDB]:
-    """A fresh, migrated control database of backend ``name`` under ``root``; dropped afterwards."""
+def crash_db(name: str, root: Path, *, template: Path | None = None) -> Iterator[CrashDB]:
+    """A fresh, migrated control database of backend ``name`` under ``root``; dropped afterwards.
+
+    ``template`` (SQLite only): a directory holding a closed ``control.db`` of the same journal mode, copied
+    instead of migrating an empty one, so that a module prepares its state once and each test starts from a
+    copy. PostgreSQL ignores it (a fresh schema, migrated; the caller prepares it).
+    """
     root.mkdir(parents=True, exist_ok=True)
     if name.startswith("sqlite-"):
         mode = name.removeprefix("sqlite-")
-        db = CrashDB(name, f"sqlite:///{root / 'control.db'}?journal_mode={mode}&synchronous=full", root)
-        db.migrate()
+        db = CrashDB(name, f"sqlite:///{root / DB_FILE}?journal_mode={mode}&synchronous=full", root)
+        if template is None:
+            db.migrate()
+        else:
+            for suffix in ("", "-wal", "-shm"):
+                if (template / f"{DB_FILE}{suffix}").exists():
+                    shutil.copyfile(template / f"{DB_FILE}{suffix}", root / f"{DB_FILE}{suffix}")
         try:
             yield db
         finally:
@@ -270,8 +283,12 @@ def receipt_codes_of(store: Store, attempt_id: str) -> str:
 
 
 def unsound(store: Store) -> list[str]:
-    """Findings of ``fencepost audit``'s checks (in-process) plus ``check_structure``; empty when sound."""
-    return [f"{f.check}: {f.subject}: {f.detail}" for f in run_audit(store)] + check_structure(store)
+    """Findings of ``fencepost audit``'s checks (in-process: the store's and the admissions' audit, which
+    recomputes every publication digest and installation lock) plus ``check_structure``; empty when sound."""
+    findings = run_audit(store)
+    if not any(f.check == "schema" for f in findings):
+        findings += audit_admissions(store)
+    return [f"{f.check}: {f.subject}: {f.detail}" for f in findings] + check_structure(store)
 
 
 def assert_sound(db: CrashDB, when: str) -> None:
