@@ -13,24 +13,20 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from helpers.processes import CliResult, Process, kill_all, run_cli, start, subprocess_env, worker_args
 from helpers.waiting import wait_until as _wait_until
 
 T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_PACKAGE = REPO / "examples" / "inventory"
-FENCEPOST = [sys.executable, "-m", "fencepost.cli"]
 SCENARIOS = ("deliver_and_install", "integrity_check", "seed_and_verify", "reapply_is_noop",
              "upgrade_from_previous", "uninstall_to_empty")
 TERMINAL = ("SUCCEEDED", "FAILED", "ABORTED")
@@ -38,7 +34,6 @@ COMMAND_TERMINAL = ("DELIVERED", "FAILED", "ABORTED")
 
 CLI_TIMEOUT = 120.0      # one CLI invocation (rehearse runs two Attempts in-process)
 STATE_TIMEOUT = 60.0     # waiting for a worker to reach a state
-EXIT_TIMEOUT = 30.0      # waiting for a signalled worker to exit
 
 # Rows inserted by the slow package's seed (a recursive CTE into a TEMP table, so the per-row evidence
 # digests stay cheap): about 1-3 s on a small machine, long enough to act while Receipt 3 is RUNNING.
@@ -55,34 +50,6 @@ def wait_until(predicate: Callable[[], T], timeout: float = STATE_TIMEOUT, what:
 def parse_instant(text: str) -> datetime:
     """A control-database instant (``2026-01-01T00:00:00.000000Z``) or a CLI ISO time as a datetime."""
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-# ── environment of the subprocesses ──
-def subprocess_env(**extra: str) -> dict[str, str]:
-    """The test's environment without any FENCEPOST_* setting leaking in, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FENCEPOST_")}
-    env.update({"NO_COLOR": "1", "COLUMNS": "200", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"})
-    env.update(extra)
-    return env
-
-
-@dataclass
-class CliResult:
-    args: list[str]
-    returncode: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> Any:
-        return json.loads(self.stdout)
-
-    @property
-    def stderr_lines(self) -> list[str]:
-        return [line for line in self.stderr.splitlines() if line.strip()]
-
-    def describe(self) -> str:
-        return (f"fencepost {' '.join(self.args)} -> exit {self.returncode}\n--- stdout ---\n{self.stdout}"
-                f"--- stderr ---\n{self.stderr}")
 
 
 def assert_one_line_error(result: CliResult, code: int, *needles: str) -> str:
@@ -189,69 +156,6 @@ class TokenWatch:
             self._stop.wait(self.interval)
 
 
-# ── worker subprocesses ──
-@dataclass
-class WorkerProcess:
-    """A running ``fencepost worker`` with its stdout and stderr captured to files."""
-
-    name: str
-    proc: subprocess.Popen[bytes]
-    stdout_path: Path
-    stderr_path: Path
-    worker_id: str | None
-    args: list[str] = field(default_factory=list)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def send(self, sig: signal.Signals) -> None:
-        self.proc.send_signal(sig)
-
-    def wait_exit(self, timeout: float = EXIT_TIMEOUT) -> int:
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"worker {self.name} did not exit within {timeout:g} s\n{self.stderr}") from None
-
-    def stop(self, timeout: float = EXIT_TIMEOUT) -> int:
-        """SIGTERM and wait for the exit code."""
-        self.send(signal.SIGTERM)
-        return self.wait_exit(timeout)
-
-    @property
-    def stdout(self) -> str:
-        return self.stdout_path.read_text(encoding="utf-8", errors="replace")
-
-    @property
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(encoding="utf-8", errors="replace")
-
-    def logs(self) -> list[dict[str, Any]]:
-        """Every complete stderr line as a JSON object (a line that is not JSON fails the test)."""
-        text = self.stderr
-        complete = text[: text.rfind("\n") + 1] if "\n" in text else ""
-        entries = []
-        for line in complete.splitlines():
-            if not line.strip():
-                continue
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:
-                raise AssertionError(f"worker {self.name} wrote a non-JSON stderr line: {line!r}") from None
-            assert isinstance(entry, dict), line
-            entries.append(entry)
-        return entries
-
-    def events(self, event: str) -> list[dict[str, Any]]:
-        return [e for e in self.logs() if e.get("event") == event]
-
-    def started_id(self) -> str:
-        """The worker id from its ``worker_started`` log line (waits for it)."""
-        entry = wait_until(lambda: self.events("worker_started"), what=f"worker {self.name} to start")[0]
-        return str(entry["worker"])
-
-
 class Env:
     """One isolated fencepost installation: control database, work directory, CLI and workers."""
 
@@ -262,7 +166,7 @@ class Env:
         self.work_dir = root / "work"
         self.db = ControlDB(self.db_path)
         self.results: list[CliResult] = []
-        self.workers: list[WorkerProcess] = []
+        self.workers: list[Process] = []
         self.watch: TokenWatch | None = None
         self._store: Any = None
 
@@ -271,9 +175,7 @@ class Env:
             env: dict[str, str] | None = None) -> CliResult:
         """Run ``fencepost ARGS`` (with ``-d URL`` appended unless ``db=False``); never a traceback."""
         argv = list(args) + (["-d", self.url] if db else [])
-        done = subprocess.run(FENCEPOST + argv, cwd=self.root, env=subprocess_env(**(env or {})),
-                              capture_output=True, text=True, timeout=timeout, check=False)
-        result = CliResult(argv, done.returncode, done.stdout, done.stderr)
+        result = run_cli(argv, cwd=self.root, env=subprocess_env(**(env or {})), timeout=timeout)
         self.results.append(result)
         assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result.describe()
         return result
@@ -285,26 +187,21 @@ class Env:
     # workers
     def start_worker(self, name: str, *, lease_seconds: float = 30.0, worker_id: str | None = None,
                      poll_interval: float = 0.05, extra: Iterable[str] = (),
-                     env: dict[str, str] | None = None) -> WorkerProcess:
-        args = ["worker", "-d", self.url, "--work-dir", str(self.work_dir), "--lease-seconds", f"{lease_seconds:g}",
-                "--poll-interval", f"{poll_interval:g}", "--log-format", "json", *extra]
-        if worker_id is not None:
-            args += ["--worker-id", worker_id]
-        out = self.root / f"worker-{name}.out"
-        err = self.root / f"worker-{name}.err"
-        with open(out, "wb") as stdout, open(err, "wb") as stderr:
-            proc = subprocess.Popen(FENCEPOST + args, cwd=self.root, env=subprocess_env(**(env or {})),
-                                    stdout=stdout, stderr=stderr)
-        worker = WorkerProcess(name, proc, out, err, worker_id, args)
+                     env: dict[str, str] | None = None) -> Process:
+        """A ``fencepost worker`` whose stdout and stderr (its JSON log, every line of which must parse) go to
+        ``worker-NAME.out``/``.err``."""
+        args = worker_args(self.url, self.work_dir, lease_seconds=lease_seconds, poll_interval=poll_interval,
+                           worker_id=worker_id, extra=extra)
+        worker = start(args, name=name, stdout_path=self.root / f"worker-{name}.out",
+                       stderr_path=self.root / f"worker-{name}.err", cwd=self.root,
+                       env=subprocess_env(**(env or {})), worker_id=worker_id, strict_json=True,
+                       started_event="worker_started")
         self.workers.append(worker)
         return worker
 
     def kill_leftovers(self) -> None:
         """Teardown: SIGKILL (by pid) any worker this test started that is still alive."""
-        for worker in self.workers:
-            if worker.proc.poll() is None:
-                worker.proc.kill()
-                worker.proc.wait(timeout=EXIT_TIMEOUT)
+        kill_all(self.workers)
 
     # token watch
     def watch_tokens(self) -> TokenWatch:

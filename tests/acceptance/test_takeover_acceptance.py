@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from acceptance_support import SCENARIOS, Env, WorkerProcess, parse_instant, slow_package, wait_until
+from acceptance_support import SCENARIOS, Env, parse_instant, slow_package, wait_until
+
+from helpers.processes import Process
 
 
 def _slow_attempt(env: Env, tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -31,7 +33,7 @@ def _process_state(pid: int) -> str:
         return fh.read().rsplit(")", 1)[1].split()[0]
 
 
-def _freeze(worker: WorkerProcess, env: Env, attempt_id: str) -> None:
+def _freeze(worker: Process, env: Env, attempt_id: str) -> None:
     """SIGSTOP ``worker`` at a moment it holds no SQLite write lock (else the takeover would wait on a
     frozen process, which is not what this test is about) while Receipt 3 is still RUNNING."""
     for _ in range(20):

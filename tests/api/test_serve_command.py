@@ -7,41 +7,37 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
-FENCEPOST = [sys.executable, "-m", "fencepost.cli"]
+from helpers.processes import run_cli, start_piped
 
 
 def test_serve_refuses_an_unmigrated_database(tmp_path: Path) -> None:
     db = tmp_path / "fresh.db"
-    result = subprocess.run([*FENCEPOST, "serve", "--database", f"sqlite:///{db}", "--port", "0"],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 4, result
+    result = run_cli(["serve", "--database", f"sqlite:///{db}", "--port", "0"], timeout=60)
+    assert result.returncode == 4, result.describe()
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "fencepost migrate" in lines[0]
     assert str(db) not in result.stderr and result.stdout == ""
 
 
 def test_serve_refuses_a_short_api_token(tmp_path: Path) -> None:
-    result = subprocess.run([*FENCEPOST, "serve", "--database", f"sqlite:///{tmp_path / 'x.db'}",
-                             "--api-token", "short"], capture_output=True, text=True, timeout=60)
+    result = run_cli(["serve", "--database", f"sqlite:///{tmp_path / 'x.db'}", "--api-token", "short"], timeout=60)
     assert result.returncode == 2 and "at least 16" in result.stderr
 
 
 def test_serve_prints_address_and_token_then_stops_gracefully(tmp_path: Path) -> None:
     database = f"sqlite:///{tmp_path / 'control.db'}"
-    subprocess.run([*FENCEPOST, "migrate", "--database", database], check=True, capture_output=True)
-    proc = subprocess.Popen([*FENCEPOST, "serve", "--database", database, "--port", "0", "--workers", "2",
-                             "--work-dir", str(tmp_path / "work"), "--log-format", "json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    migrated = run_cli(["migrate", "--database", database])
+    assert migrated.returncode == 0, migrated.describe()
+    proc = start_piped(["serve", "--database", database, "--port", "0", "--workers", "2",
+                        "--work-dir", str(tmp_path / "work"), "--log-format", "json"],
+                       stderr_path=tmp_path / "serve.err")
     try:
-        assert proc.stdout is not None
-        address = proc.stdout.readline()
-        token_line = proc.stdout.readline()
+        address = proc.next_line(timeout=60)
+        token_line = proc.next_line(timeout=60)
         assert "serving on http://127.0.0.1:" in address and "2 worker threads" in address
         assert str(tmp_path) not in address
         token = token_line.rsplit(" ", 1)[1].strip()
@@ -56,13 +52,11 @@ def test_serve_prints_address_and_token_then_stops_gracefully(tmp_path: Path) ->
             except OSError:
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
+        code = proc.stop(signal.SIGTERM, timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, err
+        proc.stop(signal.SIGKILL)
+    out, err = proc.rest(), proc.stderr
+    assert code == 0, err
     assert token not in out and token not in err, "the token is printed once, never logged"
     stopped = [json.loads(line) for line in err.splitlines() if '"worker_stopped"' in line]
     assert len(stopped) == 2
@@ -70,8 +64,8 @@ def test_serve_prints_address_and_token_then_stops_gracefully(tmp_path: Path) ->
 
 
 def test_serve_help_names_every_environment_variable() -> None:
-    result = subprocess.run([*FENCEPOST, "serve", "--help"], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "COLUMNS": "200", "FENCEPOST_API_TOKEN": "secret-value-not-shown-1234"})
+    result = run_cli(["serve", "--help"], timeout=60,
+                     env={**os.environ, "COLUMNS": "200", "FENCEPOST_API_TOKEN": "secret-value-not-shown-1234"})
     assert result.returncode == 0, result.stderr
     for name in ("DATABASE", "HOST", "PORT", "WORKERS", "WORK_DIR", "LEASE_SECONDS", "API_TOKEN", "LOG_FORMAT"):
         assert f"[env var: FENCEPOST_{name}]" in result.stdout, name

@@ -8,7 +8,8 @@ This module holds everything the crash tests share:
 
 - ``CrashDB``: one fresh control database of one backend (SQLite WAL/FULL, SQLite DELETE/FULL, or a fresh
   PostgreSQL schema reached through ``?options=-csearch_path=...`` so that subprocesses use it too);
-- ``cli``/``start_worker``: the real CLI and the real long-lived worker, with or without a crash point;
+- ``cli``/``Workers``: the real CLI and the real long-lived worker, with or without a crash point (started
+  through ``helpers.processes``, which every suite shares);
 - ``check_structure``: no half-applied transition (the Receipt sequence of every Attempt is one a sequence of
   whole transactions can produce) — run after every crash, next to ``fencepost audit``;
 - ``Summary``: the converged outcome (statuses, semantic evidence fingerprint, gate verdict) compared with
@@ -20,19 +21,15 @@ is to give a worker the chance to do something it must not do (``idle_worker``).
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import signal
-import subprocess
-import sys
+import shutil
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import quote
 
 from fencepost.core.statuses import AttemptStatus, ReceiptStatus
 from fencepost.evidence.comparison import semantic_fingerprint
@@ -41,18 +38,25 @@ from fencepost.rehearsal.service import RehearsalService
 from fencepost.store import Store, open_store
 from fencepost.store.ports import UnitOfWork
 from fencepost.store.records import AttemptRecord, LeaseEvent, ReceiptRecord
-from helpers.store_backends import create_schema, drop_schema, new_schema_name, postgres_url
+from fencepost.workflows.audit import audit_admissions
+from helpers.processes import (
+    CLI_TIMEOUT,
+    KILLED,
+    STATE_TIMEOUT,
+    CliResult,
+    Process,
+    kill_all,
+    run_cli,
+    start,
+    worker_args,
+)
+from helpers.store_backends import create_schema, drop_schema, new_schema_name, schema_url
 from helpers.waiting import wait_until as _wait_until
 
 T = TypeVar("T")
 
-FENCEPOST = [sys.executable, "-m", "fencepost.cli"]
 LEASE_SECONDS = 1.0        # short, so that a takeover after a crash comes quickly
 POLL_SECONDS = 0.05        # worker poll interval
-CLI_TIMEOUT = 120.0        # one CLI invocation
-STATE_TIMEOUT = 60.0       # a worker reaching a state (generous: two busy cores)
-EXIT_TIMEOUT = 30.0        # a signalled or crashing process exiting
-KILLED = -signal.SIGKILL   # Popen's returncode for a process that died of SIGKILL
 TERMINAL_EVENTS = ("deliver", "fail", "abort")
 CLAIM_EVENTS = ("claim", "takeover")
 
@@ -70,6 +74,7 @@ def wait_until(predicate: Callable[[], T], timeout: float = STATE_TIMEOUT, what:
 
 # ── the database under test ──
 BACKENDS = ("sqlite-wal", "sqlite-delete", "postgres")
+DB_FILE = "control.db"
 
 
 @dataclass
@@ -134,13 +139,23 @@ class CrashDB:
 
 
 @contextmanager
-def crash_db(name: str, root: Path) -> Iterator[CrashDB]:
-    """A fresh, migrated control database of backend ``name`` under ``root``; dropped afterwards."""
+def crash_db(name: str, root: Path, *, template: Path | None = None) -> Iterator[CrashDB]:
+    """A fresh, migrated control database of backend ``name`` under ``root``; dropped afterwards.
+
+    ``template`` (SQLite only): a directory holding a closed ``control.db`` of the same journal mode, copied
+    instead of migrating an empty one, so that a module prepares its state once and each test starts from a
+    copy. PostgreSQL ignores it (a fresh schema, migrated; the caller prepares it).
+    """
     root.mkdir(parents=True, exist_ok=True)
     if name.startswith("sqlite-"):
         mode = name.removeprefix("sqlite-")
-        db = CrashDB(name, f"sqlite:///{root / 'control.db'}?journal_mode={mode}&synchronous=full", root)
-        db.migrate()
+        db = CrashDB(name, f"sqlite:///{root / DB_FILE}?journal_mode={mode}&synchronous=full", root)
+        if template is None:
+            db.migrate()
+        else:
+            for suffix in ("", "-wal", "-shm"):
+                if (template / f"{DB_FILE}{suffix}").exists():
+                    shutil.copyfile(template / f"{DB_FILE}{suffix}", root / f"{DB_FILE}{suffix}")
         try:
             yield db
         finally:
@@ -150,9 +165,7 @@ def crash_db(name: str, root: Path) -> Iterator[CrashDB]:
         raise ValueError(f"unknown backend {name!r}")
     schema = new_schema_name("crash")
     create_schema(schema)
-    base = postgres_url()
-    url = f"{base}{'&' if '?' in base else '?'}options={quote(f'-csearch_path={schema}', safe='')}"
-    db = CrashDB(name, url, root, schema=schema)
+    db = CrashDB(name, schema_url(schema), root, schema=schema)
     try:
         db.migrate()
         yield db
@@ -162,38 +175,9 @@ def crash_db(name: str, root: Path) -> Iterator[CrashDB]:
 
 
 # ── subprocesses ──
-def subprocess_env(crash: str | None = None) -> dict[str, str]:
-    """This environment without any FENCEPOST_* setting, plus the crash point when given."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FENCEPOST_")}
-    env.update({"NO_COLOR": "1", "COLUMNS": "200", "PYTHONDONTWRITEBYTECODE": "1"})
-    if crash is not None:
-        env["FENCEPOST_CRASHPOINT"] = crash
-    return env
-
-
-@dataclass
-class CliResult:
-    args: list[str]
-    returncode: int
-    stdout: str
-    stderr: str
-    crash: str | None = None
-
-    def json(self) -> Any:
-        return json.loads(self.stdout)
-
-    def describe(self) -> str:
-        armed = f" [FENCEPOST_CRASHPOINT={self.crash}]" if self.crash else ""
-        return (f"fencepost {' '.join(self.args)}{armed} -> exit {self.returncode}\n--- stdout ---\n"
-                f"{self.stdout}--- stderr ---\n{self.stderr}")
-
-
 def cli(db: CrashDB, *args: str, crash: str | None = None, timeout: float = CLI_TIMEOUT) -> CliResult:
     """Run ``fencepost ARGS -d URL``; with ``crash`` the process must die of SIGKILL at that point."""
-    argv = [*args, "-d", db.url]
-    done = subprocess.run([*FENCEPOST, *argv], cwd=db.root, env=subprocess_env(crash), capture_output=True,
-                          text=True, timeout=timeout, check=False)
-    result = CliResult(argv, done.returncode, done.stdout, done.stderr, crash)
+    result = run_cli([*args, "-d", db.url], cwd=db.root, crash=crash, timeout=timeout)
     if crash is not None:
         assert result.returncode == KILLED, f"expected death by SIGKILL at {crash}\n{result.describe()}"
         assert result.stdout == "", f"a process killed before answering printed an answer\n{result.describe()}"
@@ -202,86 +186,27 @@ def cli(db: CrashDB, *args: str, crash: str | None = None, timeout: float = CLI_
     return result
 
 
-@dataclass
-class WorkerProcess:
-    """A running ``fencepost worker`` (stdout and stderr in files under the test's directory)."""
-
-    name: str
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-    crash: str | None
-
-    @property
-    def log(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
-
-    def events(self, event: str) -> list[dict[str, Any]]:
-        found = []
-        for line in self.log.splitlines():
-            with suppress(json.JSONDecodeError):
-                entry = json.loads(line)
-                if isinstance(entry, dict) and entry.get("event") == event:
-                    found.append(entry)
-        return found
-
-    def describe(self) -> str:
-        armed = f" [FENCEPOST_CRASHPOINT={self.crash}]" if self.crash else ""
-        return f"worker {self.name}{armed}, exit {self.proc.poll()}\n--- log ---\n{self.log[-4000:]}"
-
-    def wait_killed(self, timeout: float = STATE_TIMEOUT) -> None:
-        """The worker must die of SIGKILL (its armed crash point) within ``timeout`` seconds."""
-        try:
-            code = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=EXIT_TIMEOUT)
-            raise AssertionError(f"crash point never fired within {timeout:g} s\n{self.describe()}") from None
-        assert code == KILLED, f"expected death by SIGKILL\n{self.describe()}"
-        assert "Traceback" not in self.log, self.describe()
-
-    def stop(self) -> None:
-        """SIGTERM (graceful stop) and wait for exit 0."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout=EXIT_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=EXIT_TIMEOUT)
-            raise AssertionError(f"worker did not stop on SIGTERM\n{self.describe()}") from None
-        assert code == 0, self.describe()
-        assert "Traceback" not in self.log, self.describe()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=EXIT_TIMEOUT)
-
-
 class Workers:
     """Starts workers for one test and SIGKILLs (by pid) any it left running."""
 
     def __init__(self, db: CrashDB, work_dir: Path | None = None) -> None:
         self.db = db
         self.work_dir = work_dir or db.root / "work"
-        self.started: list[WorkerProcess] = []
+        self.started: list[Process] = []
 
     def start(self, name: str, *, crash: str | None = None, lease_seconds: float = LEASE_SECONDS,
-              work_dir: Path | None = None) -> WorkerProcess:
-        log_path = self.db.root / f"worker-{len(self.started)}-{name}.log"
-        args = ["worker", "-d", self.db.url, "--work-dir", str(work_dir or self.work_dir),
-                "--lease-seconds", f"{lease_seconds:g}", "--poll-interval", f"{POLL_SECONDS:g}",
-                "--batch-size", "1", "--worker-id", f"{name}-{len(self.started)}", "--log-format", "json"]
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen([*FENCEPOST, *args], cwd=self.db.root, env=subprocess_env(crash),
-                                    stdout=log, stderr=subprocess.STDOUT)
-        worker = WorkerProcess(name, proc, log_path, crash)
+              work_dir: Path | None = None) -> Process:
+        """A ``fencepost worker`` (batch size 1, JSON log merged with stdout into one file per worker)."""
+        worker_id = f"{name}-{len(self.started)}"
+        args = worker_args(self.db.url, work_dir or self.work_dir, lease_seconds=lease_seconds,
+                           poll_interval=POLL_SECONDS, batch_size=1, worker_id=worker_id)
+        worker = start(args, name=name, stdout_path=self.db.root / f"worker-{len(self.started)}-{name}.log",
+                       cwd=self.db.root, crash=crash, worker_id=worker_id)
         self.started.append(worker)
         return worker
 
     def kill_all(self) -> None:
-        for worker in self.started:
-            worker.kill()
+        kill_all(self.started)
 
 
 # ── structural check: no half-applied transition ──
@@ -358,8 +283,12 @@ def receipt_codes_of(store: Store, attempt_id: str) -> str:
 
 
 def unsound(store: Store) -> list[str]:
-    """Findings of ``fencepost audit``'s checks (in-process) plus ``check_structure``; empty when sound."""
-    return [f"{f.check}: {f.subject}: {f.detail}" for f in run_audit(store)] + check_structure(store)
+    """Findings of ``fencepost audit``'s checks (in-process: the store's and the admissions' audit, which
+    recomputes every publication digest and installation lock) plus ``check_structure``; empty when sound."""
+    findings = run_audit(store)
+    if not any(f.check == "schema" for f in findings):
+        findings += audit_admissions(store)
+    return [f"{f.check}: {f.subject}: {f.detail}" for f in findings] + check_structure(store)
 
 
 def assert_sound(db: CrashDB, when: str) -> None:

@@ -1,4 +1,6 @@
-"""SIGKILL at every commit boundary of the outbox and rehearsal paths, then restart and converge.
+"""SIGKILL at every commit boundary of the outbox and rehearsal paths, then restart and converge; and the
+meta-test that every named transaction of ``src/fencepost`` has such windows (here, in ``package_flows``,
+``deliver_flow`` or ``tests/workflows/test_wf_crash.py``).
 
 For each window of ``crash_flows.WINDOWS`` (each crash point on each side of COMMIT) the real CLI or worker
 is killed there, restarted, and the flow must converge to the crash-free reference of the same backend:
@@ -12,30 +14,25 @@ marked soak (docs/crash-testing.md).
 
 from __future__ import annotations
 
-import re
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
-from crash_flows import NOT_COVERED, WINDOWS, References, Window, drain, require_backend, run_flow
-from crash_harness import BACKENDS, Workers, cli, crash_db
+from crash_flows import NOT_COVERED, WINDOWS, References, Window, drain, require_backend, run_flow, window_matrix
+from crash_harness import Workers, cli, crash_db
+from deliver_flow import WINDOWS as DELIVER_WINDOWS
+from package_flows import WINDOWS as PACKAGE_WINDOWS
+from transaction_names import transaction_names
 
 from helpers.store_backends import BackendUnreachable
 
-SRC = Path(__file__).resolve().parents[2] / "src" / "fencepost"
-
-
-def _matrix() -> list[object]:
-    params: list[object] = []
-    for backend in BACKENDS:
-        marks = [] if backend == "sqlite-wal" else [pytest.mark.soak]
-        if backend == "postgres":
-            marks.append(pytest.mark.postgres)
-        params += [pytest.param(backend, w, id=f"{backend}-{w.id}", marks=marks) for w in WINDOWS]
-    return params
+TESTS = Path(__file__).resolve().parents[1]
+SRC = TESTS.parent / "src" / "fencepost"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("backend", "window"), _matrix())
+@pytest.mark.parametrize(("backend", "window"), window_matrix(WINDOWS, lambda w: w.id))
 def test_crash_window(backend: str, window: Window, tmp_path: Path, references: References) -> None:
     require_backend(backend)
     reference = references.get(backend, window.flow)
@@ -72,22 +69,54 @@ def _asking_again_enqueues_a_second_attempt(db: object, run_id: str) -> None:
     assert compared.comparison is not None and compared.comparison.equal, compared.reason
 
 
-def test_every_commit_boundary_of_the_paths_has_a_window() -> None:
-    """Each named transaction of the outbox and rehearsal layers has windows on both sides of COMMIT, or a
-    reason in ``NOT_COVERED``: a new transaction fails this test until it gets its crash windows."""
-    names: set[str] = set()
-    for folder in ("outbox", "rehearsal"):
-        for path in (SRC / folder).rglob("*.py"):
-            names |= set(re.findall(r'name="((?:outbox|rehearsal)\.[a-z_]+)"', path.read_text(encoding="utf-8")))
-    assert names, "no transaction names found: has the naming convention changed?"
+def _admission_windows() -> tuple[str, ...]:
+    """The crash points of ``tests/workflows/test_wf_crash.py`` (the ``workflow.admit`` windows), loaded from
+    that file with its folder on ``sys.path`` for its ``wf_support`` import."""
+    path = TESTS / "workflows" / "test_wf_crash.py"
+    spec = importlib.util.spec_from_file_location("crash_meta_wf_crash", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+    return tuple(module.WINDOWS)
+
+
+def crash_window_points() -> dict[str, tuple[str, ...]]:
+    """Every crash point some test kills a real process at, by the file that lists them."""
+    return {
+        "tests/crash/crash_flows.py": tuple(w.point for w in WINDOWS),
+        "tests/crash/package_flows.py": PACKAGE_WINDOWS,
+        "tests/crash/deliver_flow.py": DELIVER_WINDOWS,
+        "tests/workflows/test_wf_crash.py": _admission_windows(),
+    }
+
+
+def test_every_named_transaction_in_src_has_a_window_on_each_side_of_commit() -> None:
+    """Each named transaction anywhere in ``src/fencepost`` (every ``name=`` given to ``transact``,
+    ``transaction`` or ``fenced``, resolved statically: see ``transaction_names``) has a SIGKILL window on
+    both sides of its COMMIT, or a reason in ``NOT_COVERED``: a new transaction fails this test until it gets
+    its windows, and a name the scan cannot resolve fails it too."""
+    names = transaction_names(SRC)
+    # the scan itself works: one transaction of each layer that has them is found where it is known to be
+    for known, module in (("outbox.claim", "outbox/worker.py"), ("rehearsal.receipt", "rehearsal/handler.py"),
+                          ("package.publish", "catalog/lifecycle.py"), ("workflow.admit", "workflows/admission.py")):
+        assert any(site.startswith(f"fencepost/{module}:") for site in names.get(known, [])), (known, names)
     sides: dict[str, set[str]] = {}
-    for w in WINDOWS:
-        sides.setdefault(w.transaction, set()).add("after" if w.after_commit else "before")
-    missing = sorted(n for n in names if n not in NOT_COVERED and sides.get(n) != {"before", "after"})
+    for points in crash_window_points().values():
+        for point in points:
+            transaction, _, rest = point.partition(":")
+            side = rest.split("@")[0]
+            if side in ("before-commit", "after-commit"):
+                sides.setdefault(transaction, set()).add(side)
+    missing = sorted(f"{n} ({', '.join(names[n])})" for n in names
+                     if n not in NOT_COVERED and sides.get(n) != {"before-commit", "after-commit"})
     assert not missing, f"transactions without a crash window on each side of COMMIT: {missing}"
     assert not set(NOT_COVERED) & set(sides), "a transaction is both covered and excused"
-    stale = sorted(set(sides) - names)
-    assert not stale, f"windows for transactions that no longer exist: {stale}"
+    stale = sorted((set(sides) | set(NOT_COVERED)) - set(names))
+    assert not stale, f"windows or excuses for transactions that no longer exist: {stale}"
     receipt_points = {w.point for w in WINDOWS if w.transaction == "rehearsal.receipt"}
     assert receipt_points == {f"rehearsal.receipt:{side}-commit@{k}" for side in ("before", "after")
                               for k in range(1, 6)}

@@ -114,7 +114,7 @@ def test_worker_survives_a_postgres_restart(cluster: None, tmp_path: Path, downt
             wait_until(lambda: _finished(db, ids) == ATTEMPTS, timeout=180,
                        what=f"every Attempt to finish after the restart (worker log: {worker.log_path})")
             assert worker.proc.poll() is None, f"the worker exited\n{worker.describe()}"
-            worker.stop()
+            worker.stop_cleanly()
         finally:
             workers.kill_all()
 

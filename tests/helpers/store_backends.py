@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 from psycopg import sql
@@ -55,6 +56,13 @@ def selected_backends() -> list[str]:
 
 def postgres_url() -> str:
     return os.environ.get("FENCEPOST_TEST_POSTGRES_URL", "").strip() or DEFAULT_POSTGRES_URL
+
+
+def schema_url(schema: str) -> str:
+    """The test server's URL restricted to ``schema`` (``?options=-csearch_path=<schema>``): what a fencepost
+    subprocess gets as ``--database`` to work in one test's schema."""
+    base = postgres_url()
+    return f"{base}{'&' if '?' in base else '?'}options={quote(f'-csearch_path={schema}', safe='')}"
 
 
 def admin_connect() -> psycopg.Connection[Any]:

@@ -13,17 +13,12 @@ Waits are bounded and condition-driven. PostgreSQL unreachable is a failure, nev
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import quote
 
 import psycopg
 from psycopg import sql
@@ -31,18 +26,10 @@ from psycopg import sql
 from fencepost.rehearsal.audit import audit
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store import Store, open_store
-from helpers.store_backends import admin_connect, create_schema, drop_schema, new_schema_name, postgres_url
-from helpers.waiting import wait_until
+from helpers.processes import FENCEPOST, Process, kill_all, start, subprocess_env, worker_args
+from helpers.store_backends import admin_connect, create_schema, drop_schema, new_schema_name, schema_url
 
 T = TypeVar("T")
-FENCEPOST = [sys.executable, "-m", "fencepost.cli"]
-EXIT_TIMEOUT = 30.0
-KILLED = -signal.SIGKILL
-
-
-def schema_url(schema: str) -> str:
-    base = postgres_url()
-    return f"{base}{'&' if '?' in base else '?'}options={quote(f'-csearch_path={schema}', safe='')}"
 
 
 def tiny_package(root: Path) -> Path:
@@ -184,93 +171,28 @@ def scale_db(root: Path, tag: str = "scale") -> Iterator[ScaleDB]:
         drop_schema(schema)
 
 
-def subprocess_env(**extra: str) -> dict[str, str]:
-    """This environment without any FENCEPOST_* setting, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FENCEPOST_")}
-    env.update({"NO_COLOR": "1", "COLUMNS": "200", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"})
-    env.update(extra)
-    return env
-
-
-@dataclass
-class WorkerProcess:
-    """A running ``fencepost worker``; its JSON log lines are in ``log_path``."""
-
-    worker_id: str
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-
-    @property
-    def log(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
-
-    def events(self, event: str) -> list[dict[str, Any]]:
-        found = []
-        for line in self.log.splitlines():
-            with suppress(json.JSONDecodeError):
-                entry = json.loads(line)
-                if isinstance(entry, dict) and entry.get("event") == event:
-                    found.append(entry)
-        return found
-
-    @property
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def describe(self) -> str:
-        return f"worker {self.worker_id}, exit {self.proc.poll()}\n--- log (tail) ---\n{self.log[-3000:]}"
-
-    def stop(self) -> None:
-        """SIGTERM (graceful stop) and wait for exit 0 without a traceback.
-
-        A worker still importing has no SIGTERM handler yet and would die of the signal, so this first waits
-        for its ``worker_started`` line (logged after the handlers are installed).
-        """
-        wait_until(lambda: not self.alive or self.events("worker_started"), timeout=60,
-                   what=f"worker {self.worker_id} to finish starting")
-        if self.alive:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout=EXIT_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=EXIT_TIMEOUT)
-            raise AssertionError(f"worker did not stop on SIGTERM\n{self.describe()}") from None
-        assert code == 0, self.describe()
-        assert "Traceback" not in self.log, self.describe()
-
-    def kill(self) -> None:
-        """SIGKILL, like a power cut of the worker's machine, and reap it."""
-        if self.alive:
-            self.proc.kill()
-        self.proc.wait(timeout=EXIT_TIMEOUT)
-
-
 @dataclass
 class Fleet:
     """The worker subprocesses of one test (all on ``db``); ``kill_all`` SIGKILLs leftovers by pid."""
 
     db: ScaleDB
-    started: list[WorkerProcess] = field(default_factory=list)
+    started: list[Process] = field(default_factory=list)
 
     def start(self, worker_id: str, *, lease_seconds: float = 30.0, poll_interval: float = 0.2,
               batch_size: int = 10, extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
-              argv_prefix: list[str] | None = None) -> WorkerProcess:
+              argv_prefix: list[str] | None = None) -> Process:
+        """A ``fencepost worker`` (JSON log merged with stdout into one file); ``stop_cleanly`` waits for its
+        ``worker_started`` line before the SIGTERM."""
+        args = worker_args(self.db.url, self.db.root / "work", lease_seconds=lease_seconds,
+                           poll_interval=poll_interval, batch_size=batch_size, worker_id=worker_id, extra=extra_args)
         log_path = self.db.root / f"worker-{len(self.started):03d}-{worker_id}.log"
-        args = ["worker", "-d", self.db.url, "--work-dir", str(self.db.root / "work"),
-                "--lease-seconds", f"{lease_seconds:g}", "--poll-interval", f"{poll_interval:g}",
-                "--batch-size", str(batch_size), "--worker-id", worker_id, "--log-format", "json", *extra_args]
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen([*(argv_prefix or FENCEPOST), *args], cwd=self.db.root,
-                                    env=env or subprocess_env(), stdout=log, stderr=subprocess.STDOUT)
-        worker = WorkerProcess(worker_id, proc, log_path)
+        worker = start(args, name=worker_id, stdout_path=log_path, cwd=self.db.root, env=env,
+                       argv_prefix=argv_prefix or FENCEPOST, worker_id=worker_id, started_event="worker_started")
         self.started.append(worker)
         return worker
 
-    def running(self) -> list[WorkerProcess]:
+    def running(self) -> list[Process]:
         return [w for w in self.started if w.alive]
 
     def kill_all(self) -> None:
-        for worker in self.started:
-            with suppress(Exception):
-                worker.kill()
+        kill_all(self.started)

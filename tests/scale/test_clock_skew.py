@@ -34,16 +34,16 @@ from scale_support import (
     SKEWED_ARGV,
     Fleet,
     ScaleDB,
-    WorkerProcess,
     skewed_env,
     slow_package,
     tiny_package,
-    wait_until,
 )
 
 from fencepost.rehearsal.handler import KIND
 from fencepost.store import Store
 from fencepost.store.records import Lease
+from helpers.processes import Process
+from helpers.waiting import wait_until
 
 pytestmark = pytest.mark.postgres
 
@@ -60,12 +60,12 @@ def server_now(db: ScaleDB) -> datetime:
     return value.astimezone(UTC)
 
 
-def start_skewed(fleet: Fleet, worker_id: str, skew: str) -> WorkerProcess:
+def start_skewed(fleet: Fleet, worker_id: str, skew: str) -> Process:
     return fleet.start(worker_id, lease_seconds=LEASE, poll_interval=0.1, batch_size=1, env=skewed_env(skew),
                        argv_prefix=SKEWED_ARGV)
 
 
-def assert_process_clock_skewed(worker: WorkerProcess, skew: timedelta, real: datetime) -> None:
+def assert_process_clock_skewed(worker: Process, skew: timedelta, real: datetime) -> None:
     """The worker's own log timestamps are ``skew`` off the real time: libfaketime took effect."""
     started = wait_until(lambda: worker.events("worker_started"), timeout=60, what="the skewed worker to start")
     logged = datetime.fromisoformat(str(started[0]["ts"]))
@@ -103,8 +103,8 @@ def test_a_skewed_worker_beside_a_normal_one_steals_nothing_and_writes_server_ti
     wait_until(lambda: normal.events("worker_started"), timeout=60, what="the normal worker to start")
     ids = db.enqueue(run.id, ATTEMPTS)
     wait_until(lambda: db.open_commands() == 0, timeout=300, what="both workers to drain the queue")
-    skewed.stop()
-    normal.stop()
+    skewed.stop_cleanly()
+    normal.stop_cleanly()
     after = server_now(db)
 
     statuses = db.query("SELECT status, count(*) FROM rehearsal_attempts GROUP BY status")
@@ -181,7 +181,7 @@ def test_a_skewed_worker_takes_over_a_lapsed_lease_only_when_the_server_says_it_
     assert db.scalar("SELECT lease_owner FROM commands WHERE id = %s", (attempt.command_id,)) == "holder"
     wait_until(lambda: db.scalar("SELECT status FROM rehearsal_attempts WHERE id = %s", (attempt.id,)) == "SUCCEEDED",
                timeout=120, what="the skewed worker to take over and finish the Attempt")
-    skewed.stop()
+    skewed.stop_cleanly()
 
     events = db.query("SELECT event, owner, delivery, at, lease_until FROM lease_events WHERE command_id = %s "
                       "ORDER BY seq", (attempt.command_id,))

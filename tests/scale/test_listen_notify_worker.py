@@ -18,9 +18,11 @@ import time
 
 import psycopg
 import pytest
-from scale_support import Fleet, ScaleDB, WorkerProcess, subprocess_env, tiny_package, wait_until
+from scale_support import Fleet, ScaleDB, tiny_package
 
+from helpers.processes import Process, subprocess_env
 from helpers.store_backends import postgres_url
+from helpers.waiting import wait_until
 
 pytestmark = pytest.mark.postgres
 
@@ -29,7 +31,7 @@ SETTLE = 1.0
 PICKUP = 10.0  # "well before the poll interval"
 
 
-def connections(worker: WorkerProcess) -> list[tuple[int, str]]:
+def connections(worker: Process) -> list[tuple[int, str]]:
     """``(pid, last query)`` of the worker's listening connection(s) in ``pg_stat_activity``."""
     with psycopg.connect(postgres_url(), autocommit=True) as conn:
         rows = conn.execute("SELECT pid, query FROM pg_stat_activity WHERE application_name = %s",
@@ -37,12 +39,12 @@ def connections(worker: WorkerProcess) -> list[tuple[int, str]]:
     return [(int(pid), str(query)) for pid, query in rows]
 
 
-def listeners(worker: WorkerProcess) -> list[int]:
+def listeners(worker: Process) -> list[int]:
     """Pids of the worker's connections that have run ``LISTEN fencepost_commands`` (their last statement)."""
     return [pid for pid, query in connections(worker) if query == "LISTEN fencepost_commands"]
 
 
-def idle(worker: WorkerProcess) -> dict[str, object]:
+def idle(worker: Process) -> dict[str, object]:
     """The worker's first ``worker_idle`` log event, once it has logged one (fails if it died)."""
     assert worker.alive, worker.describe()
     events = worker.events("worker_idle")
@@ -66,7 +68,7 @@ def test_an_idle_listening_worker_runs_a_new_attempt_well_before_its_poll_interv
                    what=f"the idle listening worker to run the new Attempt well before its {LONG_POLL:g} s poll")
         assert time.monotonic() - started < LONG_POLL / 2
         time.sleep(SETTLE)
-    worker.stop()
+    worker.stop_cleanly()
 
 
 def test_without_listen_the_worker_sleeps_out_its_poll_interval_and_polling_delivers(
@@ -79,11 +81,11 @@ def test_without_listen_the_worker_sleeps_out_its_poll_interval_and_polling_deli
     time.sleep(3.0)
     assert attempt_status(db, attempt.id) == "PENDING", "a --no-listen worker claimed before its poll interval"
     assert connections(sleeper) == [], "a --no-listen worker opened a LISTEN connection"
-    sleeper.stop()  # a stop request ends the idle wait at once
+    sleeper.stop_cleanly()  # a stop request ends the idle wait at once
     poller = fleet.start("poller", poll_interval=0.5, extra_args=("--no-listen",))
     wait_until(lambda: attempt_status(db, attempt.id) == "SUCCEEDED", timeout=60, what="polling to deliver")
     assert connections(poller) == []
-    poller.stop()
+    poller.stop_cleanly()
 
 
 def test_a_terminated_listen_connection_does_not_stop_the_worker(db: ScaleDB, fleet: Fleet) -> None:
@@ -102,5 +104,5 @@ def test_a_terminated_listen_connection_does_not_stop_the_worker(db: ScaleDB, fl
     attempt = db.service.enqueue_attempt(run.id)
     wait_until(lambda: attempt_status(db, attempt.id) == "SUCCEEDED", timeout=PICKUP,
                what="the worker to be woken on its new LISTEN connection")
-    worker.stop()
+    worker.stop_cleanly()
     assert "Traceback" not in worker.log

@@ -22,7 +22,9 @@ from scale_checks import (
     status_counts,
     takeovers,
 )
-from scale_support import Fleet, ScaleDB, tiny_package, wait_until
+from scale_support import Fleet, ScaleDB, tiny_package
+
+from helpers.waiting import wait_until
 
 pytestmark = pytest.mark.postgres
 
@@ -46,7 +48,7 @@ def drain(db: ScaleDB, fleet: Fleet, attempts: int, timeout: float) -> dict[str,
     wait_until(drained, timeout=timeout, what=f"{attempts} Attempts to drain ({status_counts(db)})", interval=0.25)
     done = time.monotonic()
     for worker in workers:
-        worker.stop()
+        worker.stop_cleanly()
     return {"enqueue_s": enqueued - started, "drain_s": done - enqueued}
 
 

@@ -34,7 +34,9 @@ from scale_checks import (
     status_counts,
     takeovers,
 )
-from scale_support import Fleet, ScaleDB, WorkerProcess, tiny_package
+from scale_support import Fleet, ScaleDB, tiny_package
+
+from helpers.processes import Process
 
 pytestmark = pytest.mark.postgres
 
@@ -53,7 +55,7 @@ def drain_under_kills(db: ScaleDB, fleet: Fleet, attempts: int, kills: int, time
     db.enqueue(run.id, attempts)
     generation = 0
 
-    def start(slot: int) -> WorkerProcess:
+    def start(slot: int) -> Process:
         nonlocal generation
         generation += 1
         return fleet.start(f"kill-{slot}-g{generation}", lease_seconds=LEASE_SECONDS, poll_interval=0.1,
@@ -78,7 +80,7 @@ def drain_under_kills(db: ScaleDB, fleet: Fleet, attempts: int, kills: int, time
             time.sleep(0.25)
     drained = time.monotonic() - started
     for worker in slots:
-        worker.stop()
+        worker.stop_cleanly()
     return {"killed": killed, "drain_s": round(drained, 1)}
 
 

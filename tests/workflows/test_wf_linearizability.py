@@ -17,7 +17,6 @@ advisory lock), so durable data gives the commit order:
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from datetime import datetime
@@ -25,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wf_support import PACKAGE, World, backend_params, opened_backend, raw, subprocess_env
+from wf_support import PACKAGE, World, backend_params, opened_backend, raw
 
 from fencepost.core.clock import from_iso
 from fencepost.workflows.audit import audit_admissions
+from helpers.processes import Process, kill_all, start
 
 RACE = Path(__file__).with_name("wf_race.py")
 WORKERS = 3
@@ -55,6 +55,11 @@ def _durable(world: World, change_sql: str) -> tuple[datetime, dict[str, datetim
     return world.store.read(unit)
 
 
+def _race_process(tmp_path: Path, name: str, *args: str) -> Process:
+    """``wf_race.py ARGS`` as a subprocess, its output in ``<name>.log``."""
+    return start(args, name=name, stdout_path=tmp_path / f"{name}.log", argv_prefix=[sys.executable, str(RACE)])
+
+
 def _race(world: World, tmp_path: Path, action: str, plans: int) -> None:
     guard, change_sql = CHANGES[action]
     world.ready()
@@ -63,24 +68,20 @@ def _race(world: World, tmp_path: Path, action: str, plans: int) -> None:
     plans_file.write_text(json.dumps(planned), encoding="utf-8")
     new_version = world.package("2.0.0", load_sql="SELECT 3;")
     go = tmp_path / "go"
-    env = subprocess_env()
     url = world.cli_url
     outs = [tmp_path / f"admit-{i}.json" for i in range(WORKERS)]
     guard_out = tmp_path / "guard.json"
-    processes = [subprocess.Popen([sys.executable, str(RACE), "admit", url, str(plans_file), str(i), str(WORKERS),
-                                   str(outs[i]), str(go), str(DEADLINE_S)], env=env) for i in range(WORKERS)]
-    processes.append(subprocess.Popen([sys.executable, str(RACE), "guard", url, action, str(new_version),
-                                       str(plans // 4), str(guard_out), str(go), str(DEADLINE_S)], env=env))
+    processes = [_race_process(tmp_path, f"admit-{i}", "admit", url, str(plans_file), str(i), str(WORKERS),
+                               str(outs[i]), str(go), str(DEADLINE_S)) for i in range(WORKERS)]
+    processes.append(_race_process(tmp_path, "guard", "guard", url, action, str(new_version), str(plans // 4),
+                                   str(guard_out), str(go), str(DEADLINE_S)))
     time.sleep(0.5)          # let every process import and connect; each waits for the go file anyway
     go.touch()
     try:
         for process in processes:
-            assert process.wait(timeout=DEADLINE_S + 30) == 0
+            assert process.wait_exit(DEADLINE_S + 30) == 0, process.describe()
     finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        kill_all(processes)
 
     records = [r for out in outs for r in json.loads(out.read_text(encoding="utf-8"))]
     change = json.loads(guard_out.read_text(encoding="utf-8"))
@@ -136,17 +137,14 @@ def test_concurrent_admissions_of_the_same_plans_create_each_exactly_once(backen
         plans_file.write_text(json.dumps(plans), encoding="utf-8")
         go = tmp_path / "go"
         outs = [tmp_path / f"admit-{i}.json" for i in range(WORKERS)]
-        processes = [subprocess.Popen([sys.executable, str(RACE), "admit", world.cli_url, str(plans_file), "0", "1",
-                                       str(out), str(go), str(DEADLINE_S)], env=subprocess_env()) for out in outs]
+        processes = [_race_process(tmp_path, f"admit-{i}", "admit", world.cli_url, str(plans_file), "0", "1",
+                                   str(out), str(go), str(DEADLINE_S)) for i, out in enumerate(outs)]
         time.sleep(0.5)
         go.touch()
         try:
-            assert [p.wait(timeout=DEADLINE_S + 30) for p in processes] == [0] * WORKERS
+            assert [p.wait_exit(DEADLINE_S + 30) for p in processes] == [0] * WORKERS
         finally:
-            for process in processes:
-                if process.poll() is None:
-                    process.kill()
-                    process.wait()
+            kill_all(processes)
         records = [r for out in outs for r in json.loads(out.read_text(encoding="utf-8"))]
         assert len(records) == WORKERS * len(plans)
         assert [r for r in records if "outcome" not in r] == []

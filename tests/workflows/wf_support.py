@@ -10,16 +10,11 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
-from urllib.parse import quote
 
 import pytest
 
@@ -29,17 +24,16 @@ from fencepost.store import Store
 from fencepost.store.ports import UnitOfWork
 from fencepost.workflows.admission import AdmissionResult
 from fencepost.workflows.service import WorkflowService
+from helpers.processes import CliResult, run_cli, subprocess_env
 from helpers.store_backends import (
     BackendUnreachable,
     StoreBackend,
-    postgres_url,
+    schema_url,
     selected_backends,
     store_backend,
 )
 
 REPO = Path(__file__).resolve().parents[2]
-FENCEPOST = [sys.executable, "-m", "fencepost.cli"]
-CLI_TIMEOUT = 120.0
 
 PACKAGE = "pair"
 WORKFLOW = "pipeline"
@@ -154,9 +148,8 @@ def cli_url(backend: StoreBackend) -> str:
     """The URL a CLI subprocess uses to reach ``backend``'s database (its PostgreSQL schema included)."""
     if not backend.is_postgres:
         return backend.url
-    base = postgres_url()
-    separator = "&" if "?" in base else "?"
-    return f"{base}{separator}options={quote(f'-csearch_path={backend.schema}', safe='')}"
+    assert backend.schema is not None
+    return schema_url(backend.schema)
 
 
 @contextmanager
@@ -185,46 +178,12 @@ def backend_params(names: Sequence[str], *, soak: Sequence[str] = ()) -> list[An
 
 
 # ── the CLI as a subprocess ──
-@dataclass
-class CliResult:
-    args: list[str]
-    returncode: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> Any:
-        return json.loads(self.stdout)
-
-    @property
-    def error_line(self) -> str:
-        lines = [line for line in self.stderr.splitlines() if line.strip()]
-        assert len(lines) == 1, self.describe()
-        return lines[0]
-
-    def describe(self) -> str:
-        return (f"fencepost {' '.join(self.args)} -> exit {self.returncode}\n--- stdout ---\n{self.stdout}"
-                f"--- stderr ---\n{self.stderr}")
-
-
-def subprocess_env(**extra: str) -> dict[str, str]:
-    """The test's environment without any FENCEPOST_* setting, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FENCEPOST_")}
-    env.update({"NO_COLOR": "1", "COLUMNS": "200", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"})
-    env.update(extra)
-    return env
-
-
 def cli(url: str, *args: str, cwd: Path | None = None, crashpoint: str | None = None,
         stdin: str | None = None) -> CliResult:
     """Run ``fencepost <args>`` on the database ``url`` (FENCEPOST_DATABASE), optionally armed with a crash
-    point and fed ``stdin``."""
-    env = subprocess_env(FENCEPOST_DATABASE=url)
-    if crashpoint is not None:
-        env["FENCEPOST_CRASHPOINT"] = crashpoint
-    argv = list(args)
-    done = subprocess.run([*FENCEPOST, *argv], capture_output=True, text=True, env=env, cwd=cwd,
-                          timeout=CLI_TIMEOUT, check=False, input=stdin if stdin is not None else "")
-    return CliResult(argv, done.returncode, done.stdout, done.stderr)
+    point and fed ``stdin`` (an empty stdin when None)."""
+    return run_cli(args, cwd=cwd, env=subprocess_env(FENCEPOST_DATABASE=url), crash=crashpoint,
+                   stdin=stdin if stdin is not None else "")
 
 
 def assert_refused(result: CliResult, code: int, *needles: str) -> str:
