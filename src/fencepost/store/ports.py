@@ -331,8 +331,8 @@ class AuditPort(Protocol):
         ...
 
 
-class UnitOfWork(Protocol):
-    """One open transaction. Valid only inside ``Store.transaction()``/``transact``/``read``."""
+class _Ports(Protocol):
+    """What every unit of work offers, fenced or not."""
 
     @property
     def backend(self) -> str:
@@ -341,9 +341,6 @@ class UnitOfWork(Protocol):
 
     @property
     def outbox(self) -> OutboxPort: ...
-
-    @property
-    def rehearsal(self) -> RehearsalPort: ...
 
     @property
     def catalog(self) -> CatalogPort: ...
@@ -358,12 +355,19 @@ class UnitOfWork(Protocol):
         """The store's clock, read once per unit (SQLite: the store's Clock; PostgreSQL: the server)."""
         ...
 
+
+class UnitOfWork(_Ports, Protocol):
+    """One open transaction. Valid only inside ``Store.transaction()``/``transact``/``read``."""
+
+    @property
+    def rehearsal(self) -> RehearsalPort: ...
+
     def _fence(self, lease: Lease) -> FencedUnit:
         """The fenced view of this unit under ``lease``: for ``Store.fenced`` only (tests hold it to that)."""
         ...
 
 
-class FencedUnit(Protocol):
+class FencedUnit(_Ports, Protocol):
     """A unit of work that ``Store.fenced`` ends with the lease fence (renewal or finish), last.
 
     Everything written through it commits only if the fence holds; the fenced writes also carry the
@@ -371,29 +375,12 @@ class FencedUnit(Protocol):
     """
 
     @property
-    def backend(self) -> str: ...
-
-    @property
     def lease(self) -> Lease:
         """The lease this unit is fenced by."""
         ...
 
     @property
-    def outbox(self) -> OutboxPort: ...
-
-    @property
     def rehearsal(self) -> FencedRehearsalPort: ...
-
-    @property
-    def catalog(self) -> CatalogPort: ...
-
-    @property
-    def admission(self) -> AdmissionPort: ...
-
-    @property
-    def audit(self) -> AuditPort: ...
-
-    def now(self) -> datetime: ...
 
     def require_lease(self) -> None:
         """Check the lease condition now (and, on PostgreSQL, hold it until the unit ends).

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from fencepost.core.canonical import parse_json
 from fencepost.store.sql.queries import Query
 
 
@@ -55,3 +56,15 @@ class Statements(Protocol):
     def now(self) -> datetime:
         """The store's clock, read once per unit."""
         ...
+
+
+def json_object(raw: Any, what: str = "value") -> dict[str, Any]:
+    """A stored JSON object column (text on SQLite, text or already decoded on PostgreSQL) as a dict.
+
+    Raises:
+        ValueError: it is not a JSON object (``what`` names it in the message).
+    """
+    value = parse_json(raw) if isinstance(raw, str) else raw
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} is not a JSON object")
+    return value

@@ -10,12 +10,12 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from fencepost.core.canonical import canonical_json, parse_json
+from fencepost.core.canonical import canonical_json
 from fencepost.core.clock import to_iso
 from fencepost.core.errors import Conflict, LeaseActive, LeaseLost, NotFound
 from fencepost.core.statuses import CommandStatus, LeaseEventKind
 from fencepost.store.records import ClaimedCommand, CommandRecord, Lease, LeaseEvent
-from fencepost.store.sql.executor import Statements
+from fencepost.store.sql.executor import Statements, json_object
 
 #: One heartbeat-history row waiting to be written: ``(command_id, event, owner, delivery, lease_until)``.
 _PendingEvent = tuple[str, LeaseEventKind, str | None, int, datetime | None]
@@ -88,8 +88,8 @@ class SqlOutbox:
                           delivery=int(row["delivery_count"]), until=row["lease_until"])
             kind = LeaseEventKind.CLAIM if lease.delivery == 1 else LeaseEventKind.TAKEOVER
             events.append((lease.command_id, kind, owner, lease.delivery, lease.until))
-            claimed.append(ClaimedCommand(id=row["id"], kind=row["kind"], payload=_payload(row["payload"]),
-                                          lease=lease))
+            claimed.append(ClaimedCommand(id=row["id"], kind=row["kind"],
+                                          payload=json_object(row["payload"], "command payload"), lease=lease))
         # Heartbeat history of the whole batch in one statement, in the same unit as the claim.
         self._events(events, params["now"])
         return claimed
@@ -201,17 +201,11 @@ def _json(rows: list[dict[str, Any]]) -> str:
     return json.dumps(rows, separators=(",", ":"))
 
 
-def _payload(raw: Any) -> dict[str, Any]:
-    value = parse_json(raw) if isinstance(raw, str) else raw
-    if not isinstance(value, dict):
-        raise ValueError("command payload is not a JSON object")
-    return value
-
-
 def command_from_row(row: dict[str, Any]) -> CommandRecord:
     """A ``CommandRecord`` from a row of ``get_command``'s columns."""
     return CommandRecord(
-        id=row["id"], kind=row["kind"], payload=_payload(row["payload"]), status=CommandStatus(row["status"]),
+        id=row["id"], kind=row["kind"], payload=json_object(row["payload"], "command payload"),
+        status=CommandStatus(row["status"]),
         available_at=row["available_at"], created_at=row["created_at"], updated_at=row["updated_at"],
         lease_owner=row["lease_owner"], lease_until=row["lease_until"],
         last_heartbeat_at=row["last_heartbeat_at"], delivery_count=int(row["delivery_count"]),

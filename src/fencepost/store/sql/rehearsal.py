@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fencepost.core.canonical import canonical_json, parse_json
+from fencepost.core.canonical import canonical_json
 from fencepost.core.errors import LeaseLost
 from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus, RunStatus
 from fencepost.store.records import AttemptLock, AttemptRecord, Lease, ReceiptRecord, RunFile, RunRecord
-from fencepost.store.sql.executor import Result, Statements
+from fencepost.store.sql.executor import Result, Statements, json_object
 from fencepost.store.sql.lease import lease_held, lease_params
 
 
@@ -124,18 +124,12 @@ class SqlFencedRehearsal(SqlRehearsal):
         return self._write("finish_attempt", id=attempt_id, status=str(status), error=error).rowcount == 1
 
 
-def _json_obj(raw: Any) -> dict[str, Any]:
-    value = parse_json(raw) if isinstance(raw, str) else raw
-    if not isinstance(value, dict):
-        raise ValueError("expected a JSON object")
-    return value
-
-
 def run_from_row(r: dict[str, Any]) -> RunRecord:
     """A ``RunRecord`` from a row of ``get_run``'s columns."""
     return RunRecord(id=r["id"], package_name=r["package_name"], package_version=r["package_version"],
                      previous_version=r["previous_version"], content_digest=r["content_digest"],
-                     manifest=_json_obj(r["manifest"]), status=RunStatus(r["status"]), created_at=r["created_at"])
+                     manifest=json_object(r["manifest"], "run manifest"), status=RunStatus(r["status"]),
+                     created_at=r["created_at"])
 
 
 def _attempt(r: dict[str, Any]) -> AttemptRecord:
