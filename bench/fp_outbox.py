@@ -76,8 +76,8 @@ class TimedWorker(Worker):
 
     last_active: float = 0.0
 
-    def _deliver(self, contexts: list[CommandContext]) -> list[bool]:
-        outcome = super()._deliver(contexts)
+    def _complete(self, contexts: list[CommandContext]) -> list[bool]:
+        outcome = super()._complete(contexts)
         if contexts:
             self.last_active = time.time()
         return outcome
@@ -87,8 +87,8 @@ def make_worker(store: Store, *, batch: int, lease: float, poll: float = 0.01,
                 handler: Any = noop, kind: str = KIND, listen: bool = True) -> TimedWorker:
     registry = HandlerRegistry()
     registry.register(kind, FunctionHandler(handler))
-    return TimedWorker(store, registry, WorkerConfig(poll_interval=poll, batch_size=batch, lease_seconds=lease,
-                                                     listen=listen))
+    return TimedWorker(store, registry, WorkerConfig(poll_interval=poll, batch_size=batch, concurrency=batch,
+                                                     lease_seconds=lease, listen=listen))
 
 
 def worker_main(url: str, batch: int, lease: float, idle_polls: int) -> None:

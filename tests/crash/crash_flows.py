@@ -275,10 +275,12 @@ def _run_flow(db: CrashDB, flow: str, window: Window | None, workers: Workers) -
         _operator(db, "abort", attempt_id, window)
     elif tx in WORKER_TRANSACTIONS:
         assert window is not None and window.state is not None
-        subject = workers.start("subject", crash=crash, work_dir=work_dir)
+        # A stop with no grace period interrupts the running scenario at once (the release windows).
+        subject = workers.start("subject", crash=crash, work_dir=work_dir,
+                                grace_seconds=0 if tx == "outbox.release" else None)
         if tx == "outbox.release":
-            # SIGTERM while Receipt 3 runs: the worker finishes that scenario, stops at the next safe point
-            # and releases its lease, and dies at the armed point around that release.
+            # SIGTERM while Receipt 3 runs: the worker interrupts that scenario, records nothing for it,
+            # releases its lease, and dies at the armed point around that release.
             wait_until(lambda: receipt_codes(db, attempt_id)[2] == "R", interval=0.005,
                        what="Receipt 3 to run")
             subject.proc.send_signal(signal.SIGTERM)

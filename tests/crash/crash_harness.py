@@ -195,11 +195,13 @@ class Workers:
         self.started: list[Process] = []
 
     def start(self, name: str, *, crash: str | None = None, lease_seconds: float = LEASE_SECONDS,
-              work_dir: Path | None = None) -> Process:
-        """A ``fencepost worker`` (batch size 1, JSON log merged with stdout into one file per worker)."""
+              work_dir: Path | None = None, grace_seconds: float | None = None) -> Process:
+        """A ``fencepost worker`` (batch size 1, JSON log merged with stdout into one file per worker);
+        ``grace_seconds`` sets its ``--grace-period`` (the default otherwise)."""
         worker_id = f"{name}-{len(self.started)}"
+        extra = [] if grace_seconds is None else ["--grace-period", f"{grace_seconds:g}"]
         args = worker_args(self.db.url, work_dir or self.work_dir, lease_seconds=lease_seconds,
-                           poll_interval=POLL_SECONDS, batch_size=1, worker_id=worker_id)
+                           poll_interval=POLL_SECONDS, batch_size=1, worker_id=worker_id, extra=extra)
         worker = start(args, name=name, stdout_path=self.db.root / f"worker-{len(self.started)}-{name}.log",
                        cwd=self.db.root, crash=crash, worker_id=worker_id)
         self.started.append(worker)

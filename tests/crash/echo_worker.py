@@ -40,6 +40,7 @@ def main(argv: list[str]) -> int:
     registry = HandlerRegistry()
     registry.register(KIND, FunctionHandler(echo))
     worker = Worker(store, registry, WorkerConfig(poll_interval=POLL_SECONDS, batch_size=int(batch_size),
+                                                  concurrency=int(batch_size),
                                                   lease_seconds=float(lease_seconds), worker_id=worker_id))
 
     def stop(signum: int, frame: FrameType | None) -> None:

@@ -294,7 +294,7 @@ def test_graceful_stop_releases_the_lease_for_the_next_worker(rig: Rig) -> None:
     run = _run(rig)
     attempt = rig.service.enqueue_attempt(run.id)
     worker = rig.worker(worker_id="worker-a")
-    rig.before_scenario(2, worker.request_stop)
+    rig.before_scenario(2, lambda: worker.request_stop(0.0))  # a stop whose grace period is over
     stats = worker.run()  # returns because of request_stop, not because it ran out of work
     assert stats.released == 1 and stats.delivered == 0 and stats.failed == 0
 
@@ -305,7 +305,9 @@ def test_graceful_stop_releases_the_lease_for_the_next_worker(rig: Rig) -> None:
     assert _token(rig, attempt.command_id) is None
     assert _events(rig, attempt.command_id)[-1] == "release"
     assert released.status is AttemptStatus.RUNNING  # provisional: the next delivery replays it
-    assert _statuses(rig, attempt.id) == [S, S, R, P, P, P]
+    # Interrupted during scenario 2: its receipt stays RUNNING with no evidence; nothing was recorded for it.
+    assert _statuses(rig, attempt.id) == [S, R, P, P, P, P]
+    assert rig.receipts(attempt.id)[1].evidence is None
 
     assert rig.run_worker(worker_id="worker-b").delivered == 1
     done = rig.service.attempt(attempt.id)

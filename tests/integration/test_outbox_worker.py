@@ -31,6 +31,7 @@ def _worker(rig: Rig, handlers: dict[str, FunctionHandler], batch_size: int = 10
     for kind, handler in handlers.items():
         registry.register(kind, handler)
     worker = Worker(rig.store, registry, WorkerConfig(poll_interval=0.01, batch_size=batch_size,
+                                                      concurrency=batch_size,
                                                       lease_seconds=LEASE_SECONDS, worker_id="plain"))
     rig.workers.append(worker)
     return worker

@@ -42,7 +42,7 @@ def worker(store: Store, backend: StoreBackend, fn: Callable[[CommandContext], N
     registry = HandlerRegistry()
     for kind in kinds:
         registry.register(kind, FunctionHandler(fn))
-    config = WorkerConfig(poll_interval=poll, batch_size=batch_size,
+    config = WorkerConfig(poll_interval=poll, batch_size=batch_size, concurrency=batch_size,
                           lease_seconds=lease if lease is not None else backend.short_lease, worker_id=worker_id,
                           listen=listen)
     return Worker(store, registry, config)

@@ -8,6 +8,7 @@ behaviour present on one backend and missing on another fails here.
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
@@ -173,14 +174,17 @@ def test_abort_fences_the_running_worker(store: Store, backend: StoreBackend) ->
     assert not store.transact(lambda tx: tx.outbox.abort("c1", "again")), "a terminal command was aborted twice"
 
 
-def test_a_graceful_stop_releases_the_batch_for_the_next_worker(store: Store, backend: StoreBackend) -> None:
+def test_a_stop_past_its_grace_period_releases_the_batch_for_the_next_worker(
+        store: Store, backend: StoreBackend) -> None:
     ran: list[tuple[str, str, int]] = []
+    both_running = threading.Barrier(2, timeout=10)
 
     def stop_midway(ctx: CommandContext) -> None:
         ran.append((ctx.command.id, ctx.lease.owner, ctx.delivery))
         if ctx.lease.owner == "w-a":
-            a.request_stop()  # SIGTERM: the handler reaches a safe point ...
-            ctx.check()  # ... raises StopRequested, and the worker releases the lease
+            both_running.wait()  # both commands run on their slots ...
+            a.request_stop(0.0)  # ... when a stop with no grace period comes (SIGTERM with --grace-period 0)
+            ctx.check()  # each raises StopRequested at its next check, and the worker releases the lease
 
     insert(store, "c1")
     insert(store, "c2", delay=0.0)
@@ -191,12 +195,27 @@ def test_a_graceful_stop_releases_the_batch_for_the_next_worker(store: Store, ba
         record = command(store, c)
         assert (record.status, record.lease_owner, record.lease_until) == (CommandStatus.PENDING, None, None)
         assert history(store, c) == [("claim", "w-a", 1), ("release", "w-a", 1)]
-    assert len(ran) == 1, "the worker ran a second command after the stop request"
+    assert a.run_once() == 0, "a stopping worker claims nothing more"
     b = worker(store, backend, stop_midway, worker_id="w-b", batch_size=2, lease=backend.long_lease)
     assert b.run_once() == 2  # released commands are due at once, no lease to wait for
     for c in ("c1", "c2"):
         assert command(store, c).status is CommandStatus.DELIVERED
         assert history(store, c)[-2:] == [("takeover", "w-b", 2), ("deliver", "w-b", 2)]
+    assert sorted(ran) == [("c1", "w-a", 1), ("c1", "w-b", 2), ("c2", "w-a", 1), ("c2", "w-b", 2)]
+
+
+def test_within_its_grace_period_a_running_command_finishes(store: Store, backend: StoreBackend) -> None:
+    def stop_then_finish(ctx: CommandContext) -> None:
+        w.request_stop(60.0)  # SIGTERM with a grace period: the command goes on ...
+        ctx.check()  # ... its checks pass, and it returns normally
+
+    insert(store, "c1")
+    insert(store, "c2", delay=0.0)
+    w = worker(store, backend, stop_then_finish, worker_id="w-a", batch_size=1, lease=backend.long_lease)
+    assert w.run_once() == 1
+    assert w.stats.delivered == 1 and w.stats.released == 0
+    assert w.run_once() == 0, "a stopping worker claims nothing more"
+    assert [command(store, c).status for c in ("c1", "c2")] == [CommandStatus.DELIVERED, CommandStatus.PENDING]
 
 
 def test_a_failing_handler_fails_only_its_command(store: Store, backend: StoreBackend) -> None:

@@ -181,10 +181,11 @@ class Fleet:
     def start(self, worker_id: str, *, lease_seconds: float = 30.0, poll_interval: float = 0.2,
               batch_size: int = 10, extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
               argv_prefix: list[str] | None = None) -> Process:
-        """A ``fencepost worker`` (JSON log merged with stdout into one file); ``stop_cleanly`` waits for its
-        ``worker_started`` line before the SIGTERM."""
+        """A ``fencepost worker`` (JSON log merged with stdout into one file) with as many execution slots as its
+        batch size; ``stop_cleanly`` waits for its ``worker_started`` line before the SIGTERM."""
         args = worker_args(self.db.url, self.db.root / "work", lease_seconds=lease_seconds,
-                           poll_interval=poll_interval, batch_size=batch_size, worker_id=worker_id, extra=extra_args)
+                           poll_interval=poll_interval, batch_size=batch_size, worker_id=worker_id,
+                           extra=("--concurrency", str(batch_size), *extra_args))
         log_path = self.db.root / f"worker-{len(self.started):03d}-{worker_id}.log"
         worker = start(args, name=worker_id, stdout_path=log_path, cwd=self.db.root, env=env,
                        argv_prefix=argv_prefix or FENCEPOST, worker_id=worker_id, started_event="worker_started")

@@ -72,7 +72,7 @@ def _worker(store: Store, work_dir: Path) -> Worker:
     registry = HandlerRegistry()
     registry.register(KIND, AttemptHandler(work_dir))
     registry.register("plain", _Plain())
-    return Worker(store, registry, WorkerConfig(poll_interval=0.01, batch_size=5, lease_seconds=30,
+    return Worker(store, registry, WorkerConfig(poll_interval=0.01, batch_size=5, concurrency=5, lease_seconds=30,
                                                 worker_id="recorder"))
 
 

@@ -7,9 +7,12 @@ fails verification; 6 a start guard is false. Errors map to codes in ``fencepost
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
@@ -78,11 +81,88 @@ def migrate(database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
         + (f" (applied {', '.join(names)})" if names else " (already current)")))
 
 
+#: Deliveries of one rehearsal Attempt before it ends FAILED with its lease history (issue 10).
+REHEARSAL_MAX_DELIVERIES = 5
+
+
 def build_worker(store: Store, work_dir: Path, config: WorkerConfig, keep_sandboxes: bool = False) -> Worker:
-    """A worker with every built-in command kind registered."""
+    """A worker with every built-in command kind registered, each with its bounds."""
     registry = HandlerRegistry()
-    registry.register(KIND, AttemptHandler(work_dir, keep_sandboxes=keep_sandboxes))
+    registry.register(KIND, AttemptHandler(work_dir, keep_sandboxes=keep_sandboxes),
+                      max_deliveries=REHEARSAL_MAX_DELIVERIES)
     return Worker(store, registry, config)
+
+
+def parse_time_limits(values: list[str]) -> dict[str, float]:
+    """``["KIND=SECONDS", ...]`` as a dict.
+
+    Raises:
+        InvalidInput: a value that is not ``KIND=SECONDS`` with a positive number.
+    """
+    limits: dict[str, float] = {}
+    for value in values:
+        kind, sep, seconds = value.partition("=")
+        try:
+            limit = float(seconds)
+        except ValueError:
+            limit = -1.0
+        if not sep or not kind.strip() or not limit > 0:
+            raise InvalidInput(f"--time-limit takes KIND=SECONDS with SECONDS above 0, not {value!r}")
+        limits[kind.strip()] = limit
+    return limits
+
+
+def stop_on_signals(w: Worker, *, exit_now: Callable[[], None]) -> None:
+    """The first SIGTERM or SIGINT stops ``w`` gracefully; the second interrupts it at once and calls
+    ``exit_now`` (the process exits 130 without waiting for anything that hangs)."""
+
+    def second(signum: int, frame: FrameType | None) -> None:
+        w.interrupt_now()
+        exit_now()
+
+    def first(signum: int, frame: FrameType | None) -> None:
+        w.request_stop()
+        signal.signal(signal.SIGTERM, second)
+        signal.signal(signal.SIGINT, second)
+
+    signal.signal(signal.SIGTERM, first)
+    signal.signal(signal.SIGINT, first)
+
+
+def run_until_stopped(w: Worker) -> None:
+    """Run ``w`` on its own thread while this (main) thread only waits: the signal handlers then run on a
+    thread that holds none of the worker's locks, so a stop never deadlocks with the loop it stops."""
+    failure: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            w.run()
+        except BaseException as error:  # re-raised on the main thread below
+            failure.append(error)
+
+    thread = threading.Thread(target=body, name="fencepost-worker")
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.2)
+    if failure:
+        raise failure[0]
+
+
+def exit_soon(code: int, seconds: float) -> Callable[[], None]:
+    """A callable that makes the process exit with ``code`` once ``seconds`` pass, whatever still runs (a
+    last resort after leases were released or left to expire)."""
+
+    def arm() -> None:
+        def end() -> None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+
+        timer = threading.Timer(seconds, end)
+        timer.daemon = True
+        timer.start()
+
+    return arm
 
 
 @app.command()
@@ -93,7 +173,17 @@ def worker(
     poll_interval: Annotated[float, typer.Option(envvar="FENCEPOST_POLL_INTERVAL", show_envvar=True,
                                                  help="Seconds to wait after finding no work (0.01-60).")] = 1.0,
     batch_size: Annotated[int, typer.Option(envvar="FENCEPOST_BATCH_SIZE", show_envvar=True,
-                                            help="Commands claimed per claim transaction (1-1000).")] = 10,
+                                            help="At most this many commands per claim transaction (1-1000).")] = 10,
+    concurrency: Annotated[int, typer.Option(envvar="FENCEPOST_CONCURRENCY", show_envvar=True,
+                                             help="Commands run at once (1-1000). A worker never claims more than "
+                                                  "it can start now.")] = 1,
+    grace_period: Annotated[float, typer.Option(envvar="FENCEPOST_GRACE_PERIOD", show_envvar=True,
+                                                help="On SIGTERM or Ctrl-C, seconds running commands may go on "
+                                                     "before they are interrupted and released (0-3600).")] = 30.0,
+    time_limit: Annotated[list[str] | None, typer.Option(
+        "--time-limit", metavar="KIND=SECONDS",
+        help="Interrupt a command of KIND after SECONDS and record that it ran over its limit (repeatable; "
+             "overrides the kind's own limit).")] = None,
     worker_id: Annotated[str | None, typer.Option(envvar="FENCEPOST_WORKER_ID", show_envvar=True,
                                                   help="Lease owner name (default host:pid:random).")] = None,
     keep_sandboxes: Annotated[bool, typer.Option(help="Keep sandbox databases after each delivery.")] = False,
@@ -106,30 +196,36 @@ def worker(
 ) -> None:
     """Run a long-lived worker: claim commands, run them under fenced leases, heartbeat, take over.
 
-    SIGTERM or SIGINT stops it gracefully: it stops claiming, lets the current scenario end and releases
-    its lease so another worker continues at once.
+    SIGTERM or Ctrl-C stops it gracefully: it claims nothing more, gives back what it has not started, lets
+    running commands finish within --grace-period, then interrupts them: an interrupted command records
+    nothing and its lease is released. A second SIGTERM or Ctrl-C skips the grace period and exits 130.
     """
     if log_format not in ("json", "text"):
         fail(InvalidInput(f"--log-format must be json or text, not {log_format!r}"))
     logs.configure(log_format)
     with opened(database) as store, handled():
-        config = WorkerConfig(poll_interval=poll_interval, batch_size=batch_size, lease_seconds=lease_seconds,
+        config = WorkerConfig(poll_interval=poll_interval, batch_size=batch_size, concurrency=concurrency,
+                              lease_seconds=lease_seconds, grace_seconds=grace_period,
+                              time_limits=parse_time_limits(time_limit or []),
                               worker_id=worker_id or default_worker_id(), listen=listen)
         w = build_worker(store, work_dir, config, keep_sandboxes)
+        interrupted = threading.Event()
+        # After a second signal the worker stops at once; whatever still hangs gets two seconds.
+        last_resort = exit_soon(130, 2.0)
 
-        def stop(signum: int, frame: FrameType | None) -> None:
-            w.request_stop()
-            # A second SIGTERM or Ctrl-C interrupts at once (docs/operations.md); the lease then expires.
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        def exit_now() -> None:
+            interrupted.set()
+            last_resort()
 
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-        w.run()
+        stop_on_signals(w, exit_now=exit_now)
+        run_until_stopped(w)
+    if interrupted.is_set():
+        raise typer.Exit(130)
 
 
-def _watch(service: RehearsalService, attempt_id: str, timeout: float) -> Any:
-    """Print each scenario as it finishes; return the terminal Attempt view (or the last seen on timeout)."""
+def _watch(service: RehearsalService, attempt_id: str, timeout: float, stop: threading.Event) -> Any:
+    """Print each scenario as it finishes; return the terminal Attempt view (or the last seen on timeout or
+    ``stop``). A failed Attempt's cause is printed when no scenario's failure explains it."""
     shown: set[tuple[int, int]] = set()
     delivery_seen = 0
     deadline = time.monotonic() + timeout
@@ -155,10 +251,13 @@ def _watch(service: RehearsalService, attempt_id: str, timeout: float) -> Any:
                 if failure:
                     render.console.print(f"        {failure}")
         if attempt.status.terminal:
+            explained = any(((r.get("evidence") or {}).get("error") or {}).get("message") for r in view["receipts"])
+            if attempt.error and not explained:
+                render.console.print(f"  [red]attempt {attempt.status}[/red]: {attempt.error}")
             return view
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline or stop.is_set():
             return view
-        time.sleep(0.1)
+        stop.wait(0.1)
 
 
 @app.command()
@@ -195,10 +294,13 @@ def rehearse(
         interrupted = threading.Event()
 
         def stop(signum: int, frame: FrameType | None) -> None:
+            # rehearse is interactive: Ctrl-C interrupts at once (nothing is recorded, the lease is released)
             interrupted.set()
-            w.request_stop()
+            w.interrupt_now()
+            exit_soon(130, 2.0)()
 
         previous = signal.signal(signal.SIGINT, stop)
+        previous_term = signal.signal(signal.SIGTERM, stop)
         try:
             for _ in range(attempts):
                 if interrupted.is_set():
@@ -207,16 +309,24 @@ def rehearse(
                 w.wake()
                 if not json:
                     render.console.print(f"attempt #{attempt.seq} {attempt.id} enqueued")
-                view = _watch(service, attempt.id, timeout) if not json else _quiet_wait(service, attempt.id, timeout)
+                view = (_watch(service, attempt.id, timeout, interrupted) if not json
+                        else _quiet_wait(service, attempt.id, timeout, interrupted))
                 finished.append(view)
+                if interrupted.is_set():
+                    break
                 if view["status"] not in ("SUCCEEDED", "FAILED", "ABORTED"):
                     unfinished = (f"attempt {attempt.id} did not finish within {timeout:g} s (still "
                                   f"{view['status']}); it stays queued for `fencepost worker`")
                     break
         finally:
-            w.request_stop()
+            w.request_stop(0.0)  # nothing of ours is left running: nothing to wait for
             thread.join(timeout=lease_seconds + 5)
             signal.signal(signal.SIGINT, previous)
+            signal.signal(signal.SIGTERM, previous_term)
+        if interrupted.is_set():
+            typer.echo("fencepost: interrupted; nothing was recorded for the running Attempt and its lease was "
+                       "released", err=True)
+            raise typer.Exit(130)
         if unfinished is not None:
             # A CLI outcome, not a domain error: no FencepostError, so no row in the API's table (ADR 0016).
             typer.echo(f"fencepost: {unfinished}", err=True)
@@ -230,19 +340,17 @@ def rehearse(
         render.gate(gate)
 
     emit(json, data, text)
-    if interrupted.is_set():
-        raise typer.Exit(130)
     if not gate["passed"]:
         raise typer.Exit(1)
 
 
-def _quiet_wait(service: RehearsalService, attempt_id: str, timeout: float) -> Any:
+def _quiet_wait(service: RehearsalService, attempt_id: str, timeout: float, stop: threading.Event) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         attempt = service.attempt(attempt_id)
-        if attempt.status.terminal or time.monotonic() > deadline:
+        if attempt.status.terminal or time.monotonic() > deadline or stop.is_set():
             return views.attempt_view(attempt, service.receipts(attempt_id))
-        time.sleep(0.1)
+        stop.wait(0.1)
 
 
 def main() -> None:

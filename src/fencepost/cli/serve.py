@@ -18,7 +18,7 @@ from fencepost.cli import logs
 from fencepost.cli.common import DatabaseOpt, fail, handled, opened
 from fencepost.core.errors import InvalidInput
 from fencepost.outbox import Worker, WorkerConfig
-from fencepost.outbox.worker import default_worker_id
+from fencepost.outbox.worker import INTERRUPT_WAIT_SECONDS, default_worker_id
 from fencepost.store.url import DEFAULT_URL
 
 LOOPBACK_NAMES = {"localhost"}
@@ -93,8 +93,8 @@ def serve(
     """Serve the HTTP API and the operator pages; run Attempts with an in-process worker pool.
 
     Open the printed address in a browser. Actions (create, start, reconcile, abort) need the API token;
-    paste it into the page's token field. SIGINT or SIGTERM stops the server, then the workers, which release
-    their leases.
+    paste it into the page's token field. SIGINT or SIGTERM stops the server, then the workers: a running
+    command is interrupted, records nothing, and its lease is released.
     """
     import uvicorn
 
@@ -141,15 +141,17 @@ def serve(
             # uvicorn handles the signal itself, then re-raises it after its shutdown with the handlers it found:
             # these, so the process goes on to stop the workers instead of dying with their leases held.
             for w in pool:
-                w.request_stop()
+                w.request_stop(0.0)
 
         signal.signal(signal.SIGTERM, stop_workers)
         signal.signal(signal.SIGINT, stop_workers)
         try:
             server.run(sockets=[sock])
         finally:
+            # The server has stopped taking requests: running commands are interrupted at once (nothing is
+            # recorded for them) and their leases released, so another worker continues without waiting.
             for w in pool:
-                w.request_stop()
+                w.request_stop(0.0)
             for t in threads:
-                t.join(timeout=lease_seconds + 5)
+                t.join(timeout=INTERRUPT_WAIT_SECONDS + 2)
             sock.close()

@@ -1,9 +1,25 @@
-"""The context a handler works in: its lease, fenced writes, and the lost/stop signals."""
+"""The context a handler works in: its lease, fenced units, and the signals that stop it.
+
+A handler learns three things from its context, and each has one meaning (seed: "Heartbeat And Takeover";
+issue 10):
+
+- **lost**: a renewal found the lease gone. Stop at once and persist nothing (``LeaseLost``).
+- **interrupted by a stop**: the worker is stopping and the grace period is over, or a second signal came.
+  A stop is never a fact about the work: nothing more is recorded (``fenced`` refuses) and the worker
+  releases the lease (``StopRequested``).
+- **interrupted by the time limit**: the command ran past its kind's limit. That *is* a fact about the work,
+  a definite outcome the handler records with the limit (``TimeLimitExceeded``).
+
+``should_interrupt()`` is true for all three, so a long statement (the sandbox's SQLite progress handler)
+stops within milliseconds; the handler then tells them apart with ``check()``.
+"""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
+from enum import StrEnum
 from typing import TypeVar
 
 from fencepost.core.errors import LeaseLost
@@ -16,7 +32,19 @@ T = TypeVar("T")
 
 
 class StopRequested(Exception):
-    """Raised by ``CommandContext.check`` at a safe point when the worker is stopping gracefully."""
+    """The worker is stopping and this command was interrupted: record nothing; the worker releases it."""
+
+
+class TimeLimitExceeded(Exception):
+    """The command ran past its time limit: a definite outcome of the work, recorded with the limit.
+
+    Attributes:
+        limit_seconds: the limit that was exceeded (seconds).
+    """
+
+    def __init__(self, limit_seconds: float) -> None:
+        super().__init__(f"time limit exceeded ({limit_seconds:g} s)")
+        self.limit_seconds = limit_seconds
 
 
 class EnvironmentFailed(Exception):
@@ -28,24 +56,39 @@ class EnvironmentFailed(Exception):
     """
 
 
+class Interrupt(StrEnum):
+    """Why a running command was interrupted."""
+
+    STOP = "stop"
+    TIME_LIMIT = "time_limit"
+
+
 class CommandContext:
     """One claimed command being handled.
 
-    Attributes:
-        command: the claimed command (id, kind, payload, initial lease).
+    Args:
         store: the control store.
+        command: the claimed command (id, kind, payload, initial lease).
         lease_seconds: the lease duration used for every renewal (seconds).
+        time_limit: the command's time limit (seconds from ``start()``), or None for none.
+
+    Attributes:
+        finished: the command's terminal write committed (by the handler or the worker's completion).
+        completing: the worker's batched completion of this command is committing.
     """
 
     def __init__(self, store: Store, command: ClaimedCommand, lease_seconds: float,
-                 stop: threading.Event | None = None) -> None:
+                 time_limit: float | None = None) -> None:
         self.store = store
         self.command = command
         self.lease_seconds = lease_seconds
+        self.time_limit = time_limit
         self._lease = command.lease
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: a signal handler on the main thread may take it
         self._lost = threading.Event()
-        self._stop = stop or threading.Event()
+        self._interrupt: Interrupt | None = None
+        self._interrupted_at: float | None = None
+        self._deadline: float | None = None
         self.finished = False
         # Set while the worker's batched completion of this command commits: a renewal that finds the lease
         # gone then is most likely that completion, whose own outcome says whether the lease was lost.
@@ -66,11 +109,56 @@ class CommandContext:
         """True once any renewal found the lease gone: stop the work, persist nothing more."""
         return self._lost.is_set()
 
+    @property
+    def interrupted(self) -> Interrupt | None:
+        """Why the command was interrupted, or None."""
+        return self._interrupt
+
+    def start(self, now: float | None = None) -> None:
+        """The handler starts now (``time.monotonic()``): the time limit counts from here."""
+        if self.time_limit is not None:
+            self._deadline = (time.monotonic() if now is None else now) + self.time_limit
+
+    def past_deadline(self, now: float | None = None) -> bool:
+        """Whether the time limit has run out (False without a limit or before ``start``)."""
+        return self._deadline is not None and (time.monotonic() if now is None else now) >= self._deadline
+
+    def interrupt(self, reason: Interrupt) -> None:
+        """Interrupt the command; the first reason wins (a stop after a time limit changes nothing)."""
+        with self._lock:
+            if self._interrupt is None:
+                self._interrupt = reason
+                self._interrupted_at = time.monotonic()
+
+    def interrupted_for(self, now: float | None = None) -> float:
+        """Seconds since the command was interrupted (0 when it was not)."""
+        if self._interrupted_at is None:
+            return 0.0
+        return (time.monotonic() if now is None else now) - self._interrupted_at
+
+    def should_interrupt(self) -> bool:
+        """True when the running work should stop now: lease lost, interrupted, or past its time limit."""
+        if self._lost.is_set() or self._interrupt is not None:
+            return True
+        if self.past_deadline():
+            self.interrupt(Interrupt.TIME_LIMIT)
+            return True
+        return False
+
     def check(self) -> None:
-        """Raise ``LeaseLost`` if fenced out, ``StopRequested`` if the worker is stopping."""
+        """At a safe point: raise if the work must stop.
+
+        Raises:
+            LeaseLost: fenced out. StopRequested: interrupted by a stop.
+            TimeLimitExceeded: past the time limit.
+        """
         self.check_lease()
-        if self._stop.is_set():
+        self.should_interrupt()
+        if self._interrupt is Interrupt.STOP:
             raise StopRequested()
+        if self._interrupt is Interrupt.TIME_LIMIT:
+            assert self.time_limit is not None
+            raise TimeLimitExceeded(self.time_limit)
 
     def check_lease(self) -> None:
         """Raise ``LeaseLost`` if a renewal found the lease gone (nothing more may be done or claimed)."""
@@ -90,6 +178,8 @@ class CommandContext:
         either the lease is renewed (heartbeat) or, with ``finish``, the command is finished
         (``Store.fenced``). A stale token makes that last statement touch zero rows: ``LeaseLost`` is raised
         and everything ``fn`` wrote is rolled back (DESIGN.md: a stale worker never persists anything).
+        After a stop interrupted the command nothing is written at all (issue 10: a stop is never a fact
+        about the work).
 
         Args:
             fn: the writes of this decision; may run more than once on busy retries (no side effects).
@@ -99,11 +189,11 @@ class CommandContext:
         Returns:
             What ``fn`` returned.
         Raises:
-            LeaseLost: fenced out (also sets ``lost``).
+            LeaseLost: fenced out (also sets ``lost``). StopRequested: interrupted by a stop.
         """
-        if self._lost.is_set():
-            raise LeaseLost(f"lease on command {self.command.id} (delivery {self.delivery}) was lost")
-
+        self.check_lease()
+        if self._interrupt is Interrupt.STOP:
+            raise StopRequested()
         try:
             result, renewed = self.store.fenced(self.lease, fn, name=name, lease_seconds=self.lease_seconds,
                                                 finish=finish, error=error)

@@ -1,8 +1,9 @@
-"""Handlers: what a worker runs for each command kind."""
+"""Handlers: what a worker runs for each command kind, and each kind's bounds (issue 10)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from fencepost.core.errors import InvalidInput
@@ -22,12 +23,32 @@ class Handler(Protocol):
 
     ``on_failure(tx, ctx, error)`` runs inside the fenced transaction that marks the command FAILED,
     so the handler can fail its parent records atomically with it (seed: a scenario failure fails
-    Attempt and Outbox together).
+    Attempt and Outbox together). It is also how a command whose delivery budget is exhausted ends: with
+    ``error`` = ``"delivery budget exhausted (n/max)"`` and the handler never run again.
     """
 
     def handle(self, ctx: CommandContext) -> None: ...
 
     def on_failure(self, tx: FencedUnit, ctx: CommandContext, error: str) -> None: ...
+
+
+#: Deliveries a command gets unless its kind says otherwise: a crash loop ends with a verdict, not forever.
+DEFAULT_MAX_DELIVERIES = 10
+
+
+@dataclass(frozen=True)
+class KindPolicy:
+    """The bounds of one command kind (issue 10).
+
+    Attributes:
+        time_limit: seconds a delivery may run before it is interrupted and recorded as over its limit;
+            None for no limit (a worker may still set one, ``WorkerConfig.time_limits``).
+        max_deliveries: claims a command gets; the claim after the last ends it FAILED with
+            ``delivery budget exhausted (n/max)`` instead of running it again (1..1000).
+    """
+
+    time_limit: float | None = None
+    max_deliveries: int = DEFAULT_MAX_DELIVERIES
 
 
 class FunctionHandler:
@@ -48,21 +69,33 @@ class HandlerRegistry:
 
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
+        self._policies: dict[str, KindPolicy] = {}
 
-    def register(self, kind: str, handler: Handler) -> None:
-        """Register ``handler`` for ``kind``.
+    def register(self, kind: str, handler: Handler, *, time_limit: float | None = None,
+                 max_deliveries: int = DEFAULT_MAX_DELIVERIES) -> None:
+        """Register ``handler`` for ``kind`` with its bounds (``KindPolicy``).
 
         Raises:
-            InvalidInput: ``kind`` is empty, longer than 100 chars, or already registered.
+            InvalidInput: ``kind`` is empty, longer than 100 chars, or already registered; a time limit
+                not above 0; a delivery budget outside 1..1000.
         """
         if not kind or len(kind) > 100:
             raise InvalidInput("a command kind is 1 to 100 characters")
         if kind in self._handlers:
             raise InvalidInput(f"a handler for {kind!r} is already registered")
+        if time_limit is not None and not time_limit > 0:
+            raise InvalidInput(f"the time limit of {kind!r} must be above 0 seconds")
+        if not 1 <= max_deliveries <= 1000:
+            raise InvalidInput(f"the delivery budget of {kind!r} must be between 1 and 1000")
         self._handlers[kind] = handler
+        self._policies[kind] = KindPolicy(time_limit=time_limit, max_deliveries=max_deliveries)
 
     def get(self, kind: str) -> Handler:
         return self._handlers[kind]
+
+    def policy(self, kind: str) -> KindPolicy:
+        """The bounds registered with ``kind``."""
+        return self._policies[kind]
 
     @property
     def kinds(self) -> list[str]:

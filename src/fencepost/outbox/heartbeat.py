@@ -8,6 +8,10 @@ import threading
 from fencepost.core.errors import StoreUnavailable
 from fencepost.outbox.context import CommandContext
 
+#: An interrupted command whose handler has not returned after this long keeps no lease: the lease expires
+#: and a takeover (within the delivery budget) replaces a handler that ignores interruption.
+STUCK_AFTER_SECONDS = 5.0
+
 log = logging.getLogger("fencepost.heartbeat")
 
 
@@ -21,6 +25,7 @@ class Heartbeat:
     def __init__(self, lease_seconds: float) -> None:
         self.interval = lease_seconds / 3.0
         self._held: dict[str, CommandContext] = {}
+        self._stuck: set[str] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="fencepost-heartbeat", daemon=True)
@@ -47,6 +52,13 @@ class Heartbeat:
             held = list(self._held.values())
         for ctx in held:
             if ctx.finished or ctx.lost:
+                continue
+            ctx.should_interrupt()  # past its time limit: interrupted now, even if the handler never checks
+            if ctx.interrupted_for() > STUCK_AFTER_SECONDS:
+                if ctx.command.id not in self._stuck:
+                    self._stuck.add(ctx.command.id)
+                    log.error("handler ignores its interruption; letting its lease expire", extra={
+                        "event": "handler_stuck", "command_id": ctx.command.id, "reason": str(ctx.interrupted)})
                 continue
             try:
                 if not ctx.heartbeat() and not ctx.completing:

@@ -1,24 +1,44 @@
-"""The worker loop: claim a batch, run each handler under its lease, finish, repeat.
+"""The worker loop: sweeps, then claim only what free execution slots can start now, run, complete.
 
-Seed: plugin-rehearsal-outbox-release-gate-design.md, "Heartbeat And Takeover". Execution is
+Seed: plugin-rehearsal-outbox-release-gate-design.md, "Heartbeat And Takeover"; issue 10. Execution is
 at-least-once (a crash before the terminal commit leaves PROCESSING state for takeover); the recorded
-outcome is exactly-once, because every outcome write is fenced by the current token.
+outcome is exactly-once, because every outcome write is fenced by the current token. Bounds:
+
+- **No hoarding.** A worker has ``concurrency`` execution slots and claims at most as many commands as it
+  has free slots (and at most ``batch_size``); each claimed command starts on a slot at once.
+- **A delivery budget per kind.** The claim after a command's last allowed delivery does not run it: the
+  kind's handler fails it under the lease with ``delivery budget exhausted (n/max)``.
+- **A time limit per kind** (overridable per worker): past it the command is interrupted and the handler
+  records the limit as the command's outcome.
+- **A stop is never a verdict.** A graceful stop claims nothing more, lets running commands finish until the
+  grace period ends, then interrupts them: an interrupted command records nothing and is released.
+  ``interrupt_now`` (a second signal) skips the grace period.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import secrets
 import socket
 import threading
+import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from fencepost.core.errors import InvalidInput, LeaseLost, StoreUnavailable
 from fencepost.core.statuses import CommandStatus
-from fencepost.outbox.context import CommandContext, EnvironmentFailed, StopRequested
+from fencepost.outbox.context import (
+    CommandContext,
+    EnvironmentFailed,
+    Interrupt,
+    StopRequested,
+    TimeLimitExceeded,
+)
 from fencepost.outbox.handlers import HandlerRegistry
 from fencepost.outbox.heartbeat import Heartbeat
 from fencepost.store.base import Store, WorkWaiter
@@ -27,6 +47,12 @@ from fencepost.store.ports import FencedUnit
 log = logging.getLogger("fencepost.worker")
 
 MAX_ERROR_CHARS = 4000
+#: After the grace period, how long interrupted handlers get to return before their leases are released
+#: regardless (their later fenced writes then fail: the token is gone).
+INTERRUPT_WAIT_SECONDS = 5.0
+#: While other commands still run, a returned command waits at most this long (seconds) for them, so that
+#: one completion transaction marks a claimed batch DELIVERED together (ADR 0008).
+COMPLETION_DELAY_SECONDS = 0.05
 
 
 def default_worker_id() -> str:
@@ -40,8 +66,12 @@ class WorkerConfig:
 
     Attributes:
         poll_interval: seconds to wait after an empty claim, 0.01..60 (default 1.0).
-        batch_size: commands claimed per claim transaction, 1..1000 (default 10).
+        batch_size: at most this many commands per claim transaction, 1..1000 (default 10).
+        concurrency: execution slots, 1..1000 (default 1): commands run at once; a claim never takes more
+            than the free slots, so no claimed command waits behind another.
         lease_seconds: lease duration in seconds, 0.1..3600 (default 30); heartbeat every third of it.
+        grace_seconds: on a graceful stop, how long running commands may go on, 0..3600 (default 30).
+        time_limits: per-kind time limits (seconds) that override the kinds' own.
         worker_id: lease owner name; defaults to ``host:pid:rand``.
         listen: while idle, wake as soon as new work is announced (PostgreSQL LISTEN/NOTIFY, ADR 0014)
             instead of sleeping out the poll interval; no effect on SQLite. Polling stays the fallback.
@@ -49,7 +79,10 @@ class WorkerConfig:
 
     poll_interval: float = 1.0
     batch_size: int = 10
+    concurrency: int = 1
     lease_seconds: float = 30.0
+    grace_seconds: float = 30.0
+    time_limits: dict[str, float] = field(default_factory=dict)
     worker_id: str = field(default_factory=default_worker_id)
     listen: bool = True
 
@@ -59,8 +92,15 @@ class WorkerConfig:
             raise InvalidInput("poll interval must be between 0.01 and 60 seconds")
         if not 1 <= self.batch_size <= 1000:
             raise InvalidInput("batch size must be between 1 and 1000")
+        if not 1 <= self.concurrency <= 1000:
+            raise InvalidInput("concurrency must be between 1 and 1000")
         if not 0.1 <= self.lease_seconds <= 3600:
             raise InvalidInput("lease duration must be between 0.1 and 3600 seconds")
+        if not 0 <= self.grace_seconds <= 3600:
+            raise InvalidInput("grace period must be between 0 and 3600 seconds")
+        for kind, limit in self.time_limits.items():
+            if not limit > 0:
+                raise InvalidInput(f"the time limit of {kind} must be above 0 seconds")
         if not self.worker_id or len(self.worker_id) > 200:
             raise InvalidInput("worker id must be 1 to 200 characters")
 
@@ -72,6 +112,35 @@ class WorkerStats:
     failed: int = 0
     lost: int = 0
     released: int = 0
+    timed_out: int = 0
+    exhausted: int = 0
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Housekeeping a worker runs before it claims (issue 10 item 7).
+
+    Attributes:
+        name: names the sweep in logs; its transactions carry their own names (and so crash points).
+        run: ``run(store, budget_seconds) -> items handled``; must return within about ``budget_seconds``
+            (work in bounded pages) and be safe to run on many workers at once.
+        interval_seconds: at most one run per this many seconds on one worker.
+        budget_seconds: the time a run may take.
+    """
+
+    name: str
+    run: Callable[[Store, float], int]
+    interval_seconds: float = 1.0
+    budget_seconds: float = 1.0
+
+
+class _Outcome(StrEnum):
+    DELIVER = "deliver"      # returned: the worker marks it DELIVERED in its batched completion
+    DONE = "done"            # the handler finished it itself
+    FAILED = "failed"        # a verdict of failure was recorded
+    LOST = "lost"            # fenced out: nothing recorded
+    RELEASED = "released"    # a stop interrupted it: nothing recorded, lease given back
+    ABANDONED = "abandoned"  # the store or this machine failed: nothing recorded, lease left to expire
 
 
 class Worker:
@@ -81,16 +150,30 @@ class Worker:
         store: the control store (schema must be current).
         registry: handlers by kind; only registered kinds are claimed.
         config: ``WorkerConfig``.
+        sweeps: run before claims (``Sweep``).
     """
 
-    def __init__(self, store: Store, registry: HandlerRegistry, config: WorkerConfig | None = None) -> None:
+    def __init__(self, store: Store, registry: HandlerRegistry, config: WorkerConfig | None = None, *,
+                 sweeps: list[Sweep] | None = None) -> None:
         self.store = store
         self.registry = registry
         self.config = config or WorkerConfig()
         self.config.validate()
+        unknown = set(self.config.time_limits) - set(registry.kinds)
+        if unknown:
+            raise InvalidInput(f"time limits for kinds this worker does not run: {', '.join(sorted(unknown))}")
+        self.sweeps = list(sweeps or [])
         self.stats = WorkerStats()
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._grace_deadline: float | None = None
+        self._lock = threading.RLock()  # reentrant: a signal handler on the main thread may take it
+        self._running: dict[str, tuple[CommandContext, Future[_Outcome]]] = {}
+        self._returned: queue.SimpleQueue[tuple[CommandContext, _Outcome]] = queue.SimpleQueue()
+        self._to_deliver: list[CommandContext] = []  # returned normally; marked DELIVERED in one completion
+        self._first_returned: float | None = None  # when the oldest of ``_to_deliver`` returned
+        self._pool: ThreadPoolExecutor | None = None
+        self._swept: dict[str, float] = {}
         self.heartbeat = Heartbeat(self.config.lease_seconds)
         # Overlapping a batch's completion with the next claim pays on PostgreSQL (the server works while
         # this process does); on SQLite both would wait for the one write lock, so there it stays inline.
@@ -99,21 +182,52 @@ class Worker:
         self._pending: tuple[list[CommandContext], Future[list[bool]]] | None = None
         self._waiter: WorkWaiter | None = None  # opened at the first idle wait of ``run``
 
-    def request_stop(self) -> None:
-        """Stop claiming; the current handler reaches a safe point and its lease is released."""
+    # ── control (any thread, signal handlers included) ──
+    def request_stop(self, grace_seconds: float | None = None) -> None:
+        """Stop claiming; running commands may finish within the grace period, then are interrupted.
+
+        Args:
+            grace_seconds: overrides ``config.grace_seconds`` (0: interrupt at once). A later call can
+                only shorten the grace period.
+        """
+        grace = self.config.grace_seconds if grace_seconds is None else max(0.0, grace_seconds)
+        deadline = time.monotonic() + grace
+        with self._lock:
+            if self._grace_deadline is None or deadline < self._grace_deadline:
+                self._grace_deadline = deadline
         self._stop.set()
         self._wake.set()
+        if grace <= 0:
+            self._interrupt_running()
+
+    def interrupt_now(self) -> None:
+        """A second signal: no grace period; every running command is interrupted (nothing recorded)."""
+        self.request_stop(0.0)
 
     def wake(self) -> None:
-        """Skip the rest of the current idle wait (a producer in this process just enqueued)."""
+        """Skip the rest of the current wait (a producer in this process just enqueued)."""
         self._wake.set()
 
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
 
+    @property
+    def in_flight(self) -> int:
+        """Commands this worker holds a lease on and is running now."""
+        with self._lock:
+            return len(self._running)
+
+    def _interrupt_running(self) -> None:
+        with self._lock:
+            running = [ctx for ctx, _ in self._running.values()]
+        for ctx in running:
+            ctx.interrupt(Interrupt.STOP)
+
+    # ── the loop ──
     def run(self, *, max_idle_polls: int | None = None) -> WorkerStats:
-        """Loop until ``request_stop`` (or, for tests and one-shot use, ``max_idle_polls`` empty claims).
+        """Loop until ``request_stop`` (or, for tests and one-shot use, ``max_idle_polls`` empty claims with
+        nothing running).
 
         Transient store errors are logged and retried after the poll interval; nothing is lost since
         a command stays PENDING or PROCESSING until a fenced terminal write commits.
@@ -124,35 +238,297 @@ class Worker:
         idle = 0
         log.info("worker started", extra={"event": "worker_started", "worker": self.config.worker_id,
                                           "kinds": self.registry.kinds, "lease_seconds": self.config.lease_seconds,
-                                          "batch_size": self.config.batch_size})
+                                          "batch_size": self.config.batch_size,
+                                          "concurrency": self.config.concurrency})
         try:
             while not self._stop.is_set():
                 try:
-                    handled = self.run_once(pipelined=True)
+                    self._housekeeping()
+                    claimed = self._claim_and_start()
                 except StoreUnavailable as error:
                     log.warning("store unavailable", extra={"event": "store_unavailable", "error": str(error)})
-                    handled = 0
-                if handled:
+                    claimed = 0
+                if claimed:
                     idle = 0
+                    continue
+                if self.in_flight:
+                    self._wait(self.config.poll_interval)  # until a slot frees up
                     continue
                 self._collect_completion()  # nothing due: let the last batch's completion land first
                 idle += 1
                 if max_idle_polls is not None and idle >= max_idle_polls:
                     break
                 self._idle_wait(first=idle == 1)
+            self._drain()
         finally:
-            self._collect_completion()
-            if self._waiter is not None:
-                self._waiter.close()
-                self._waiter = None
-            if self._completer is not None:
-                self._completer.shutdown(wait=True)
-                self._completer = None
-            self.heartbeat.stop()
+            self._shutdown()
             log.info("worker stopped", extra={"event": "worker_stopped", "worker": self.config.worker_id,
                                               "claimed": self.stats.claimed, "delivered": self.stats.delivered,
-                                              "failed": self.stats.failed, "lost": self.stats.lost})
+                                              "failed": self.stats.failed, "lost": self.stats.lost,
+                                              "released": self.stats.released})
         return self.stats
+
+    def run_once(self) -> int:
+        """Claim once (at most the free slots) and handle what was claimed to its end, completion included.
+
+        Returns:
+            The number of commands claimed.
+        """
+        self._housekeeping()
+        claimed = self._claim_and_start()
+        while self.in_flight:
+            self._wait(self.config.poll_interval)
+        self._collect_returned()
+        self._deliver_returned(pipelined=False)
+        return claimed
+
+    def _housekeeping(self) -> None:
+        """Sweeps that are due, then the returned commands' completion (before any new claim)."""
+        now = time.monotonic()
+        for sweep in self.sweeps:
+            if now - self._swept.get(sweep.name, float("-inf")) < sweep.interval_seconds:
+                continue
+            self._swept[sweep.name] = now
+            try:
+                handled = sweep.run(self.store, sweep.budget_seconds)
+                if handled:
+                    log.info("sweep", extra={"event": "sweep", "sweep": sweep.name, "handled": handled})
+            except StoreUnavailable as error:
+                log.warning("sweep failed", extra={"event": "sweep_failed", "sweep": sweep.name, "error": str(error)})
+        self._collect_returned()
+        waited = time.monotonic() - (self._first_returned or time.monotonic())
+        if not self.in_flight or waited >= COMPLETION_DELAY_SECONDS:
+            self._deliver_returned(pipelined=True)
+
+    def _claim_and_start(self) -> int:
+        """Claim at most the free slots, and start each claimed command at once.
+
+        While commands run, a claim waits until at least half the claim size is free, so that claims (and
+        completions) stay batches instead of crumbling into one command each.
+        """
+        cfg = self.config
+        running = self.in_flight
+        free = cfg.concurrency - running
+        if self._stop.is_set() or free <= 0 or (running and free < max(1, min(cfg.batch_size, cfg.concurrency) // 2)):
+            return 0
+        claimed = self.store.transact(
+            lambda tx: tx.outbox.claim(owner=cfg.worker_id, kinds=self.registry.kinds,
+                                       limit=min(cfg.batch_size, free), lease_seconds=cfg.lease_seconds),
+            name="outbox.claim")
+        self.stats.claimed += len(claimed)
+        pool = self._slots()
+        for command in claimed:
+            policy = self.registry.policy(command.kind)
+            limit = cfg.time_limits.get(command.kind, policy.time_limit)
+            ctx = CommandContext(self.store, command, cfg.lease_seconds, time_limit=limit)
+            self.heartbeat.track(ctx)
+            log.info("claimed", extra={"event": "takeover" if ctx.delivery > 1 else "claimed",
+                                       "command_id": command.id, "kind": command.kind,
+                                       "delivery": ctx.delivery, "worker": cfg.worker_id})
+            if self._stop.is_set():
+                if self._release(ctx) is _Outcome.RELEASED:  # claimed but not started: given back at once
+                    self.stats.released += 1
+                self.heartbeat.untrack(ctx)
+                continue
+            with self._lock:
+                future = pool.submit(self._run_one, ctx, policy.max_deliveries)
+                self._running[command.id] = (ctx, future)
+        return len(claimed)
+
+    def _slots(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.config.concurrency, thread_name_prefix="fencepost-slot")
+        return self._pool
+
+    def _run_one(self, ctx: CommandContext, max_deliveries: int) -> _Outcome:
+        """On a slot thread: the command's budget, then its handler, then what to do with its outcome."""
+        try:
+            if ctx.delivery > max_deliveries:
+                outcome = self._exhausted(ctx, max_deliveries)
+            else:
+                ctx.start()
+                if self._stop.is_set() and self._grace_over():
+                    ctx.interrupt(Interrupt.STOP)
+                outcome = self._handle(ctx)
+        except BaseException:  # pragma: no cover - an internal error must not hang the loop
+            log.exception("internal error while handling a command", extra={"command_id": ctx.command.id})
+            outcome = _Outcome.ABANDONED
+        self._returned.put((ctx, outcome))
+        self._wake.set()
+        return outcome
+
+    def _grace_over(self) -> bool:
+        with self._lock:
+            return self._grace_deadline is not None and time.monotonic() >= self._grace_deadline
+
+    def _handle(self, ctx: CommandContext) -> _Outcome:
+        """Run the handler and turn what it did into an outcome; a stop never becomes a verdict."""
+        handler = self.registry.get(ctx.command.kind)
+        try:
+            handler.handle(ctx)
+        except LeaseLost:
+            log.warning("lease lost; work stopped", extra={"event": "lease_lost", "command_id": ctx.command.id,
+                                                          "delivery": ctx.delivery})
+            return _Outcome.LOST
+        except StopRequested:
+            return self._release(ctx)
+        except (StoreUnavailable, EnvironmentFailed) as error:
+            # Leave the lease to expire: a takeover replays the command; nothing partial was committed, and
+            # a failure of this machine is not the command's verdict.
+            log.error("command abandoned to its lease", extra={"event": "command_abandoned",
+                                                              "command_id": ctx.command.id, "error": str(error)})
+            return _Outcome.ABANDONED
+        except TimeLimitExceeded as error:
+            return self._fail(ctx, str(error), timed_out=True)
+        except Exception as error:
+            if ctx.interrupted is Interrupt.STOP:
+                return self._release(ctx)  # what an interruption made fail is not the work's verdict
+            if ctx.interrupted is Interrupt.TIME_LIMIT and ctx.time_limit is not None:
+                return self._fail(ctx, str(TimeLimitExceeded(ctx.time_limit)), timed_out=True)
+            return self._fail(ctx, "".join(traceback.format_exception_only(type(error), error)).strip())
+        if ctx.finished:
+            return _Outcome.DONE
+        if ctx.lost:
+            return _Outcome.LOST
+        if ctx.interrupted is Interrupt.STOP:
+            return self._release(ctx)  # returned after an interruption: it may not have finished
+        return _Outcome.DELIVER
+
+    def _fail(self, ctx: CommandContext, text: str, *, timed_out: bool = False) -> _Outcome:
+        text = text[:MAX_ERROR_CHARS]
+        handler = self.registry.get(ctx.command.kind)
+
+        def unit(tx: FencedUnit) -> None:
+            handler.on_failure(tx, ctx, text)
+
+        try:
+            ctx.fenced(unit, name="outbox.fail", finish=CommandStatus.FAILED, error=text)
+        except LeaseLost:
+            return _Outcome.LOST
+        except StopRequested:
+            return self._release(ctx)
+        if timed_out:
+            self.stats.timed_out += 1
+        log.error("command failed", extra={"event": "command_failed", "command_id": ctx.command.id,
+                                           "delivery": ctx.delivery, "error": text})
+        return _Outcome.FAILED
+
+    def _exhausted(self, ctx: CommandContext, max_deliveries: int) -> _Outcome:
+        """The claim after the last allowed delivery: fail it under the lease, never run it again."""
+        outcome = self._fail(ctx, f"delivery budget exhausted ({ctx.delivery - 1}/{max_deliveries})")
+        if outcome is _Outcome.FAILED:
+            self.stats.exhausted += 1
+        return outcome
+
+    def _release(self, ctx: CommandContext) -> _Outcome:
+        try:
+            self.store.transact(lambda tx: tx.outbox.release(ctx.lease), name="outbox.release")
+        except LeaseLost:
+            return _Outcome.LOST
+        except StoreUnavailable as error:
+            log.warning("release failed; the lease will expire", extra={
+                "event": "release_failed", "command_id": ctx.command.id, "error": str(error)})
+            return _Outcome.ABANDONED
+        log.info("lease released", extra={"event": "released", "command_id": ctx.command.id,
+                                          "delivery": ctx.delivery})
+        return _Outcome.RELEASED
+
+    # ── completion ──
+    def _collect_returned(self) -> None:
+        """Account for the commands whose slot returned; queue those the worker has to mark DELIVERED."""
+        while True:
+            try:
+                ctx, outcome = self._returned.get_nowait()
+            except queue.Empty:
+                return
+            with self._lock:
+                self._running.pop(ctx.command.id, None)
+            if outcome is _Outcome.DELIVER:
+                if not self._to_deliver:
+                    self._first_returned = time.monotonic()
+                self._to_deliver.append(ctx)
+                continue
+            self.heartbeat.untrack(ctx)
+            if outcome is _Outcome.DONE:
+                self.stats.delivered += 1
+            elif outcome is _Outcome.FAILED:
+                self.stats.failed += 1
+            elif outcome is _Outcome.LOST:
+                self.stats.lost += 1
+            elif outcome is _Outcome.RELEASED:
+                self.stats.released += 1
+
+    def _deliver_returned(self, *, pipelined: bool) -> None:
+        """One fenced transaction marking every returned command DELIVERED (ADR 0008); on PostgreSQL, while
+        claiming goes on, on a completer thread (at most one completion in flight)."""
+        to_finish = list(self._to_deliver)
+        self._to_deliver.clear()
+        self._first_returned = None
+        if not to_finish:
+            return
+        if pipelined and self._completer is not None:
+            self._collect_completion()
+            self._pending = (to_finish, self._completer.submit(self._complete, to_finish))
+            return
+        try:
+            outcome = self._complete(to_finish)
+        except StoreUnavailable as error:
+            # The commands stay PROCESSING and a takeover replays them.
+            log.warning("store unavailable", extra={"event": "store_unavailable", "error": str(error)})
+            return
+        self._apply_outcome(to_finish, outcome)
+
+    def _complete(self, contexts: list[CommandContext]) -> list[bool]:
+        """The completion transaction; the leases stay tracked by the heartbeat until it has committed."""
+        try:
+            for ctx in contexts:
+                ctx.completing = True
+            outcome: list[bool] = self.store.transact(
+                lambda tx: tx.outbox.finish_many([c.lease for c in contexts]), name="outbox.deliver")
+            for ctx, ok in zip(contexts, outcome, strict=True):
+                if ok:
+                    ctx.finished = True  # the heartbeat stops renewing it at once
+            return outcome
+        finally:
+            for ctx in contexts:
+                self.heartbeat.untrack(ctx)
+
+    def _collect_completion(self) -> None:
+        """Wait for the completion in flight (if any) and account for it on this thread."""
+        if self._pending is None:
+            return
+        to_finish, future = self._pending
+        self._pending = None
+        try:
+            outcome = future.result()
+        except StoreUnavailable as error:
+            log.warning("store unavailable", extra={"event": "store_unavailable", "error": str(error)})
+            return
+        self._apply_outcome(to_finish, outcome)
+
+    def _apply_outcome(self, contexts: list[CommandContext], outcome: list[bool]) -> None:
+        for ctx, ok in zip(contexts, outcome, strict=True):
+            if ok:
+                self.stats.delivered += 1
+            else:
+                self.stats.lost += 1
+                log.warning("lease lost before delivery", extra={"event": "lease_lost",
+                                                                 "command_id": ctx.command.id})
+
+    # ── waiting and stopping ──
+    def _wait(self, seconds: float) -> None:
+        """Wait until a slot returns, ``wake``, or ``seconds`` (less while a returned command waits for its
+        completion); enforce time limits meanwhile."""
+        timeout = min(seconds, 0.25)
+        if self._first_returned is not None:
+            timeout = min(timeout, max(0.0, self._first_returned + COMPLETION_DELAY_SECONDS - time.monotonic()))
+        self._wake.wait(timeout)
+        self._wake.clear()
+        with self._lock:
+            running = [ctx for ctx, _ in self._running.values()]
+        for ctx in running:
+            ctx.should_interrupt()  # a handler past its time limit is interrupted even if it never checks
+        self._collect_returned()
 
     def _idle_wait(self, *, first: bool) -> None:
         """Wait for new work: up to the poll interval, less when it is announced (ADR 0014) or on ``wake``.
@@ -169,143 +545,36 @@ class Worker:
         self._waiter.wait_for_work(self.config.poll_interval, wake=self._wake)
         self._wake.clear()
 
-    def run_once(self, *, pipelined: bool = False) -> int:
-        """Claim one batch and handle it. Returns the number of commands claimed.
+    def _drain(self) -> None:
+        """After a stop: running commands finish within the grace period, are then interrupted, and after a
+        bounded wait any still running gets its lease released anyway."""
+        while self.in_flight and not self._grace_over():
+            self._wait(0.25)
+            self._deliver_returned(pipelined=False)
+        if self.in_flight:
+            self._interrupt_running()
+            give_up = time.monotonic() + INTERRUPT_WAIT_SECONDS
+            while self.in_flight and time.monotonic() < give_up:
+                self._wait(0.05)
+        with self._lock:
+            stuck = [ctx for ctx, _ in self._running.values()]
+        for ctx in stuck:
+            log.error("handler did not stop when interrupted; releasing its lease", extra={
+                "event": "handler_stuck", "command_id": ctx.command.id})
+            if self._release(ctx) is _Outcome.RELEASED:
+                self.stats.released += 1
+        self._collect_returned()
+        self._deliver_returned(pipelined=False)
 
-        By default the batch's completion (one fenced transaction marking the returned commands DELIVERED)
-        has committed when this returns. With ``pipelined=True`` (what ``run`` uses) that completion is
-        handed to a background thread and commits while this thread claims and handles the next batch;
-        at most one completion is in flight (the next one waits for it), the leases stay tracked by the
-        heartbeat until it commits, and ``run`` collects it before any idle wait and before returning.
-        Each completion is the same transaction either way, fenced by every lease's own token.
-        """
-        cfg = self.config
-        claimed = self.store.transact(
-            lambda tx: tx.outbox.claim(owner=cfg.worker_id, kinds=self.registry.kinds, limit=cfg.batch_size,
-                                       lease_seconds=cfg.lease_seconds), name="outbox.claim")
-        if not claimed:
-            return 0
-        self.stats.claimed += len(claimed)
-        contexts = [CommandContext(self.store, c, cfg.lease_seconds, self._stop) for c in claimed]
-        for ctx in contexts:
-            self.heartbeat.track(ctx)
-            log.info("claimed", extra={"event": "takeover" if ctx.delivery > 1 else "claimed",
-                                       "command_id": ctx.command.id, "kind": ctx.command.kind,
-                                       "delivery": ctx.delivery, "worker": cfg.worker_id})
-        to_finish: list[CommandContext] = []
-        handed_over = False
-        try:
-            for ctx in contexts:
-                if self._stop.is_set():
-                    self._release(ctx)
-                    continue
-                if self._handle(ctx):
-                    to_finish.append(ctx)
-            if pipelined and self._completer is not None:
-                self._collect_completion()
-                self._pending = (to_finish, self._completer.submit(self._complete, to_finish, contexts))
-                handed_over = True
-            else:
-                self._apply_outcome(to_finish, self._deliver(to_finish))
-        finally:
-            if not handed_over:
-                for ctx in contexts:
-                    self.heartbeat.untrack(ctx)
-        return len(claimed)
-
-    def _complete(self, to_finish: list[CommandContext], contexts: list[CommandContext]) -> list[bool]:
-        """Background completion of one batch; the leases stay tracked until it has committed."""
-        try:
-            return self._deliver(to_finish)
-        finally:
-            for ctx in contexts:
-                self.heartbeat.untrack(ctx)
-
-    def _collect_completion(self) -> None:
-        """Wait for the completion in flight (if any) and account for it on this thread."""
-        if self._pending is None:
-            return
-        to_finish, future = self._pending
-        self._pending = None
-        try:
-            outcome = future.result()
-        except StoreUnavailable as error:
-            # As in the synchronous path: the commands stay PROCESSING and a takeover replays them.
-            log.warning("store unavailable", extra={"event": "store_unavailable", "error": str(error)})
-            return
-        self._apply_outcome(to_finish, outcome)
-
-    def _handle(self, ctx: CommandContext) -> bool:
-        """Run the handler; True when the worker still has to mark the command DELIVERED."""
-        handler = self.registry.get(ctx.command.kind)
-        try:
-            handler.handle(ctx)
-        except LeaseLost:
-            self.stats.lost += 1
-            log.warning("lease lost; work stopped", extra={"event": "lease_lost", "command_id": ctx.command.id,
-                                                          "delivery": ctx.delivery})
-            return False
-        except StopRequested:
-            self._release(ctx)
-            return False
-        except (StoreUnavailable, EnvironmentFailed) as error:
-            # Leave the lease to expire: a takeover replays the command; nothing partial was committed, and
-            # a failure of this machine is not the command's verdict.
-            log.error("command abandoned to its lease", extra={"event": "command_abandoned",
-                                                              "command_id": ctx.command.id, "error": str(error)})
-            return False
-        except Exception as error:
-            self._fail(ctx, error)
-            return False
-        if ctx.finished:
-            self.stats.delivered += 1
-            return False
-        return True
-
-    def _fail(self, ctx: CommandContext, error: BaseException) -> None:
-        text = "".join(traceback.format_exception_only(type(error), error)).strip()[:MAX_ERROR_CHARS]
-        handler = self.registry.get(ctx.command.kind)
-
-        def unit(tx: FencedUnit) -> None:
-            handler.on_failure(tx, ctx, text)
-
-        try:
-            ctx.fenced(unit, name="outbox.fail", finish=CommandStatus.FAILED, error=text)
-            self.stats.failed += 1
-            log.error("command failed", extra={"event": "command_failed", "command_id": ctx.command.id,
-                                               "delivery": ctx.delivery, "error": text})
-        except LeaseLost:
-            self.stats.lost += 1
-
-    def _release(self, ctx: CommandContext) -> None:
-        try:
-            self.store.transact(lambda tx: tx.outbox.release(ctx.lease), name="outbox.release")
-            self.stats.released += 1
-            log.info("lease released", extra={"event": "released", "command_id": ctx.command.id,
-                                              "delivery": ctx.delivery})
-        except LeaseLost:
-            self.stats.lost += 1
-
-    def _deliver(self, contexts: list[CommandContext]) -> list[bool]:
-        """One fenced transaction marking every returned command DELIVERED (ADR 0008)."""
-        if not contexts:
-            return []
-        for ctx in contexts:
-            ctx.completing = True
-        outcome: list[bool] = self.store.transact(lambda tx: tx.outbox.finish_many([c.lease for c in contexts]),
-                                                  name="outbox.deliver")
-        for ctx, ok in zip(contexts, outcome, strict=True):
-            if ok:
-                ctx.finished = True  # the heartbeat stops renewing it at once
-        return outcome
-
-    def _apply_outcome(self, contexts: list[CommandContext], outcome: list[bool]) -> None:
-        for ctx, ok in zip(contexts, outcome, strict=True):
-            if ok:
-                self.stats.delivered += 1
-            else:
-                self.stats.lost += 1
-                log.warning("lease lost before delivery", extra={"event": "lease_lost",
-                                                                 "command_id": ctx.command.id})
-
-
+    def _shutdown(self) -> None:
+        self._collect_completion()
+        if self._waiter is not None:
+            self._waiter.close()
+            self._waiter = None
+        if self._completer is not None:
+            self._completer.shutdown(wait=True)
+            self._completer = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+        self.heartbeat.stop()

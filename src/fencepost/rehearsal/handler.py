@@ -20,7 +20,7 @@ from fencepost.catalog.manifest import PackageSpec, package_from_run
 from fencepost.core.errors import LeaseLost
 from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus
 from fencepost.evidence.receipts import seal
-from fencepost.outbox.context import CommandContext
+from fencepost.outbox.context import CommandContext, Interrupt, StopRequested, TimeLimitExceeded
 from fencepost.rehearsal.sandbox import Sandbox, SandboxEnvironmentError, is_environment_error
 from fencepost.rehearsal.scenarios import SCENARIOS, ScenarioEnv, ScenarioFailed
 from fencepost.rehearsal.target import LocalFileTarget
@@ -84,7 +84,7 @@ class AttemptHandler:
         discard_stale_sandboxes(attempt_dir, delivery)
         try:
             sandbox = Sandbox(attempt_dir / f"d{delivery}-{secrets.token_hex(4)}", package.functions,
-                              lambda: ctx.lost)
+                              ctx.should_interrupt)
         except OSError as error:
             # A misconfigured worker (its work dir is not a usable directory) fails the Attempt visibly, as
             # a handler error, without a server path in the message.
@@ -103,7 +103,7 @@ class AttemptHandler:
         sandbox_id = "sbx_" + secrets.token_hex(8)
         last = len(SCENARIOS)
         for position, (code, scenario) in enumerate(SCENARIOS, start=1):
-            ctx.check()
+            _check_stop(ctx)  # past the time limit, the scenario itself is interrupted and records it
             env.extras = {}
             started = time.monotonic()
             error: str | None = None
@@ -116,9 +116,14 @@ class AttemptHandler:
                 if is_environment_error(failure):  # e.g. while fingerprinting tables
                     raise SandboxEnvironmentError(f"sandbox storage failed: {failure}") from None
                 raise
-            # Lost while the scenario ran (abort, takeover): stop here, claim no outcome, log no success.
-            # An interrupted statement after lease loss is not a scenario failure either.
-            ctx.check_lease()
+            # Lost while the scenario ran (abort, takeover), or interrupted by a stop: stop here, claim no
+            # outcome, log no success. An interrupted statement then is not a scenario failure either.
+            _check_stop(ctx)
+            limit: dict[str, Any] | None = None
+            if ctx.interrupted is Interrupt.TIME_LIMIT and ctx.time_limit is not None:
+                # Over its time limit: a definite outcome of the work, recorded with the limit (issue 10).
+                status, error = ReceiptStatus.FAILED, str(TimeLimitExceeded(ctx.time_limit))
+                limit = {"time_seconds": ctx.time_limit}
             evidence: dict[str, Any] = {
                 "scenario": code, "position": position, "status": str(status),
                 "package": {"name": package.name, "version": package.version,
@@ -130,6 +135,8 @@ class AttemptHandler:
             }
             if error is not None:
                 evidence["error"] = {"message": error}
+            if limit is not None:
+                evidence["limit"] = limit
             evidence.update(env.extras)
             text, fp = seal(evidence)
             log.info("scenario finished", extra={"event": "scenario_finished", "attempt_id": attempt_id,
@@ -177,3 +184,11 @@ class AttemptHandler:
         tx.rehearsal.lock_attempt(attempt_id)
         tx.rehearsal.abort_open_receipts(attempt_id)
         tx.rehearsal.finish_attempt(attempt_id, AttemptStatus.FAILED, error)
+
+
+def _check_stop(ctx: CommandContext) -> None:
+    """Raise ``LeaseLost`` when fenced out, ``StopRequested`` when a stop interrupted the Attempt."""
+    ctx.check_lease()
+    if ctx.interrupted is Interrupt.STOP:
+        raise StopRequested()
+

@@ -1,0 +1,159 @@
+"""Workers that are fair, bounded and stoppable (issue 10), with real ``fencepost`` subprocesses on SQLite.
+
+- a second Ctrl-C exits 130 at once and writes no verdict; another worker then delivers the Attempt;
+- a stuck command does not hold quick ones: a worker claims only what it can start now;
+- endless SQL under a time limit ends the Attempt with the limit in its evidence, and nothing runs it again;
+- a worker killed at the start of every delivery: after the budget, the budget verdict, no further claim;
+- ``fencepost rehearse`` interrupted by Ctrl-C exits 130 promptly and leaves no lease held.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+from acceptance_support import Env, slow_package, small_package, wait_until, write_package
+
+from fencepost.core.canonical import parse_json
+from helpers.processes import start, subprocess_env
+
+# A seed that never ends: the recursive CTE has no bound (the sandbox's progress handler can still stop it).
+ENDLESS = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c;\n"
+REHEARSAL_BUDGET = 5  # fencepost.cli.app.REHEARSAL_MAX_DELIVERIES
+
+
+def endless_package(root: Path) -> Path:
+    return write_package(root, "endless", seed_sql=ENDLESS)
+
+
+def enqueue(env: Env, package: Path) -> tuple[str, str]:
+    """Create a rehearsal of ``package`` and enqueue one Attempt: ``(run_id, attempt_id)``."""
+    created = env.cli("rehearsal", "create", str(package), "--json")
+    assert created.returncode == 0, created.describe()
+    run_id = created.json()["id"]
+    queued = env.cli("rehearsal", "attempt", run_id, "--json")
+    assert queued.returncode == 0, queued.describe()
+    return run_id, queued.json()["id"]
+
+
+def no_verdict(env: Env, attempt_id: str) -> None:
+    """Nothing was recorded for the interrupted delivery: no terminal Attempt, no sealed failure."""
+    attempt = env.db.attempt(attempt_id)
+    assert attempt["status"] in ("PENDING", "RUNNING"), attempt
+    assert attempt["command_status"] in ("PENDING", "PROCESSING"), attempt
+    for receipt in env.db.receipts(attempt_id):
+        assert receipt["status"] in ("PENDING", "RUNNING", "SUCCEEDED"), receipt
+        if receipt["status"] != "SUCCEEDED":
+            assert receipt["evidence"] is None and receipt["evidence_fingerprint"] is None, receipt
+
+
+def test_a_second_ctrl_c_exits_130_and_records_no_verdict(migrated: Env) -> None:
+    run_id, attempt_id = enqueue(migrated, slow_package(migrated.root / "slow"))
+    worker = migrated.start_worker("a", lease_seconds=30.0)
+    migrated.wait_receipt(attempt_id, 3, "RUNNING")  # the slow seed scenario runs
+    worker.send(signal.SIGINT)
+    time.sleep(0.5)
+    worker.send(signal.SIGINT)
+    assert worker.wait_exit(timeout=15) == 130, worker.describe()
+    no_verdict(migrated, attempt_id)
+    assert not [e for e in worker.logs() if e.get("event") == "command_failed"], worker.stderr
+    command = migrated.db.attempt(attempt_id)
+    assert command["command_status"] == "PENDING", "the lease was released on the way out"
+    assert [e["event"] for e in migrated.db.lease_events(command["command_id"])][-1] == "release"
+    second = migrated.start_worker("b")
+    assert migrated.wait_attempt(attempt_id)["status"] == "SUCCEEDED"
+    second.stop_cleanly()
+    gate = migrated.cli("rehearsal", "gate", run_id, "--json")
+    assert gate.returncode == 0 and gate.json()["passed"], gate.describe()
+
+
+def test_a_stuck_command_does_not_hold_quick_ones_and_sigterm_releases_it(migrated: Env) -> None:
+    _, stuck = enqueue(migrated, endless_package(migrated.root / "endless"))
+    quick = [enqueue(migrated, small_package(migrated.root / f"quick{i}"))[1] for i in range(3)]
+    first = migrated.start_worker("a", extra=["--concurrency", "1", "--batch-size", "10", "--grace-period", "0"])
+    migrated.wait_receipt(stuck, 3, "RUNNING")
+    other = migrated.start_worker("b")
+    for attempt_id in quick:
+        done = migrated.wait_attempt(attempt_id)
+        assert done["status"] == "SUCCEEDED" and done["lease_owner"] is None
+    quick_commands = {migrated.db.attempt(a)["command_id"] for a in quick}
+    assert {e["command_id"] for e in other.logs() if e.get("event") == "claimed"} == quick_commands
+    assert migrated.db.attempt(stuck)["status"] == "RUNNING", "the stuck one still runs on the first worker"
+    claimed_by_first = [e["command_id"] for e in first.logs() if e.get("event") in ("claimed", "takeover")]
+    assert claimed_by_first == [migrated.db.attempt(stuck)["command_id"]], "the first worker hoarded nothing"
+    other.stop_cleanly()
+    first.send(signal.SIGTERM)
+    assert first.wait_exit(timeout=20) == 0, first.describe()
+    no_verdict(migrated, stuck)
+    command = migrated.db.attempt(stuck)
+    assert command["command_status"] == "PENDING" and command["lease_owner"] is None
+    events = [e["event"] for e in migrated.db.lease_events(command["command_id"])]
+    assert [e for e in events if e != "heartbeat"] == ["claim", "release"], events
+
+
+def test_endless_sql_under_a_time_limit_fails_with_the_limit_and_never_runs_again(migrated: Env) -> None:
+    _, attempt_id = enqueue(migrated, endless_package(migrated.root / "endless"))
+    worker = migrated.start_worker("a", extra=["--time-limit", "rehearsal.attempt=2"])
+    failed = migrated.wait_attempt(attempt_id)
+    assert failed["status"] == "FAILED" and failed["command_status"] == "FAILED", failed
+    assert "time limit exceeded (2 s)" in failed["error"]
+    receipt = migrated.db.receipts(attempt_id)[2]
+    assert receipt["status"] == "FAILED"
+    evidence = parse_json(receipt["evidence"])
+    assert isinstance(evidence, dict) and evidence["limit"] == {"time_seconds": 2.0}
+    assert evidence["error"]["message"] == "time limit exceeded (2 s)"
+    time.sleep(1.0)
+    worker.stop_cleanly()
+    assert failed["delivery_count"] == migrated.db.attempt(attempt_id)["delivery_count"] == 1
+    assert migrated.cli("audit").returncode == 0
+
+
+def test_a_worker_killed_at_every_delivery_ends_with_the_budget_verdict(migrated: Env) -> None:
+    _, attempt_id = enqueue(migrated, small_package(migrated.root / "tiny"))
+    command_id = migrated.db.attempt(attempt_id)["command_id"]
+    killed = 0
+    while migrated.db.attempt(attempt_id)["status"] not in ("SUCCEEDED", "FAILED", "ABORTED"):
+        assert killed <= REHEARSAL_BUDGET, "the worker ran the command past its budget"
+        worker = migrated.start_worker(f"k{killed}", lease_seconds=1.0,
+                                       env={"FENCEPOST_CRASHPOINT": "rehearsal.start:before-commit"})
+        wait_until(lambda w=worker: not w.alive or migrated.db.attempt(attempt_id)["status"] == "FAILED",
+                   what="the worker to die at the start of its delivery, or the budget verdict")
+        if worker.alive:
+            worker.stop_cleanly()
+        else:
+            killed += 1
+    attempt = migrated.db.attempt(attempt_id)
+    assert killed == REHEARSAL_BUDGET
+    assert attempt["status"] == "FAILED" and attempt["command_status"] == "FAILED"
+    assert attempt["error"] == f"delivery budget exhausted ({REHEARSAL_BUDGET}/{REHEARSAL_BUDGET})"
+    assert attempt["delivery_count"] == REHEARSAL_BUDGET + 1
+    events = [e["event"] for e in migrated.db.lease_events(command_id)]
+    assert events.count("claim") + events.count("takeover") == REHEARSAL_BUDGET + 1
+    assert events[-1] == "fail"
+    last = migrated.start_worker("after")
+    time.sleep(1.0)
+    last.stop_cleanly()
+    assert migrated.db.attempt(attempt_id)["delivery_count"] == REHEARSAL_BUDGET + 1, "claimed again"
+
+
+def test_rehearse_interrupted_by_ctrl_c_exits_130_and_leaves_no_lease(migrated: Env) -> None:
+    package = slow_package(migrated.root / "slow")
+    proc = start(["rehearse", str(package), "-d", migrated.url, "--work-dir", str(migrated.work_dir)],
+                 name="rehearse", stdout_path=migrated.root / "rehearse.out",
+                 stderr_path=migrated.root / "rehearse.err", cwd=migrated.root, env=subprocess_env())
+    migrated.workers.append(proc)
+    attempt_id = wait_until(
+        lambda: next((r["id"] for r in migrated.db.rows("SELECT id FROM rehearsal_attempts")), None),
+        what="an Attempt")
+    migrated.wait_receipt(attempt_id, 3, "RUNNING")
+    sent = time.monotonic()
+    proc.send(signal.SIGINT)
+    assert proc.wait_exit(timeout=15) == 130, proc.describe()
+    took = time.monotonic() - sent
+    no_verdict(migrated, attempt_id)
+    attempt = migrated.db.attempt(attempt_id)
+    assert attempt["command_status"] == "PENDING" and attempt["lease_owner"] is None, attempt
+    assert "interrupted" in proc.stderr
+    (migrated.root / "rehearse-interrupt.json").write_text(json.dumps({"seconds_to_exit": took}))
