@@ -83,13 +83,15 @@ def migrate(database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
 
 #: Deliveries of one rehearsal Attempt before it ends FAILED with its lease history (issue 10).
 REHEARSAL_MAX_DELIVERIES = 5
+#: Seconds one rehearsal scenario may run (``--time-limit rehearsal.attempt=SECONDS`` overrides it).
+REHEARSAL_SCENARIO_TIME_LIMIT = 600.0
 
 
 def build_worker(store: Store, work_dir: Path, config: WorkerConfig, keep_sandboxes: bool = False) -> Worker:
     """A worker with every built-in command kind registered, each with its bounds."""
     registry = HandlerRegistry()
     registry.register(KIND, AttemptHandler(work_dir, keep_sandboxes=keep_sandboxes),
-                      max_deliveries=REHEARSAL_MAX_DELIVERIES)
+                      time_limit=REHEARSAL_SCENARIO_TIME_LIMIT, max_deliveries=REHEARSAL_MAX_DELIVERIES)
     return Worker(store, registry, config)
 
 

@@ -103,7 +103,8 @@ class AttemptHandler:
         sandbox_id = "sbx_" + secrets.token_hex(8)
         last = len(SCENARIOS)
         for position, (code, scenario) in enumerate(SCENARIOS, start=1):
-            _check_stop(ctx)  # past the time limit, the scenario itself is interrupted and records it
+            _check_stop(ctx)
+            ctx.start()  # a rehearsal's time limit is per scenario (issue 10): each gets the whole limit
             env.extras = {}
             started = time.monotonic()
             error: str | None = None
