@@ -16,6 +16,8 @@ import pytest
 
 from fencepost.testing import (
     CONTRACTS,
+    AdmissionContract,
+    CatalogContract,
     ConcurrencyContract,
     ContractBackend,
     OutboxContract,
@@ -39,6 +41,14 @@ class TestOutbox(OutboxContract):
 
 
 class TestRehearsal(RehearsalContract):
+    pass
+
+
+class TestCatalog(CatalogContract):
+    pass
+
+
+class TestAdmission(AdmissionContract):
     pass
 
 

@@ -31,7 +31,9 @@ except ImportError as error:  # pragma: no cover - exercised in a subprocess by 
                       "install it with `pip install pytest` (or fencepost's dev extra, `pip install fencepost[dev]`)"
                       ) from error
 
+from fencepost.testing.admission import AdmissionContract
 from fencepost.testing.backend import ContractBackend, ContractHarness, StoreContract
+from fencepost.testing.catalog import CatalogContract
 from fencepost.testing.concurrency import ConcurrencyContract
 from fencepost.testing.outbox import OutboxContract
 from fencepost.testing.rehearsal import RehearsalContract
@@ -39,10 +41,12 @@ from fencepost.testing.unit_of_work import UnitOfWorkContract
 
 #: Every contract class, for a backend that runs them all.
 CONTRACTS: tuple[type[StoreContract], ...] = (
-    OutboxContract, RehearsalContract, UnitOfWorkContract, ConcurrencyContract)
+    OutboxContract, RehearsalContract, CatalogContract, AdmissionContract, UnitOfWorkContract, ConcurrencyContract)
 
 __all__ = [
     "CONTRACTS",
+    "AdmissionContract",
+    "CatalogContract",
     "ConcurrencyContract",
     "ContractBackend",
     "ContractHarness",
