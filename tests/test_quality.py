@@ -46,6 +46,29 @@ def test_layers_never_import_upward() -> None:
     assert not offenders, "upward imports:\n" + "\n".join(offenders)
 
 
+def importers_of_testing(root: Path) -> list[str]:
+    """Modules under ``root`` (the ``fencepost`` package) outside ``testing/`` that import ``fencepost.testing``."""
+    found = []
+    for path in root.rglob("*.py"):
+        if path.relative_to(root).parts[0] == "testing":
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            words = line.strip().split()
+            if words[:1] in (["from"], ["import"]) and len(words) > 1 and (
+                    words[1] == "fencepost.testing" or words[1].startswith("fencepost.testing.")):
+                found.append(f"{path.relative_to(root).as_posix()}: {line.strip()}")
+    return found
+
+
+def test_nothing_in_fencepost_imports_the_testing_layer(tmp_path: Path) -> None:
+    """``fencepost.testing`` is test infrastructure (the store contract suite, which needs pytest): level 6 in
+    ``LAYERS``, but no module, not even ``cli`` above it, may import it."""
+    assert importers_of_testing(ROOT / "src" / "fencepost") == []
+    (tmp_path / "cli").mkdir()
+    (tmp_path / "cli" / "app.py").write_text("from fencepost.testing.outbox import insert\n", encoding="utf-8")
+    assert importers_of_testing(tmp_path) == ["cli/app.py: from fencepost.testing.outbox import insert"]
+
+
 def _table_rows(text: str) -> dict[str, int]:
     """``package -> level`` from a layer table: reStructuredText (the docstring) or Markdown (the docs)."""
     rows: dict[str, int] = {}

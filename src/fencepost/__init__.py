@@ -1,7 +1,8 @@
 """fencepost: durable, fenced execution of side-effecting work.
 
 Layers (``docs/architecture.md``, ADR 0015). A module imports only from its own layer or a lower one; a test
-holds this table, ``LAYERS`` and the architecture document to one another.
+holds this table, ``LAYERS`` and the architecture document to one another. ``testing`` (the store contract
+suite, test infrastructure) is imported by no fencepost module.
 
 =====  ========================================  ===========================================================
 level  packages                                  owns
@@ -11,7 +12,7 @@ level  packages                                  owns
 3      catalog, outbox                           package format, publication lifecycle; fenced command outbox
 4      evidence, workflows                       sealed evidence, comparison, gate; workflow admission
 5      rehearsal                                 the plugin delivery rehearsal
-6      api, ui                                   HTTP API, operator page
+6      api, ui, testing                          HTTP API, operator page; the store contract suite
 7      cli                                       the command line
 =====  ========================================  ===========================================================
 """
@@ -20,4 +21,4 @@ __version__ = "0.1.0"
 
 #: Package -> layer level; imports may only point to the same or a lower level.
 LAYERS = {"core": 1, "store": 2, "catalog": 3, "outbox": 3, "evidence": 4, "workflows": 4, "rehearsal": 5,
-          "api": 6, "ui": 6, "cli": 7}
+          "api": 6, "ui": 6, "testing": 6, "cli": 7}

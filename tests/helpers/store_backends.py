@@ -1,5 +1,8 @@
 """Store backends for the contract suite: ``sqlite-wal``, ``sqlite-delete`` and ``postgres``.
 
+A ``StoreBackend`` is also a ``fencepost.testing.ContractBackend``: ``tests/store/test_contract_suite.py`` runs
+the shipped contract classes on each selected backend through it.
+
 Environment:
     FENCEPOST_TEST_BACKENDS: comma-separated subset of the backends to run (default: all three). When it
         includes ``postgres`` and the server cannot be reached, postgres tests FAIL rather than skip.
@@ -20,14 +23,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import psycopg
 from psycopg import sql
 
 from fencepost.core.clock import ManualClock
-from fencepost.store import Store, open_store
+from fencepost.store import Store, UnitOfWork, open_store
 
 ALL_BACKENDS = ("sqlite-wal", "sqlite-delete", "postgres")
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -122,6 +125,15 @@ class StoreBackend:
     @property
     def is_postgres(self) -> bool:
         return self.name == "postgres"
+
+    @property
+    def location(self) -> str:
+        """The database's URL, which no store message may show (``ContractBackend.location``)."""
+        return self.url
+
+    def inspect(self, tx: UnitOfWork, sql: str) -> list[tuple[Any, ...]]:
+        """Parameterless SQL in ``tx`` through the SQL unit's ``execute_raw`` (``ContractBackend.inspect``)."""
+        return cast(list[tuple[Any, ...]], cast(Any, tx).execute_raw(sql))
 
     def open(self, **extra: Any) -> Store:
         """Open another store on this backend's database (closed at teardown)."""
