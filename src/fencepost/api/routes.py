@@ -1,5 +1,6 @@
 """The JSON endpoints. Plain ``def`` handlers: FastAPI runs them in its threadpool, so blocking store
-calls never stall the event loop. Handlers call ``RehearsalService`` and ``views`` only.
+calls never stall the event loop. Handlers call ``RehearsalService`` and ``views`` only (``GET /workers``: the
+worker census of ``fencepost.outbox.registry``, through ``ApiContext``).
 """
 
 from __future__ import annotations
