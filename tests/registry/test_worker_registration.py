@@ -4,6 +4,7 @@ transaction, and never raise; the liveness rule and the purge of old expired row
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -195,3 +196,33 @@ def test_the_census_splits_live_from_expired_by_the_stores_clock(store: Store, b
     assert [w.id for w in census.live] == ["beating"]
     assert [w.id for w in census.expired] == ["silent"]
     assert [w.id for w in census.serving(KIND)] == ["beating"]
+
+
+def test_a_beat_while_start_is_writing_is_skipped_not_waited_for(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    reg = registration(store)
+    inside, release = threading.Event(), threading.Event()
+    real = store.transact
+
+    def slow_transact(fn: Any, **kwargs: Any) -> Any:
+        inside.set()
+        assert release.wait(30)
+        return real(fn, **kwargs)
+
+    monkeypatch.setattr(store, "transact", slow_transact)
+    starting = threading.Thread(target=reg.start)
+    beats: list[bool] = []
+    beating = threading.Thread(target=lambda: beats.append(reg.beat(in_flight=1)))
+    starting.start()
+    try:
+        assert inside.wait(30)
+        beating.start()
+        beating.join(10)
+        assert beats == [False]                    # at once: the heartbeat thread never waits for start
+        assert real(lambda tx: tx.workers.list_workers(), write=False) == []
+    finally:
+        release.set()
+        starting.join(30)
+        if beating.is_alive():
+            beating.join(30)
+    assert [w.in_flight for w in rows(store)] == [0]
+    assert reg.beat(in_flight=1) is True

@@ -135,26 +135,30 @@ class WorkerRegistration:
         """Renew the row (transaction ``workers.beat``) with ``in_flight``, the commands held now (>= 0).
 
         A row that is gone (never written, or expired and deleted) is written anew in the same transaction.
-        Unlike ``start`` and ``stop`` it makes one attempt, without ``Store.transact``'s busy retry.
+        Unlike ``start`` and ``stop`` it makes one attempt, without ``Store.transact``'s busy retry, and it is
+        skipped (False) while ``start`` or ``stop`` is writing.
 
         Returns:
-            True when renewed; False after ``stop`` or when the store failed (logged, never raised: the next
-            beat tries again).
+            True when renewed; False when skipped, after ``stop``, or when the store failed (logged, never
+            raised: the next beat tries again).
         """
-        with self._lock:
+        # The heartbeat thread also renews leases: it never waits for an advisory row. A beat while ``start`` or
+        # ``stop`` writes is skipped, and a beat makes one attempt, without busy retries; the next beat retries.
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
             if self._stopped:
                 return False
-            try:
-                # One attempt, no busy retry: the heartbeat thread also renews leases and must not wait out
-                # a contended store for an advisory row; the next beat is the retry.
-                with self.store.transaction(name=BEAT) as tx:
-                    renewed = tx.workers.beat(self.worker_id, in_flight=in_flight)
-                    reregistered = renewed is None
-                    record = renewed if renewed is not None else self._register(tx, in_flight)
-                self.record = record
-            except Exception as error:
-                _failed("worker heartbeat failed; the next one retries", "worker_beat_failed", self.worker_id, error)
-                return False
+            with self.store.transaction(name=BEAT) as tx:
+                renewed = tx.workers.beat(self.worker_id, in_flight=in_flight)
+                reregistered = renewed is None
+                record = renewed if renewed is not None else self._register(tx, in_flight)
+            self.record = record
+        except Exception as error:
+            _failed("worker heartbeat failed; the next one retries", "worker_beat_failed", self.worker_id, error)
+            return False
+        finally:
+            self._lock.release()
         if reregistered:
             log.warning("worker registration was gone; registered again",
                         extra={"event": "worker_reregistered", "worker": self.worker_id})
