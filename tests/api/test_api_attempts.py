@@ -42,7 +42,9 @@ def test_enqueue_returns_202_with_a_pending_attempt_and_runs_nothing(api: Api) -
     assert attempt["status"] == "PENDING" and attempt["seq"] == 1 and attempt["started_at"] is None
     assert attempt["outbox"] | {"command_id": None, "available_at": None} == {
         "command_id": None, "available_at": None, "status": "PENDING", "lease_owner": None, "lease_until": None,
-        "last_heartbeat_at": None, "delivery_count": 0, "lease_expired": False}
+        "last_heartbeat_at": None, "delivery_count": 0, "lease_expired": False, "kind": KIND,
+        # no worker runs in these tests, and none is registered: the Attempt says so (ADR 0019)
+        "pending_seconds": 0.0, "live_workers": 0, "no_live_worker": True}
     assert [r["scenario"] for r in attempt["receipts"]] == SCENARIOS
     assert {r["status"] for r in attempt["receipts"]} == {"PENDING"}
     assert not api.work_dir.exists(), "the request must never open a sandbox"
@@ -176,7 +178,8 @@ def test_abort_a_processing_attempt_fences_the_lease(api: Api) -> None:
     assert response.status_code == 200
     assert response.json()["outbox"] | {"command_id": None, "available_at": None, "last_heartbeat_at": None} == {
         "command_id": None, "available_at": None, "last_heartbeat_at": None, "status": "ABORTED",
-        "lease_owner": None, "lease_until": None, "delivery_count": 1, "lease_expired": False}
+        "lease_owner": None, "lease_until": None, "delivery_count": 1, "lease_expired": False, "kind": KIND,
+        "pending_seconds": None, "live_workers": 0, "no_live_worker": False}
     assert api.sql("SELECT lease_token FROM commands") == [(None,)]
 
 

@@ -30,6 +30,7 @@ PATHS = {
     "/delivery-rehearsals/{rehearsalId}/attempts/{attemptId}/abort": {"post"},
     "/delivery-rehearsals/{rehearsalId}/attempt-comparison": {"get"},
     "/delivery-rehearsals/{rehearsalId}/release-gate": {"get"},
+    "/workers": {"get"},
 }
 
 

@@ -1,6 +1,6 @@
 """SIGKILL at every commit boundary of the outbox and rehearsal paths, then restart and converge; and the
 meta-test that every named transaction of ``src/fencepost`` has such windows (here, in ``package_flows``,
-``deliver_flow`` or ``tests/workflows/test_wf_crash.py``).
+``deliver_flow``, ``registry_flow`` or ``tests/workflows/test_wf_crash.py``).
 
 For each window of ``crash_flows.WINDOWS`` (each crash point on each side of COMMIT) the real CLI or worker
 is killed there, restarted, and the flow must converge to the crash-free reference of the same backend:
@@ -23,6 +23,7 @@ from crash_flows import NOT_COVERED, WINDOWS, References, Window, drain, require
 from crash_harness import Workers, cli, crash_db
 from deliver_flow import WINDOWS as DELIVER_WINDOWS
 from package_flows import WINDOWS as PACKAGE_WINDOWS
+from registry_flow import WINDOWS as REGISTRY_WINDOWS
 from transaction_names import transaction_names
 
 from helpers.store_backends import BackendUnreachable
@@ -90,6 +91,7 @@ def crash_window_points() -> dict[str, tuple[str, ...]]:
         "tests/crash/crash_flows.py": tuple(w.point for w in WINDOWS),
         "tests/crash/package_flows.py": PACKAGE_WINDOWS,
         "tests/crash/deliver_flow.py": DELIVER_WINDOWS,
+        "tests/crash/registry_flow.py": REGISTRY_WINDOWS,
         "tests/workflows/test_wf_crash.py": _admission_windows(),
     }
 

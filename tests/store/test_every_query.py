@@ -140,6 +140,15 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
     publication = store.read(lambda tx: tx.catalog.all_publications())[0]
     catalog.withdraw("inventory", publication.version)
     assert {p.version for p in store.read(lambda tx: tx.catalog.all_publications())} == {"1.2.0", "1.3.0"}
+    # The worker registry: a registration's whole life, and one removed by age.
+    for worker_id in ("every-query-1", "every-query-2"):
+        store.transact(lambda tx, w=worker_id: tx.workers.register(
+            worker_id=w, host="h", pid=1, kinds=[KIND], concurrency=1, heartbeat_seconds=10, version="0"))
+    store.transact(lambda tx: tx.workers.beat("every-query-1", in_flight=1))
+    store.read(lambda tx: tx.workers.list_workers())
+    store.transact(lambda tx: tx.workers.deregister("every-query-1"))
+    backend.advance(0.05)
+    assert [w.id for w in store.transact(lambda tx: tx.workers.expire(0))] == ["every-query-2"]
     # SQLite's clock is the store's Clock, so nothing else runs its clock statement; run it once here.
     store.read(lambda tx: tx.run("store_now", {"now": tx.now()}))  # type: ignore[attr-defined]
 

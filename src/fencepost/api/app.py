@@ -18,7 +18,7 @@ from fencepost import __version__
 from fencepost.api import problems
 from fencepost.api.archive import MAX_EXTRACTED_BYTES
 from fencepost.api.context import ApiContext
-from fencepost.api.routes import health, router
+from fencepost.api.routes import health, router, workers
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store.base import Store
 
@@ -166,6 +166,7 @@ def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed
     problems.install(app)
     app.include_router(health)
     app.include_router(router)
+    app.include_router(workers)
     if ui:
         from fencepost.ui.pages import mount
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from fencepost.api.archive import MAX_EXTRACTED_BYTES
 from fencepost.core.errors import NotFound
-from fencepost.core.statuses import CommandStatus
+from fencepost.outbox.registry import WorkerCensus, census_view, read_census
 from fencepost.rehearsal import views
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store.base import Store
@@ -59,21 +59,26 @@ class ApiContext:
         if self.on_work is not None:
             self.on_work()
 
-    # ── views with the lease verdict the page needs ──
+    def census(self) -> WorkerCensus:
+        """The worker registry and the store's clock, read together (ADR 0019)."""
+        return read_census(self.store)
+
+    def workers_json(self) -> dict[str, Any]:
+        """``{"now", "live", "expired"}``: the registered workers, live ones apart from expired ones."""
+        return census_view(self.census())
+
+    # ── views with the lease verdict and the worker census the page needs ──
     @staticmethod
-    def attempt_json(attempt: AttemptRecord, receipts: list[ReceiptRecord], now: datetime,
+    def attempt_json(attempt: AttemptRecord, receipts: list[ReceiptRecord], census: WorkerCensus,
                      *, evidence: bool = False) -> dict[str, Any]:
-        view = views.attempt_view(attempt, receipts, evidence=evidence)
-        view["outbox"]["lease_expired"] = (attempt.command_status is CommandStatus.PROCESSING
-                                           and attempt.lease_until is not None and attempt.lease_until <= now)
-        return view
+        return views.attempt_view(attempt, receipts, evidence=evidence, census=census)
 
     def attempts_json(self, run_id: str) -> dict[str, Any]:
         """``{"now", "items"}`` for a Run's Attempts, oldest first."""
         attempts = self.service.attempts(run_id)
         receipts = {a.id: self.service.receipts(a.id) for a in attempts}
-        now = self.now()
-        return {"now": views.iso(now), "items": [self.attempt_json(a, receipts[a.id], now) for a in attempts]}
+        census = self.census()
+        return {"now": views.iso(census.now), "items": [self.attempt_json(a, receipts[a.id], census) for a in attempts]}
 
     def attempt_of(self, run_id: str, attempt_id: str) -> AttemptRecord:
         """The Attempt, only if it belongs to the Run (else ``NotFound``, as for an unknown id)."""

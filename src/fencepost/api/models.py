@@ -73,6 +73,13 @@ class Outbox(_Model):
     available_at: str
     lease_expired: bool = Field(description="PROCESSING and its deadline has passed by the store's clock: "
                                             "reconcile is possible.")
+    kind: str = Field(description="The command kind (which workers serve it).")
+    pending_seconds: float | None = Field(description="PENDING and due: seconds it has waited since it became due "
+                                                      "(available_at), by the store's clock; null otherwise.")
+    live_workers: int = Field(description="Live registered workers that serve this kind (GET /workers).")
+    no_live_worker: bool = Field(description="It waits for a worker now (PENDING and due, or an expired lease) "
+                                             "and no live worker serves its kind: nothing will run it until "
+                                             "one starts.")
 
 
 class Integrity(_Model):
@@ -152,6 +159,32 @@ class Gate(_Model):
     baseline_attempt_id: str | None
     checks: list[GateCheck]
     tampered_receipts: list[TamperedReceipt]
+
+
+class Worker(_Model):
+    """One worker registration (ADR 0019): a worker process as it last reported itself."""
+
+    id: str = Field(description="The worker id, also the lease owner name of what it claims.")
+    host: str
+    pid: int
+    kinds: list[str] = Field(description="The command kinds it claims.")
+    concurrency: int = Field(description="Its execution slots.")
+    in_flight: int = Field(description="Commands it held at its last heartbeat.")
+    heartbeat_seconds: float = Field(description="Its heartbeat interval (a third of its lease), seconds.")
+    version: str = Field(description="The fencepost version it runs.")
+    started_at: str
+    last_seen_at: str = Field(description="Its last heartbeat, by the store's clock (UTC).")
+    last_seen_seconds: float = Field(description="Seconds since last_seen_at, by the store's clock.")
+    live_until: str = Field(description="last_seen_at plus three heartbeat intervals: live before this instant.")
+    live: bool
+
+
+class WorkerList(_Model):
+    now: str = Field(description="The store's clock when the registry was read, UTC.")
+    live: list[Worker] = Field(description="Workers that renewed their registration within three heartbeat "
+                                           "intervals, oldest first.")
+    expired: list[Worker] = Field(description="Registrations that stopped renewing (the worker was killed, hung or "
+                                              "lost the store) and are not deleted yet.")
 
 
 class Live(_Model):

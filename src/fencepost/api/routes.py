@@ -1,5 +1,6 @@
 """The JSON endpoints. Plain ``def`` handlers: FastAPI runs them in its threadpool, so blocking store
-calls never stall the event loop. Handlers call ``RehearsalService`` and ``views`` only.
+calls never stall the event loop. Handlers call ``RehearsalService`` and ``views`` only (``GET /workers``: the
+worker census of ``fencepost.outbox.registry``, through ``ApiContext``).
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ Read = [Depends(read_access), Depends(schema_ready)]
 
 router = APIRouter(tags=["delivery rehearsals"])
 health = APIRouter(tags=["health"])
+workers = APIRouter(tags=["workers"])
 
 
 # ── health ──
@@ -133,7 +135,7 @@ def enqueue_attempt(rehearsal_id: RehearsalId, ctx: Ctx, response: Response) -> 
     attempt = ctx.service.enqueue_attempt(rehearsal_id)
     ctx.work_added()
     response.headers["Location"] = f"/delivery-rehearsals/{rehearsal_id}/attempts/{attempt.id}"
-    return ctx.attempt_json(attempt, ctx.service.receipts(attempt.id), ctx.now())
+    return ctx.attempt_json(attempt, ctx.service.receipts(attempt.id), ctx.census())
 
 
 @router.get("/delivery-rehearsals/{rehearsalId}/attempts", response_model=models.AttemptList, dependencies=Read,
@@ -149,7 +151,7 @@ def get_attempt(rehearsal_id: RehearsalId, attempt_id: AttemptId, ctx: Ctx,
                 evidence: Annotated[bool, Query(description="Include each Receipt's sealed evidence.")] = False,
                 ) -> dict[str, Any]:
     attempt = ctx.attempt_of(rehearsal_id, attempt_id)
-    return ctx.attempt_json(attempt, ctx.service.receipts(attempt.id), ctx.now(), evidence=evidence)
+    return ctx.attempt_json(attempt, ctx.service.receipts(attempt.id), ctx.census(), evidence=evidence)
 
 
 @router.post("/delivery-rehearsals/{rehearsalId}/attempts/{attemptId}/reconcile", response_model=models.Attempt,
@@ -159,7 +161,7 @@ def reconcile_attempt(rehearsal_id: RehearsalId, attempt_id: AttemptId, ctx: Ctx
     ctx.attempt_of(rehearsal_id, attempt_id)
     attempt = ctx.service.reconcile(attempt_id)
     ctx.work_added()
-    return ctx.attempt_json(attempt, ctx.service.receipts(attempt.id), ctx.now())
+    return ctx.attempt_json(attempt, ctx.service.receipts(attempt.id), ctx.census())
 
 
 @router.post("/delivery-rehearsals/{rehearsalId}/attempts/{attemptId}/abort", response_model=models.Attempt,
@@ -169,7 +171,7 @@ def abort_attempt(rehearsal_id: RehearsalId, attempt_id: AttemptId, ctx: Ctx,
                   body: models.AbortRequest | None = None) -> dict[str, Any]:
     ctx.attempt_of(rehearsal_id, attempt_id)
     attempt = ctx.service.abort(attempt_id, (body or models.AbortRequest()).reason)
-    return ctx.attempt_json(attempt, ctx.service.receipts(attempt.id), ctx.now())
+    return ctx.attempt_json(attempt, ctx.service.receipts(attempt.id), ctx.census())
 
 
 # ── evidence ──
@@ -184,3 +186,10 @@ def attempt_comparison(rehearsal_id: RehearsalId, ctx: Ctx) -> dict[str, Any]:
             responses=_errors(401, 404, 422, 503), summary="The release gate, computed now from durable records")
 def release_gate(rehearsal_id: RehearsalId, ctx: Ctx) -> dict[str, Any]:
     return views.gate_view(ctx.service.gate(rehearsal_id))
+
+
+# ── workers ──
+@workers.get("/workers", response_model=models.WorkerList, dependencies=Read, responses=_errors(401, 503),
+             summary="The registered workers: live ones, and registrations that stopped renewing")
+def list_workers(ctx: Ctx) -> dict[str, Any]:
+    return ctx.workers_json()

@@ -27,6 +27,8 @@ from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, fail, handled, open
 from fencepost.cli.package_cmds import app as package_app
 from fencepost.cli.rehearsal_cmds import app as rehearsal_app
 from fencepost.cli.serve import serve
+from fencepost.cli.workers_cmd import HELP as WORKERS_HELP
+from fencepost.cli.workers_cmd import workers
 from fencepost.cli.workflow_cmds import app as workflow_app
 from fencepost.core.errors import InvalidInput
 from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
@@ -46,6 +48,7 @@ app.add_typer(package_app, name="package")
 app.add_typer(workflow_app, name="workflow")
 app.command()(serve)
 app.command()(audit)
+app.command(help=WORKERS_HELP)(workers)
 
 WorkDirOpt = Annotated[Path, typer.Option(
     "--work-dir", envvar="FENCEPOST_WORK_DIR", show_envvar=True,

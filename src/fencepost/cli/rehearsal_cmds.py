@@ -8,6 +8,7 @@ import typer
 
 from fencepost.cli import render
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
+from fencepost.outbox.registry import read_census
 from fencepost.rehearsal import views
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store.url import DEFAULT_URL
@@ -54,11 +55,18 @@ def attempt(run_id: RunArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt =
 @app.command()
 def status(run_id: RunArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False,
            evidence: Annotated[bool, typer.Option(help="Include each Receipt's evidence.")] = False) -> None:
-    """Show a rehearsal with every Attempt, its outbox lease and its Receipts."""
+    """Show a rehearsal with every Attempt, its outbox lease and its Receipts.
+
+    By the control store's clock: a lease whose deadline has passed is shown EXPIRED (its owner stopped
+    renewing it), a PENDING Attempt shows how long it has waited, and an Attempt waiting for a worker says so
+    when no live worker serves its kind (`fencepost workers`).
+    """
     with opened(database) as store, handled():
         service = RehearsalService(store)
         run = views.run_view(service.get_run(run_id))
-        attempts = [views.attempt_view(a, service.receipts(a.id), evidence=evidence) for a in service.attempts(run_id)]
+        found = service.attempts(run_id)
+        census = read_census(store)  # the registry and the store clock that judges leases, as the API does
+        attempts = [views.attempt_view(a, service.receipts(a.id), evidence=evidence, census=census) for a in found]
     data = {"rehearsal": run, "attempts": attempts}
 
     def text() -> None:

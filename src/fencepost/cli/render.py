@@ -18,6 +18,23 @@ def styled(status: str) -> str:
     return f"[{style}]{status}[/{style}]" if style else status
 
 
+def when(iso: str | None) -> str:
+    """``2026-01-01T12:00:05.123456Z`` as ``2026-01-01 12:00:05 UTC`` (the store's time, never this machine's)."""
+    return iso[:19].replace("T", " ") + " UTC" if iso else "-"
+
+
+def age(seconds: float) -> str:
+    """A duration for people: ``4.2 s``, ``3 min 05 s``, ``2 h 07 min``, ``3 d 04 h``."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    if whole < 86400:
+        return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+    return f"{whole // 86400} d {whole % 86400 // 3600:02d} h"
+
+
 def run(view: dict[str, Any]) -> None:
     pkg = view["package"]
     previous = f" (upgrades from {pkg['previous_version']})" if pkg.get("previous_version") else ""
@@ -30,9 +47,19 @@ def attempt(view: dict[str, Any]) -> None:
     out = view["outbox"]
     console.print(f"attempt #{view['seq']} [bold]{view['id']}[/bold]: {styled(view['status'])}  "
                   f"outbox {styled(out['status'])}, delivery count {out['delivery_count']}")
-    if out["lease_owner"]:
+    if out["lease_owner"] and out.get("lease_expired"):
+        # Not a live owner: it stopped renewing (ADR 0019 views carry ``lease_expired`` by the store's clock).
+        console.print(f"  lease [red]EXPIRED[/red] at {out['lease_until']}: owner {out['lease_owner']} stopped "
+                      f"renewing it (last heartbeat {out['last_heartbeat_at']}); a live worker takes it over, or "
+                      f"`fencepost rehearsal reconcile {view['id']}` returns it to PENDING")
+    elif out["lease_owner"]:
         console.print(f"  lease owner {out['lease_owner']}, last heartbeat {out['last_heartbeat_at']}, "
                       f"lease until {out['lease_until']}")
+    if out.get("pending_seconds") is not None:
+        console.print(f"  pending for {age(out['pending_seconds'])}")
+    if out.get("no_live_worker"):
+        console.print(f"  [yellow]no live worker serves this kind[/yellow] ({out['kind']}): nothing will run it "
+                      "until one starts (`fencepost worker`; `fencepost workers` lists them)")
     if view.get("error"):
         console.print(f"  error: {view['error']}")
     if "receipts" in view:

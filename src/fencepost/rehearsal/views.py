@@ -9,9 +9,12 @@ from datetime import datetime
 from typing import Any
 
 from fencepost.core.canonical import parse_json
+from fencepost.core.statuses import CommandStatus
 from fencepost.evidence.comparison import AttemptFingerprints, Comparison
 from fencepost.evidence.gate import GateReport
 from fencepost.evidence.receipts import verify_receipt
+from fencepost.outbox.registry import WorkerCensus
+from fencepost.rehearsal.handler import KIND
 from fencepost.rehearsal.service import ComparisonResult
 from fencepost.store.records import AttemptRecord, ReceiptRecord, RunRecord
 
@@ -43,8 +46,34 @@ def receipt_view(receipt: ReceiptRecord, *, evidence: bool = False) -> dict[str,
     return view
 
 
+def waiting_view(attempt: AttemptRecord, census: WorkerCensus) -> dict[str, Any]:
+    """What the Attempt's command waits for, by the store's clock ``census.now`` (ADR 0019).
+
+    Returns:
+        ``kind``: the command kind; ``lease_expired``: PROCESSING and its deadline has passed (the owner
+        stopped renewing: reconcile is possible); ``pending_seconds``: PENDING and due, how long it has
+        waited since it became due (seconds), else None; ``live_workers``: live registered workers that
+        serve the kind; ``no_live_worker``: it waits for a worker now (PENDING and due, or an expired
+        lease) and ``live_workers`` is 0.
+    """
+    now = census.now
+    expired = (attempt.command_status is CommandStatus.PROCESSING and attempt.lease_until is not None
+               and attempt.lease_until <= now)
+    due = attempt.command_status is CommandStatus.PENDING and attempt.available_at <= now
+    serving = len(census.serving(KIND))
+    return {"kind": KIND, "lease_expired": expired,
+            "pending_seconds": round((now - attempt.available_at).total_seconds(), 3) if due else None,
+            "live_workers": serving, "no_live_worker": (due or expired) and serving == 0}
+
+
 def attempt_view(attempt: AttemptRecord, receipts: list[ReceiptRecord] | None = None,
-                 *, evidence: bool = False) -> dict[str, Any]:
+                 *, evidence: bool = False, census: WorkerCensus | None = None) -> dict[str, Any]:
+    """Plain JSON of an Attempt with its outbox lease (and Receipts when given).
+
+    Args:
+        census: the worker registry read with the store's clock; when given, ``outbox`` also carries
+            ``waiting_view``'s fields.
+    """
     view: dict[str, Any] = {
         "id": attempt.id, "run_id": attempt.run_id, "seq": attempt.seq, "status": str(attempt.status),
         "error": attempt.error, "created_at": iso(attempt.created_at), "started_at": iso(attempt.started_at),
@@ -54,6 +83,8 @@ def attempt_view(attempt: AttemptRecord, receipts: list[ReceiptRecord] | None = 
                    "last_heartbeat_at": iso(attempt.last_heartbeat_at), "delivery_count": attempt.delivery_count,
                    "available_at": iso(attempt.available_at)},
     }
+    if census is not None:
+        view["outbox"].update(waiting_view(attempt, census))
     if receipts is not None:
         view["receipts"] = [receipt_view(r, evidence=evidence) for r in receipts]
     return view

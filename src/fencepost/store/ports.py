@@ -33,6 +33,7 @@ from fencepost.store.records import (
     ReceiptRecord,
     RunFile,
     RunRecord,
+    WorkerRecord,
 )
 from fencepost.store.workflow_records import (
     AdmissionRecord,
@@ -311,6 +312,51 @@ class AdmissionPort(Protocol):
         ...
 
 
+class WorkersPort(Protocol):
+    """The worker registry: one row per running worker process, written by the worker itself (ADR 0019).
+
+    A row says who is running and what it serves, never who owns a command (leases do that). Every instant
+    is the store's clock; liveness is ``WorkerRecord.is_live(tx.now())`` (``LIVENESS_INTERVALS`` heartbeat
+    intervals since ``last_seen_at``).
+    """
+
+    def register(self, *, worker_id: str, host: str, pid: int, kinds: list[str], concurrency: int,
+                 heartbeat_seconds: float, version: str, in_flight: int = 0) -> WorkerRecord:
+        """Insert the registration, or start it over when ``worker_id`` already has a row (upsert).
+
+        Args:
+            worker_id: 1..200 chars. host: 1..255 chars. pid: >= 1. kinds: the kinds it claims (stored
+            sorted, without duplicates). concurrency: execution slots, >= 1. heartbeat_seconds: its heartbeat
+            interval (seconds), > 0. version: the fencepost version, 1..64 chars. in_flight: commands held, >= 0.
+        Returns:
+            The row as stored: ``started_at`` and ``last_seen_at`` are now.
+        Raises:
+            Conflict: a value breaks the schema.
+        """
+        ...
+
+    def beat(self, worker_id: str, *, in_flight: int) -> WorkerRecord | None:
+        """Renew ``last_seen_at`` to now and record ``in_flight`` (commands held now, >= 0).
+
+        Returns:
+            The renewed row, or None when the worker has no row (stopped, or expired and removed).
+        """
+        ...
+
+    def deregister(self, worker_id: str) -> bool:
+        """Delete the registration (graceful stop); False when there was none."""
+        ...
+
+    def list_workers(self) -> list[WorkerRecord]:
+        """Every registration, live or not, oldest ``started_at`` first."""
+        ...
+
+    def expire(self, older_than_seconds: float) -> list[WorkerRecord]:
+        """Delete every registration whose ``last_seen_at`` is more than ``older_than_seconds`` (seconds, >= 0)
+        before now, and return them."""
+        ...
+
+
 class AuditPort(Protocol):
     """What ``fencepost audit`` reads: invariant violations and the sealed evidence to recompute."""
 
@@ -350,6 +396,9 @@ class _Ports(Protocol):
 
     @property
     def audit(self) -> AuditPort: ...
+
+    @property
+    def workers(self) -> WorkersPort: ...
 
     def now(self) -> datetime:
         """The store's clock, read once per unit (SQLite: the store's Clock; PostgreSQL: the server)."""

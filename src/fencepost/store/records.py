@@ -6,7 +6,7 @@ No record ever carries a lease token except ``Lease``, whose token is hidden fro
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from fencepost.core.statuses import AttemptStatus, CommandStatus, LeaseEventKind, ReceiptStatus, RunStatus
@@ -156,3 +156,50 @@ class Finding:
     check: str
     subject: str
     detail: str
+
+
+#: A registration is live while its ``last_seen_at`` is less than this many of its own heartbeat intervals old
+#: (ADR 0019). With the heartbeat every third of the lease, that is one lease duration: two missed beats are
+#: tolerated, and a registration expires about when the leases its worker renewed at its last beat do.
+LIVENESS_INTERVALS = 3
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    """One row of the worker registry (ADR 0019): a worker process as it last reported itself.
+
+    Attributes:
+        id: the worker id (its lease owner name, e.g. ``host:pid:rand``).
+        host, pid: where it runs.
+        kinds: the command kinds it claims, sorted.
+        concurrency: its execution slots (commands it can run at once).
+        in_flight: the commands it held (claimed, not yet finished) at its last beat.
+        heartbeat_seconds: its heartbeat interval (seconds), a third of its lease duration.
+        version: the fencepost version it runs.
+        started_at: when this registration began (store clock).
+        last_seen_at: its last register or beat (store clock).
+    """
+
+    id: str
+    host: str
+    pid: int
+    kinds: tuple[str, ...]
+    concurrency: int
+    in_flight: int
+    heartbeat_seconds: float
+    version: str
+    started_at: datetime
+    last_seen_at: datetime
+
+    @property
+    def live_until(self) -> datetime:
+        """``last_seen_at`` plus ``LIVENESS_INTERVALS`` heartbeat intervals: live before this instant."""
+        return self.last_seen_at + timedelta(seconds=LIVENESS_INTERVALS * self.heartbeat_seconds)
+
+    def is_live(self, now: datetime) -> bool:
+        """Whether the registration is live at ``now`` (the store's clock, ``UnitOfWork.now``)."""
+        return now < self.live_until
+
+    def serves(self, kind: str) -> bool:
+        """Whether it claims commands of ``kind``."""
+        return kind in self.kinds

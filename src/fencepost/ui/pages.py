@@ -29,7 +29,20 @@ def when(value: str | None) -> str:
     return value[:19].replace("T", " ") + " UTC"
 
 
+def age(seconds: float | None) -> str:
+    """Seconds as ``4 s``, ``3 min 05 s`` or ``2 h 07 min`` (a duration by the store's clock)."""
+    if seconds is None:
+        return "—"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+
+
 templates.env.filters["when"] = when
+templates.env.filters["age"] = age
 templates.env.globals["version"] = __version__
 
 
@@ -48,13 +61,16 @@ def _error_page(request: Request, error: FencepostError) -> HTMLResponse:
 def index(request: Request) -> HTMLResponse:
     ctx = _ctx(request)
     runs: list[dict[str, Any]] | None = None
+    workers: dict[str, Any] | None = None
     try:
         ctx.require_ready()
         if ctx.open_reads:
             runs = [views.run_view(r) for r in ctx.service.list_runs()]
+            workers = ctx.workers_json()
     except FencepostError as error:
         return _error_page(request, error)
-    return templates.TemplateResponse(request, "index.html", {"runs": runs, "open_reads": ctx.open_reads})
+    return templates.TemplateResponse(request, "index.html", {"runs": runs, "workers": workers,
+                                                              "open_reads": ctx.open_reads})
 
 
 def rehearsal(request: Request, run_id: str) -> HTMLResponse:

@@ -313,3 +313,19 @@ CREATE TABLE workflow_admission_receipts (
     CHECK (fencepost_json_field(receipt, '{plan_id}') IS NOT DISTINCT FROM plan_id),
     CHECK (fencepost_json_field(receipt, '{run_id}') IS NOT DISTINCT FROM run_id)
 );
+
+-- The worker registry (migration 0003, ADR 0019): one row per running worker process, renewed by its
+-- heartbeat, deleted on stop, deleted by age once it stopped renewing.
+CREATE TABLE workers (
+    id                TEXT PRIMARY KEY CHECK (length(id) BETWEEN 1 AND 200),
+    host              TEXT NOT NULL CHECK (length(host) BETWEEN 1 AND 255),
+    pid               INTEGER NOT NULL CHECK (pid >= 1),
+    kinds             TEXT NOT NULL CHECK (fencepost_json_array_length(kinds, '{}') IS NOT NULL),
+    concurrency       INTEGER NOT NULL CHECK (concurrency >= 1),
+    in_flight         INTEGER NOT NULL CHECK (in_flight >= 0),
+    heartbeat_seconds DOUBLE PRECISION NOT NULL CHECK (heartbeat_seconds > 0),
+    version           TEXT NOT NULL CHECK (length(version) BETWEEN 1 AND 64),
+    started_at        TIMESTAMPTZ NOT NULL,
+    last_seen_at      TIMESTAMPTZ NOT NULL,
+    CHECK (last_seen_at >= started_at)
+);

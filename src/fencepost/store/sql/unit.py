@@ -20,6 +20,7 @@ from fencepost.store.sql.lease import lease_held
 from fencepost.store.sql.outbox import SqlOutbox
 from fencepost.store.sql.queries import Query
 from fencepost.store.sql.rehearsal import SqlFencedRehearsal, SqlRehearsal
+from fencepost.store.sql.workers import SqlWorkers
 
 
 class SqlUnitOfWork:
@@ -39,6 +40,7 @@ class SqlUnitOfWork:
         self.catalog = SqlCatalog(self)
         self.admission = SqlAdmission(self)
         self.audit = SqlAudit(self, queries)
+        self.workers = SqlWorkers(self)
 
     def now(self) -> datetime:
         return self.executor.now()
@@ -66,6 +68,7 @@ class SqlFencedUnit:
         self.catalog = unit.catalog
         self.admission = unit.admission
         self.audit = unit.audit
+        self.workers = unit.workers
         self.rehearsal = SqlFencedRehearsal(unit, lease)
 
     def now(self) -> datetime:

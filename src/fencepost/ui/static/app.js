@@ -27,6 +27,14 @@
   const when = (iso) => (iso ? iso.slice(0, 19).replace("T", " ") + " UTC" : "—");
   const short = (fp) => (fp ? fp.slice(0, 16) + "…" : "—");
   const badge = (text, cls) => h("span", { className: "badge " + (cls || "s-" + text) }, text);
+  const age = (seconds) => {
+    if (seconds === null || seconds === undefined) return "—";
+    const whole = Math.floor(seconds);
+    const pad = (n) => String(n).padStart(2, "0");
+    if (whole < 60) return whole + " s";
+    if (whole < 3600) return Math.floor(whole / 60) + " min " + pad(whole % 60) + " s";
+    return Math.floor(whole / 3600) + " h " + pad(Math.floor((whole % 3600) / 60)) + " min";
+  };
   const parse = (iso) => Date.parse(iso.replace(/(\.\d{3})\d*Z$/, "$1Z"));
 
   function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
@@ -129,6 +137,31 @@
       h("td", {}, h("code", {}, run.id)))) : [h("tr", {}, h("td", { colSpan: 5, className: "muted" }, "No rehearsals yet: create one above."))]));
   }
 
+  // Workers (GET /workers): who runs now, and who stopped renewing.
+  function renderWorkers(data) {
+    const body = document.getElementById("workers");
+    if (!body) return;
+    const summary = document.getElementById("workers-summary");
+    summary.className = data.live.length ? "muted" : "no-workers";
+    summary.replaceChildren(...(data.live.length
+      ? [data.live.length + " live worker" + (data.live.length === 1 ? "" : "s") + " (store time " + when(data.now) + ")"]
+      : ["No live worker: nothing claims commands. Start one with ", h("code", {}, "fencepost worker"), "."]));
+    body.replaceChildren(...data.live.map((w) => h("tr", { "data-worker": w.id },
+      h("td", {}, h("code", {}, w.id)), h("td", {}, w.host), h("td", {}, w.pid), h("td", {}, w.kinds.join(", ")),
+      h("td", {}, w.in_flight + " / " + w.concurrency),
+      h("td", {}, h("time", { datetime: w.started_at }, when(w.started_at))),
+      h("td", {}, age(w.last_seen_seconds) + " ago"))));
+    const expired = document.getElementById("workers-expired");
+    expired.replaceChildren(...(data.expired.length ? ["Stopped renewing (expired): ",
+      data.expired.map((w, i) => [i ? "; " : "", h("code", {}, w.id), " last seen " + age(w.last_seen_seconds) + " ago"]),
+      ". Their leases expire and live workers take their commands over."] : []));
+  }
+
+  function pollWorkers() {
+    call("GET", "/workers").then(renderWorkers).catch((e) => alarm(describe(e)))
+      .finally(() => window.setTimeout(pollWorkers, 5000));
+  }
+
   function initIndex() {
     const created = (run) => { if (run) window.location.assign("/rehearsals/" + encodeURIComponent(run.id)); };
     document.getElementById("create-path").addEventListener("submit", async (event) => {
@@ -146,6 +179,9 @@
     });
     if (main.dataset.openReads !== "true") {
       call("GET", "/delivery-rehearsals").then((data) => renderRuns(data.items)).catch((e) => alarm(describe(e)));
+      pollWorkers();
+    } else {
+      window.setTimeout(pollWorkers, 5000);
     }
   }
 
@@ -183,7 +219,10 @@
           field("Lease owner", "lease-owner", o.lease_owner || "—"),
           field("Last heartbeat", "heartbeat", when(o.last_heartbeat_at)),
           field("Lease deadline", "lease-until", when(o.lease_until), " ", leaseNote(o)),
-          field("Delivery count", "delivery-count", o.delivery_count)),
+          field("Delivery count", "delivery-count", o.delivery_count),
+          o.pending_seconds === null || o.pending_seconds === undefined ? null : field("Pending for", "pending-for", age(o.pending_seconds))),
+        o.no_live_worker ? h("p", { className: "no-worker", "data-field": "no-live-worker" }, h("strong", {}, "No live worker serves this kind"),
+          " (" + o.kind + "): nothing will run it until one starts (", h("code", {}, "fencepost worker"), ").") : null,
         a.error ? h("p", { className: "attempt-error" }, h("strong", {}, "Error:"), " " + a.error) : null,
         actions,
         h("table", { className: "receipts" },

@@ -1,0 +1,59 @@
+"""``fencepost workers``: who runs now, and which registrations stopped renewing (ADR 0019)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from fencepost.cli import render
+from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
+from fencepost.outbox.registry import census_view, read_census
+from fencepost.store.url import DEFAULT_URL
+
+#: ``fencepost workers --help`` (paragraphs on one line each: the help formatter keeps line breaks).
+HELP = "\n\n".join([
+    "List the workers running now and, apart from them, the registrations that stopped renewing.",
+    "Every worker registers when it starts, renews its registration at each heartbeat (every third of its "
+    "lease) and removes it when it stops. A registration is live while it was renewed within three heartbeat "
+    "intervals (one lease duration), by the control store's clock.",
+    "An expired registration belongs to a worker that stopped without removing it: killed, hung, or cut off "
+    "from the store. The leases it held expire on their own, and live workers of the same kinds take its "
+    "commands over. Expired registrations are listed until a worker that starts deletes those older than a day.",
+    "Columns: the worker id (the lease owner name its commands show), host, pid, the kinds it claims, commands "
+    "in flight at its last heartbeat out of its execution slots, when it started, how long ago it was last seen.",
+])
+
+
+def workers(database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
+    """List live workers and expired registrations (``HELP``); ``--json`` prints ``census_view``."""
+    with opened(database) as store, handled():
+        census = read_census(store)
+    data = census_view(census)
+    emit(json, data, lambda: _text(data))
+
+
+def _table(items: list[dict[str, Any]]) -> Table:
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    for column in ("id", "host", "pid", "kinds", "in flight", "started", "last seen"):
+        table.add_column(column)
+    for w in items:
+        table.add_row(w["id"], w["host"], str(w["pid"]), ", ".join(w["kinds"]) or "-",
+                      f"{w['in_flight']}/{w['concurrency']}", render.when(w["started_at"]),
+                      f"{render.age(w['last_seen_seconds'])} ago")
+    return table
+
+
+def _text(data: dict[str, Any]) -> None:
+    live, expired = data["live"], data["expired"]
+    at = f"(store time {render.when(data['now'])})"
+    if live:
+        render.console.print(f"{len(live)} live worker{'s' if len(live) != 1 else ''} {at}")
+        render.console.print(_table(live))
+    else:
+        render.console.print(f"no live worker {at}: nothing claims commands. Start one with `fencepost worker`.")
+    if expired:
+        render.console.print(f"{len(expired)} registration{'s' if len(expired) != 1 else ''} stopped renewing "
+                             "(expired: the worker was killed, hung or lost the store; its leases expire and live "
+                             "workers take its commands over)")
+        render.console.print(_table(expired))

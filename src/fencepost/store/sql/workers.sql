@@ -1,0 +1,39 @@
+-- The worker registry (ADR 0019): one row per running worker process. Common to every dialect. Instants
+-- arrive as parameters read once per transaction from the store's clock (:now); rows come back with every
+-- column the typed row needs.
+
+-- name: register_worker
+-- instants: started_at, last_seen_at
+-- Upsert: a new row, or a worker id seen again (a restart under the same --worker-id, a registration
+-- renewed after its row was deleted by age) starts over as a fresh registration.
+INSERT INTO workers (id, host, pid, kinds, concurrency, in_flight, heartbeat_seconds, version, started_at,
+                     last_seen_at)
+VALUES (:id, :host, :pid, :kinds, :concurrency, :in_flight, :heartbeat_seconds, :version, :now, :now)
+ON CONFLICT (id) DO UPDATE
+SET host = excluded.host, pid = excluded.pid, kinds = excluded.kinds, concurrency = excluded.concurrency,
+    in_flight = excluded.in_flight, heartbeat_seconds = excluded.heartbeat_seconds, version = excluded.version,
+    started_at = excluded.started_at, last_seen_at = excluded.last_seen_at
+RETURNING id, host, pid, kinds, concurrency, in_flight, heartbeat_seconds, version, started_at, last_seen_at;
+
+-- name: beat_worker
+-- instants: started_at, last_seen_at
+-- The heartbeat of a registration: renews last_seen_at and what the worker holds now. No row: it was
+-- deleted (stopped, or expired and removed by age).
+UPDATE workers SET last_seen_at = :now, in_flight = :in_flight
+WHERE id = :id
+RETURNING id, host, pid, kinds, concurrency, in_flight, heartbeat_seconds, version, started_at, last_seen_at;
+
+-- name: deregister_worker
+-- A graceful stop removes the row: a stopped worker is not a fact anybody needs later.
+DELETE FROM workers WHERE id = :id;
+
+-- name: list_workers
+-- instants: started_at, last_seen_at
+SELECT id, host, pid, kinds, concurrency, in_flight, heartbeat_seconds, version, started_at, last_seen_at
+FROM workers ORDER BY started_at, id;
+
+-- name: expire_workers
+-- instants: started_at, last_seen_at
+-- Removes the registrations not renewed since :cutoff (the caller's age before the store's now).
+DELETE FROM workers WHERE last_seen_at < :cutoff
+RETURNING id, host, pid, kinds, concurrency, in_flight, heartbeat_seconds, version, started_at, last_seen_at;
