@@ -157,3 +157,22 @@ def test_rehearse_interrupted_by_ctrl_c_exits_130_and_leaves_no_lease(migrated: 
     assert attempt["command_status"] == "PENDING" and attempt["lease_owner"] is None, attempt
     assert "interrupted" in proc.stderr
     (migrated.root / "rehearse-interrupt.json").write_text(json.dumps({"seconds_to_exit": took}))
+
+
+def test_fencepost_workers_shows_two_live_workers_then_one_after_a_sigkill(migrated: Env) -> None:
+    first = migrated.start_worker("a", lease_seconds=1.5, worker_id="worker-a")
+    second = migrated.start_worker("b", lease_seconds=1.5, worker_id="worker-b")
+
+    def live() -> set[str]:
+        listed = migrated.cli("workers", "--json")
+        assert listed.returncode == 0, listed.describe()
+        return {w["id"] for w in listed.json()["live"]}
+
+    assert wait_until(lambda: live() == {"worker-a", "worker-b"} or None, what="both workers to register")
+    second.kill()
+    # Its row stays until it is three heartbeats (one lease) old; then it is listed as expired.
+    assert wait_until(lambda: live() == {"worker-a"} or None, what="the killed worker's registration to expire")
+    listed = migrated.cli("workers", "--json").json()
+    assert [w["id"] for w in listed["expired"]] == ["worker-b"]
+    first.stop_cleanly()
+    assert migrated.cli("workers", "--json").json()["live"] == [], "a stopped worker removes its row"

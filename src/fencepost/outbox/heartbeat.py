@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from fencepost.core.errors import StoreUnavailable
 from fencepost.outbox.context import CommandContext
@@ -22,8 +23,9 @@ class Heartbeat:
         lease_seconds: lease duration (seconds); the interval is a third of it.
     """
 
-    def __init__(self, lease_seconds: float) -> None:
+    def __init__(self, lease_seconds: float, on_tick: Callable[[], object] | None = None) -> None:
         self.interval = lease_seconds / 3.0
+        self.on_tick = on_tick  # also called every tick, idle ones included (the worker's registration)
         self._held: dict[str, CommandContext] = {}
         self._stuck: set[str] = set()
         self._lock = threading.Lock()
@@ -72,3 +74,5 @@ class Heartbeat:
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
             self.beat()
+            if self.on_tick is not None:
+                self.on_tick()

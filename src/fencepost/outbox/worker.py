@@ -41,6 +41,7 @@ from fencepost.outbox.context import (
 )
 from fencepost.outbox.handlers import HandlerRegistry
 from fencepost.outbox.heartbeat import Heartbeat
+from fencepost.outbox.registry import WorkerRegistration
 from fencepost.store.base import Store, WorkWaiter
 from fencepost.store.ports import FencedUnit
 
@@ -174,7 +175,11 @@ class Worker:
         self._first_returned: float | None = None  # when the oldest of ``_to_deliver`` returned
         self._pool: ThreadPoolExecutor | None = None
         self._swept: dict[str, float] = {}
-        self.heartbeat = Heartbeat(self.config.lease_seconds)
+        self.heartbeat = Heartbeat(self.config.lease_seconds, on_tick=lambda: self.registration.beat(self.in_flight))
+        # Who runs, for operators (ADR 0019): written at start, renewed every heartbeat, deleted at stop.
+        self.registration = WorkerRegistration(store, self.config.worker_id, registry.kinds,
+                                               heartbeat_seconds=self.heartbeat.interval,
+                                               concurrency=self.config.concurrency)
         # Overlapping a batch's completion with the next claim pays on PostgreSQL (the server works while
         # this process does); on SQLite both would wait for the one write lock, so there it stays inline.
         self._overlap = store.backend == "postgres"
@@ -232,6 +237,7 @@ class Worker:
         Transient store errors are logged and retried after the poll interval; nothing is lost since
         a command stays PENDING or PROCESSING until a fenced terminal write commits.
         """
+        self.registration.start()
         self.heartbeat.start()
         if self._overlap:
             self._completer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fencepost-completer")
@@ -578,3 +584,4 @@ class Worker:
             self._pool.shutdown(wait=False)
             self._pool = None
         self.heartbeat.stop()
+        self.registration.stop()
