@@ -88,3 +88,18 @@ def test_the_three_layer_tables_agree() -> None:
     assert document == fencepost.LAYERS
     packages = {p.name for p in (ROOT / "src" / "fencepost").iterdir() if (p / "__init__.py").exists()}
     assert packages == set(fencepost.LAYERS)
+
+
+def test_package_data_ships_every_non_python_file() -> None:
+    """A wheel (not an editable install) must carry every SQL file, template and static file of the package."""
+    import fnmatch
+    import tomllib
+
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["package-data"]
+    patterns = globs["fencepost"]
+    package = ROOT / "src" / "fencepost"
+    data = [p.relative_to(package).as_posix() for p in package.rglob("*")
+            if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts]
+    assert any(f.endswith(".sql") for f in data)
+    missing = [f for f in data if not any(fnmatch.fnmatch(f, pattern) for pattern in patterns)]
+    assert missing == [], f"not in [tool.setuptools.package-data]: {missing}"

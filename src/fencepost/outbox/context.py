@@ -194,11 +194,16 @@ class CommandContext:
         self.check_lease()
         if self._interrupt is Interrupt.STOP:
             raise StopRequested()
+        # A heartbeat racing this unit's finish finds the lease gone once it commits: not a lost lease.
+        self.completing = finish is not None
         try:
             result, renewed = self.store.fenced(self.lease, fn, name=name, lease_seconds=self.lease_seconds,
                                                 finish=finish, error=error)
         except LeaseLost:
             self._lost.set()
+            raise
+        except BaseException:
+            self.completing = False
             raise
         if renewed is None:
             self.finished = True
