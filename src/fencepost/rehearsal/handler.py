@@ -21,7 +21,7 @@ from fencepost.core.errors import LeaseLost
 from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus
 from fencepost.evidence.receipts import seal
 from fencepost.outbox.context import CommandContext, Interrupt, StopRequested, TimeLimitExceeded
-from fencepost.rehearsal.sandbox import Sandbox, SandboxEnvironmentError, is_environment_error
+from fencepost.rehearsal.sandbox import Sandbox, SandboxEnvironmentError, SandboxLimitExceeded, SandboxLimits
 from fencepost.rehearsal.scenarios import SCENARIOS, ScenarioEnv, ScenarioFailed
 from fencepost.rehearsal.target import LocalFileTarget
 from fencepost.store.ports import FencedUnit
@@ -56,12 +56,16 @@ class AttemptHandler:
         work_dir: where sandboxes live (``<work_dir>/sandboxes/<attempt>/d<delivery>-<rand>``).
         target: the external delivery target.
         keep_sandboxes: keep sandbox files after the delivery ends (for debugging).
+        limits: the disk and memory caps of every sandbox (``SandboxLimits``; its defaults when None).
     """
 
-    def __init__(self, work_dir: Path, target: LocalFileTarget | None = None, keep_sandboxes: bool = False) -> None:
+    def __init__(self, work_dir: Path, target: LocalFileTarget | None = None, keep_sandboxes: bool = False,
+                 limits: SandboxLimits | None = None) -> None:
         self.work_dir = work_dir
         self.target = target or LocalFileTarget(work_dir / "target")
         self.keep_sandboxes = keep_sandboxes
+        self.limits = limits or SandboxLimits()
+        self.limits.validate()
 
     def handle(self, ctx: CommandContext) -> None:
         attempt_id = str(ctx.command.payload["attempt_id"])
@@ -84,7 +88,7 @@ class AttemptHandler:
         discard_stale_sandboxes(attempt_dir, delivery)
         try:
             sandbox = Sandbox(attempt_dir / f"d{delivery}-{secrets.token_hex(4)}", package.functions,
-                              ctx.should_interrupt)
+                              ctx.should_interrupt, self.limits)
         except OSError as error:
             # A misconfigured worker (its work dir is not a usable directory) fails the Attempt visibly, as
             # a handler error, without a server path in the message.
@@ -108,19 +112,23 @@ class AttemptHandler:
             env.extras = {}
             started = time.monotonic()
             error: str | None = None
+            # The cap the scenario went past, if any: a definite outcome, recorded with the cap (ADR 0021).
+            limit: dict[str, Any] | None = None
             try:
                 result = scenario(env)
                 status = ReceiptStatus.SUCCEEDED
             except ScenarioFailed as failure:
-                result, error, status = failure.result, failure.message, ReceiptStatus.FAILED
-            except sqlite3.Error as failure:
-                if is_environment_error(failure):  # e.g. while fingerprinting tables
-                    raise SandboxEnvironmentError(f"sandbox storage failed: {failure}") from None
-                raise
+                result, error, status, limit = failure.result, failure.message, ReceiptStatus.FAILED, failure.limit
+            except (sqlite3.Error, MemoryError) as failure:  # e.g. while fingerprinting tables
+                verdict = sandbox.judge(failure)
+                if isinstance(verdict, SandboxEnvironmentError):
+                    raise verdict from None
+                if not isinstance(verdict, SandboxLimitExceeded):
+                    raise
+                result, error, status, limit = {}, str(verdict), ReceiptStatus.FAILED, verdict.limit
             # Lost while the scenario ran (abort, takeover), or interrupted by a stop: stop here, claim no
             # outcome, log no success. An interrupted statement then is not a scenario failure either.
             _check_stop(ctx)
-            limit: dict[str, Any] | None = None
             if ctx.interrupted is Interrupt.TIME_LIMIT and ctx.time_limit is not None:
                 # Over its time limit: a definite outcome of the work, recorded with the limit (issue 10).
                 status, error = ReceiptStatus.FAILED, str(TimeLimitExceeded(ctx.time_limit))
