@@ -154,7 +154,7 @@ def test_sandbox_caps_out_of_range_or_malformed_are_refused(migrated: Env) -> No
 
 
 def test_a_worker_killed_at_every_delivery_ends_with_the_budget_verdict(migrated: Env) -> None:
-    _, attempt_id = enqueue(migrated, small_package(migrated.root / "tiny"))
+    run_id, attempt_id = enqueue(migrated, small_package(migrated.root / "tiny"))
     command_id = migrated.db.attempt(attempt_id)["command_id"]
     killed = 0
     while migrated.db.attempt(attempt_id)["status"] not in ("SUCCEEDED", "FAILED", "ABORTED"):
@@ -175,6 +175,24 @@ def test_a_worker_killed_at_every_delivery_ends_with_the_budget_verdict(migrated
     events = [e["event"] for e in migrated.db.lease_events(command_id)]
     assert events.count("claim") + events.count("takeover") == REHEARSAL_BUDGET + 1
     assert events[-1] == "fail"
+    # The verdict's evidence: the budget and the lease history, sealed on Receipt 1 by the last delivery.
+    receipts = migrated.db.receipts(attempt_id)
+    assert [r["status"] for r in receipts] == ["FAILED"] + ["ABORTED"] * 5
+    evidence = parse_json(receipts[0]["evidence"])
+    assert isinstance(evidence, dict)
+    assert evidence["budget"] == {"deliveries": REHEARSAL_BUDGET, "max": REHEARSAL_BUDGET}
+    assert evidence["error"]["message"] == attempt["error"]
+    history = evidence["lease_history"]
+    assert [h["delivery"] for h in history] == list(range(1, REHEARSAL_BUDGET + 2))
+    assert [h["ended"] for h in history] == ["expired"] * REHEARSAL_BUDGET + ["failed"]
+    owners = {e["delivery"]: e["owner"] for e in migrated.db.lease_events(command_id)
+              if e["event"] in ("claim", "takeover")}
+    assert [h["owner"] for h in history] == [owners[d] for d in range(1, REHEARSAL_BUDGET + 2)]
+    assert evidence["last_progress"] is None, "every delivery died before its start committed"
+    audited = migrated.cli("audit", "--json")
+    assert audited.returncode == 0, audited.describe()
+    status = migrated.cli("rehearsal", "status", run_id, "--json", "--evidence")
+    assert status.json()["attempts"][0]["receipts"][0]["evidence"]["lease_history"] == history
     last = migrated.start_worker("after")
     time.sleep(1.0)
     last.stop_cleanly()

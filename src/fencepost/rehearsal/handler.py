@@ -21,6 +21,8 @@ from fencepost.core.errors import LeaseLost
 from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus
 from fencepost.evidence.receipts import seal
 from fencepost.outbox.context import CommandContext, Interrupt, StopRequested, TimeLimitExceeded
+from fencepost.outbox.handlers import DeliveryBudget
+from fencepost.outbox.history import lease_history
 from fencepost.rehearsal.sandbox import Sandbox, SandboxEnvironmentError, SandboxLimitExceeded, SandboxLimits
 from fencepost.rehearsal.scenarios import SCENARIOS, ScenarioEnv, ScenarioFailed
 from fencepost.rehearsal.target import LocalFileTarget
@@ -193,6 +195,55 @@ class AttemptHandler:
         tx.rehearsal.lock_attempt(attempt_id)
         tx.rehearsal.abort_open_receipts(attempt_id)
         tx.rehearsal.finish_attempt(attempt_id, AttemptStatus.FAILED, error)
+
+    def on_budget_exhausted(self, tx: FencedUnit, ctx: CommandContext, budget: DeliveryBudget) -> None:
+        """The budget verdict, with the lease history as sealed evidence (issue 10, ADR 0021).
+
+        In the worker's fenced unit that fails the command: like every delivery, this one restarts the
+        Attempt (the last delivery's provisional Receipts are discarded, what they had reached is kept in the
+        evidence), then seals Receipt 1 FAILED with ``error`` = ``budget.error``, ``budget`` ``{"deliveries",
+        "max"}``, ``lease_history`` (``outbox.history.lease_history``) and ``last_progress``, aborts the
+        other Receipts and fails the Attempt with ``budget.error``. Receipt 1, because a Receipt is only ever
+        sealed by the delivery that started it and a FAILED Receipt follows only SUCCEEDED ones (the audit's
+        sequence rule).
+        """
+        attempt_id = str(ctx.command.payload["attempt_id"])
+        tx.rehearsal.lock_attempt(attempt_id)
+        attempt = tx.rehearsal.get_attempt(attempt_id)
+        before = tx.rehearsal.attempt_receipts(attempt_id)
+        history = lease_history(tx.outbox.lease_events(ctx.command.id))
+        for entry in history:
+            if entry["delivery"] == ctx.delivery:  # this delivery: the fenced finish below ends it FAILED
+                entry["ended"], entry["ended_at"] = "failed", tx.now().isoformat().replace("+00:00", "Z")
+        run_id = tx.rehearsal.start_attempt(attempt_id)
+        run = tx.rehearsal.get_run(run_id) if run_id is not None else None
+        if attempt is None or run is None:  # already terminal while its command is open: fail it plainly
+            self.on_failure(tx, ctx, budget.error)
+            return
+        progress = None
+        if attempt.delivery > 0:
+            progress = {"delivery": attempt.delivery,
+                        "succeeded": [r.scenario for r in before
+                                      if r.status is ReceiptStatus.SUCCEEDED and r.delivery == attempt.delivery],
+                        "running": next((r.scenario for r in before if r.status is ReceiptStatus.RUNNING
+                                         and r.delivery == attempt.delivery), None)}
+        code = SCENARIOS[0][0]
+        evidence: dict[str, Any] = {
+            "scenario": code, "position": 1, "status": str(ReceiptStatus.FAILED),
+            "package": {"name": run.package_name, "version": run.package_version,
+                        "content_digest": run.content_digest},
+            "result": {"ran": False, "reason": "the delivery budget is exhausted: the Attempt is not run again"},
+            "execution": {"worker": ctx.lease.owner, "delivery": ctx.delivery, "attempt_id": attempt_id},
+            "error": {"message": budget.error},
+            "budget": {"deliveries": budget.deliveries, "max": budget.max_deliveries},
+            "lease_history": history,
+            "last_progress": progress,
+        }
+        text, fp = seal(evidence)
+        _require(tx.rehearsal.receipt_running(attempt_id, 1), "receipt 1 not PENDING after reset")
+        _require(tx.rehearsal.receipt_finish(attempt_id, 1, ReceiptStatus.FAILED, text, fp), "receipt 1 not RUNNING")
+        tx.rehearsal.abort_open_receipts(attempt_id)
+        _require(tx.rehearsal.finish_attempt(attempt_id, AttemptStatus.FAILED, budget.error), "attempt not RUNNING")
 
 
 def _check_stop(ctx: CommandContext) -> None:
