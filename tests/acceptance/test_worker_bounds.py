@@ -72,7 +72,7 @@ def test_a_second_ctrl_c_exits_130_and_records_no_verdict(migrated: Env) -> None
 
 
 def test_a_stuck_command_does_not_hold_quick_ones_and_sigterm_releases_it(migrated: Env) -> None:
-    _, stuck = enqueue(migrated, endless_package(migrated.root / "endless"))
+    stuck_run, stuck = enqueue(migrated, endless_package(migrated.root / "endless"))
     quick = [enqueue(migrated, small_package(migrated.root / f"quick{i}"))[1] for i in range(3)]
     first = migrated.start_worker("a", extra=["--concurrency", "1", "--batch-size", "10", "--grace-period", "0"])
     migrated.wait_receipt(stuck, 3, "RUNNING")
@@ -93,6 +93,13 @@ def test_a_stuck_command_does_not_hold_quick_ones_and_sigterm_releases_it(migrat
     assert command["command_status"] == "PENDING" and command["lease_owner"] is None
     events = [e["event"] for e in migrated.db.lease_events(command["command_id"])]
     assert [e for e in events if e != "heartbeat"] == ["claim", "release"], events
+    # Released: nothing runs it, so no scenario shows RUNNING; it is interrupted and will be replayed.
+    shown = migrated.cli("rehearsal", "status", stuck_run, "--json")
+    attempt = shown.json()["attempts"][0]
+    assert attempt["status"] == "RUNNING" and attempt["state"] == "INTERRUPTED", attempt
+    assert [r["state"] for r in attempt["receipts"]] == ["SUCCEEDED", "SUCCEEDED", "INTERRUPTED"] + ["PENDING"] * 3
+    text = migrated.cli("rehearsal", "status", stuck_run)
+    assert "interrupted, will be replayed" in text.stdout and "RUNNING" not in text.stdout, text.describe()
 
 
 def test_endless_sql_under_a_time_limit_fails_with_the_limit_and_never_runs_again(migrated: Env) -> None:
