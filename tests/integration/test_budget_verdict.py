@@ -1,21 +1,26 @@
 """The delivery budget verdict of a rehearsal carries the command's lease history as sealed evidence, in the
 fenced unit that fails the command (issue 10, ADR 0021); the audit stays clean and nothing runs it again.
 
-Lease expiry is driven by the rig's ManualClock.
+Lease expiry is driven by the rig's ManualClock, and on PostgreSQL by short leases that run out.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from fencepost.core.canonical import parse_json
 from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus
 from fencepost.evidence.receipts import verify_receipt
 from fencepost.outbox import CommandContext, HandlerRegistry, Worker, WorkerConfig
 from fencepost.outbox.handlers import FunctionHandler
 from fencepost.rehearsal.audit import audit
 from fencepost.rehearsal.handler import KIND, AttemptHandler
+from fencepost.rehearsal.service import RehearsalService
+from fencepost.store import Store
+from helpers.store_backends import StoreBackend
 from integration.rig import LEASE_SECONDS, Rig, SimulatedCrash, copy_example
 
 BUDGET = 3
@@ -123,3 +128,27 @@ def test_a_handler_without_the_hook_fails_with_on_failure(rig: Rig) -> None:
     assert command is not None and command.status is CommandStatus.FAILED
     assert rig.sql("SELECT last_error FROM commands WHERE id = 'cmd_plain'") == [
         (f"delivery budget exhausted ({BUDGET}/{BUDGET})",)]
+
+
+def test_the_budget_verdict_on_every_backend(backend: StoreBackend, store: Store, tmp_path: Path) -> None:
+    service = RehearsalService(store)
+    run = service.create_run(copy_example(tmp_path / "inventory"))
+    attempt = service.enqueue_attempt(run.id)
+    for owner in ("w1", "w2"):  # two deliveries die without a verdict: their short leases expire
+        claimed = store.transact(lambda tx, o=owner: tx.outbox.claim(owner=o, kinds=[KIND], limit=1,
+                                                                     lease_seconds=backend.short_lease))
+        assert len(claimed) == 1
+        backend.expire()
+    registry = HandlerRegistry()
+    registry.register(KIND, AttemptHandler(tmp_path / "work"), max_deliveries=2)
+    config = WorkerConfig(poll_interval=0.01, batch_size=1, lease_seconds=backend.long_lease, worker_id="w3")
+    assert Worker(store, registry, config).run(max_idle_polls=1).exhausted == 1
+    failed = service.attempt(attempt.id)
+    assert failed.status is AttemptStatus.FAILED and failed.error == "delivery budget exhausted (2/2)"
+    first = service.receipts(attempt.id)[0]
+    assert first.status is ReceiptStatus.FAILED and first.evidence is not None
+    evidence = parse_json(first.evidence)
+    assert isinstance(evidence, dict) and evidence["budget"] == {"deliveries": 2, "max": 2}
+    assert [(h["owner"], h["ended"]) for h in evidence["lease_history"]] == [
+        ("w1", "expired"), ("w2", "expired"), ("w3", "failed")]
+    assert audit(store) == []
