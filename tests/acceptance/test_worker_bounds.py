@@ -3,6 +3,7 @@
 - a second Ctrl-C exits 130 at once and writes no verdict; another worker then delivers the Attempt;
 - a stuck command does not hold quick ones: a worker claims only what it can start now;
 - endless SQL under a time limit ends the Attempt with the limit in its evidence, and nothing runs it again;
+- a sandbox writing past its disk cap, or building a value past its memory cap, likewise, with the cap;
 - a worker killed at the start of every delivery: after the budget, the budget verdict, no further claim;
 - ``fencepost rehearse`` interrupted by Ctrl-C exits 130 promptly and leaves no lease held.
 """
@@ -14,7 +15,8 @@ import signal
 import time
 from pathlib import Path
 
-from acceptance_support import Env, slow_package, small_package, wait_until, write_package
+import pytest
+from acceptance_support import Env, assert_one_line_error, slow_package, small_package, wait_until, write_package
 
 from fencepost.core.canonical import parse_json
 from helpers.processes import start, subprocess_env
@@ -70,7 +72,7 @@ def test_a_second_ctrl_c_exits_130_and_records_no_verdict(migrated: Env) -> None
 
 
 def test_a_stuck_command_does_not_hold_quick_ones_and_sigterm_releases_it(migrated: Env) -> None:
-    _, stuck = enqueue(migrated, endless_package(migrated.root / "endless"))
+    stuck_run, stuck = enqueue(migrated, endless_package(migrated.root / "endless"))
     quick = [enqueue(migrated, small_package(migrated.root / f"quick{i}"))[1] for i in range(3)]
     first = migrated.start_worker("a", extra=["--concurrency", "1", "--batch-size", "10", "--grace-period", "0"])
     migrated.wait_receipt(stuck, 3, "RUNNING")
@@ -91,6 +93,13 @@ def test_a_stuck_command_does_not_hold_quick_ones_and_sigterm_releases_it(migrat
     assert command["command_status"] == "PENDING" and command["lease_owner"] is None
     events = [e["event"] for e in migrated.db.lease_events(command["command_id"])]
     assert [e for e in events if e != "heartbeat"] == ["claim", "release"], events
+    # Released: nothing runs it, so no scenario shows RUNNING; it is interrupted and will be replayed.
+    shown = migrated.cli("rehearsal", "status", stuck_run, "--json")
+    attempt = shown.json()["attempts"][0]
+    assert attempt["status"] == "RUNNING" and attempt["state"] == "INTERRUPTED", attempt
+    assert [r["state"] for r in attempt["receipts"]] == ["SUCCEEDED", "SUCCEEDED", "INTERRUPTED"] + ["PENDING"] * 3
+    text = migrated.cli("rehearsal", "status", stuck_run)
+    assert "interrupted, will be replayed" in text.stdout and "RUNNING" not in text.stdout, text.describe()
 
 
 def test_endless_sql_under_a_time_limit_fails_with_the_limit_and_never_runs_again(migrated: Env) -> None:
@@ -110,8 +119,49 @@ def test_endless_sql_under_a_time_limit_fails_with_the_limit_and_never_runs_agai
     assert migrated.cli("audit").returncode == 0
 
 
+MIB = 1024 * 1024
+# Four MiB of 64 KiB blobs: past a 1 MiB disk cap. One 3 MiB value: past the 2 MiB value limit of 16 MiB.
+BIG_BLOBS = ("CREATE TABLE blobs (b BLOB);\n"
+             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 64)\n"
+             "INSERT INTO blobs SELECT randomblob(65536) FROM n;\n")
+BIG_VALUE = "INSERT INTO tally (label, n) VALUES (CAST(zeroblob(3 * 1024 * 1024) AS TEXT), 1);\n"
+
+
+@pytest.mark.parametrize(("flag", "size", "seed", "limit", "message"), [
+    ("--sandbox-max-bytes", "1MiB", BIG_BLOBS, {"disk_bytes": MIB}, "sandbox disk cap exceeded (1048576 bytes)"),
+    ("--sandbox-max-memory", "16MiB", BIG_VALUE, {"memory_bytes": 16 * MIB, "value_bytes": 2 * MIB},
+     "sandbox memory cap exceeded (16777216 bytes)"),
+], ids=["disk", "memory"])
+def test_a_sandbox_past_its_cap_fails_with_the_cap_and_never_runs_again(
+        migrated: Env, flag: str, size: str, seed: str, limit: dict[str, int], message: str) -> None:
+    _, attempt_id = enqueue(migrated, write_package(migrated.root / "big", "big", seed_sql=seed))
+    worker = migrated.start_worker("a", extra=[flag, size])
+    failed = migrated.wait_attempt(attempt_id)
+    assert failed["status"] == "FAILED" and failed["command_status"] == "FAILED", failed
+    assert failed["error"].startswith("scenario seed_and_verify failed: seed seed/seed.sql failed: " + message)
+    receipts = migrated.db.receipts(attempt_id)
+    assert [r["status"] for r in receipts] == ["SUCCEEDED", "SUCCEEDED", "FAILED", "ABORTED", "ABORTED", "ABORTED"]
+    evidence = parse_json(receipts[2]["evidence"])
+    assert isinstance(evidence, dict) and evidence["limit"] == limit
+    assert evidence["error"]["message"].startswith("seed seed/seed.sql failed: " + message)
+    time.sleep(1.0)
+    worker.stop_cleanly()
+    assert failed["delivery_count"] == migrated.db.attempt(attempt_id)["delivery_count"] == 1
+    caps = [e for e in worker.logs() if e.get("event") == "sandbox_caps"]
+    memory = limit.get("memory_bytes", 256 * MIB)
+    assert [c["process_heap_limit_bytes"] for c in caps] == [128 * MIB + memory + 8 * MIB], caps
+    assert migrated.cli("audit").returncode == 0
+
+
+def test_sandbox_caps_out_of_range_or_malformed_are_refused(migrated: Env) -> None:
+    for flag, value, needle in [("--sandbox-max-bytes", "12 parsecs", "takes a size such as"),
+                                ("--sandbox-max-bytes", "1000", "between 1 MiB and 1 TiB"),
+                                ("--sandbox-max-memory", "1MiB", "between 16 MiB and 64 GiB")]:
+        assert_one_line_error(migrated.cli("worker", flag, value), 2, needle)
+
+
 def test_a_worker_killed_at_every_delivery_ends_with_the_budget_verdict(migrated: Env) -> None:
-    _, attempt_id = enqueue(migrated, small_package(migrated.root / "tiny"))
+    run_id, attempt_id = enqueue(migrated, small_package(migrated.root / "tiny"))
     command_id = migrated.db.attempt(attempt_id)["command_id"]
     killed = 0
     while migrated.db.attempt(attempt_id)["status"] not in ("SUCCEEDED", "FAILED", "ABORTED"):
@@ -132,6 +182,24 @@ def test_a_worker_killed_at_every_delivery_ends_with_the_budget_verdict(migrated
     events = [e["event"] for e in migrated.db.lease_events(command_id)]
     assert events.count("claim") + events.count("takeover") == REHEARSAL_BUDGET + 1
     assert events[-1] == "fail"
+    # The verdict's evidence: the budget and the lease history, sealed on Receipt 1 by the last delivery.
+    receipts = migrated.db.receipts(attempt_id)
+    assert [r["status"] for r in receipts] == ["FAILED"] + ["ABORTED"] * 5
+    evidence = parse_json(receipts[0]["evidence"])
+    assert isinstance(evidence, dict)
+    assert evidence["budget"] == {"deliveries": REHEARSAL_BUDGET, "max": REHEARSAL_BUDGET}
+    assert evidence["error"]["message"] == attempt["error"]
+    history = evidence["lease_history"]
+    assert [h["delivery"] for h in history] == list(range(1, REHEARSAL_BUDGET + 2))
+    assert [h["ended"] for h in history] == ["expired"] * REHEARSAL_BUDGET + ["failed"]
+    owners = {e["delivery"]: e["owner"] for e in migrated.db.lease_events(command_id)
+              if e["event"] in ("claim", "takeover")}
+    assert [h["owner"] for h in history] == [owners[d] for d in range(1, REHEARSAL_BUDGET + 2)]
+    assert evidence["last_progress"] is None, "every delivery died before its start committed"
+    audited = migrated.cli("audit", "--json")
+    assert audited.returncode == 0, audited.describe()
+    status = migrated.cli("rehearsal", "status", run_id, "--json", "--evidence")
+    assert status.json()["attempts"][0]["receipts"][0]["evidence"]["lease_history"] == history
     last = migrated.start_worker("after")
     time.sleep(1.0)
     last.stop_cleanly()

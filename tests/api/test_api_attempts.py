@@ -145,6 +145,36 @@ def test_reconcile_after_expiry_returns_the_command_to_pending(api: Api) -> None
     assert {r["delivery"] for r in done["receipts"]} == {2}
 
 
+def test_after_a_reconcile_no_scenario_shows_running_that_nothing_runs(api: Api) -> None:
+    run_id = api.create_run()
+    attempt = api.enqueue(run_id)
+    lease = claim(api, lease_seconds=60)
+
+    def start(tx: Any) -> None:  # the delivery's first fenced write, as the handler makes it
+        tx.rehearsal.lock_attempt(attempt["id"])
+        tx.rehearsal.start_attempt(attempt["id"])
+        tx.rehearsal.receipt_running(attempt["id"], 1)
+
+    api.store.fenced(lease, start, name="rehearsal.start", lease_seconds=60)
+    running = api.client.get(attempt_url(run_id, attempt["id"])).json()
+    assert running["status"] == running["state"] == "RUNNING"
+    assert [r["state"] for r in running["receipts"]] == ["RUNNING"] + ["PENDING"] * 5, "a live lease: it runs"
+    api.clock.advance(61)
+    assert api.client.post(attempt_url(run_id, attempt["id"], "/reconcile"), headers=AUTH).status_code == 200
+    after = api.client.get(attempt_url(run_id, attempt["id"])).json()
+    assert after["status"] == "RUNNING" and after["outbox"]["status"] == "PENDING"
+    assert after["state"] == "INTERRUPTED"
+    assert [r["status"] for r in after["receipts"]] == ["RUNNING"] + ["PENDING"] * 5
+    assert [r["state"] for r in after["receipts"]] == ["INTERRUPTED"] + ["PENDING"] * 5
+    listed = api.client.get(f"/delivery-rehearsals/{run_id}/attempts").json()["items"][0]
+    assert listed["state"] == "INTERRUPTED" and listed["receipts"][0]["state"] == "INTERRUPTED"
+    page = api.client.get(f"/rehearsals/{run_id}").text
+    assert "Interrupted, will be replayed" in page and ">RUNNING<" not in page
+    api.run_worker()
+    done = api.client.get(attempt_url(run_id, attempt["id"])).json()
+    assert done["state"] == "SUCCEEDED" and [r["state"] for r in done["receipts"]] == ["SUCCEEDED"] * 6
+
+
 def test_reconcile_of_a_pending_or_finished_command_is_409(api: Api) -> None:
     run_id = api.create_run()
     attempt = api.enqueue(run_id)

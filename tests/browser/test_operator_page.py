@@ -148,6 +148,8 @@ def test_killed_worker_lease_expires_reconcile_then_redelivery(page: Page, deplo
     expect(attempt.locator("[data-field=lease-owner]")).to_have_text("—")
     expect(reconcile).to_have_count(0)
     expect(page.locator("#notice")).to_contain_text("outbox PENDING")
+    expect(seed).to_have_text("INTERRUPTED")  # nothing runs it now: not shown RUNNING
+    expect(attempt.locator("[data-field=interrupted]")).to_contain_text("Interrupted, will be replayed")
     shot(page, "07-reconciled-back-to-pending")
 
     deployment.worker("--worker-id", "rescue-worker", log="worker-2")

@@ -12,6 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Status = Literal["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "ABORTED"]
 OutboxStatus = Literal["PENDING", "PROCESSING", "DELIVERED", "FAILED", "ABORTED"]
+State = Literal["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "ABORTED", "INTERRUPTED"]
+_STATE = ("What to show: the status, except INTERRUPTED for a RUNNING one whose command is PENDING (its lease was "
+          "released or reconciled): nothing runs it now, and the next delivery replays every scenario.")
 
 
 class _Model(BaseModel):
@@ -92,6 +95,7 @@ class Receipt(_Model):
     position: int
     scenario: str
     status: Status
+    state: State = Field(description=_STATE)
     delivery: int | None
     started_at: str | None
     finished_at: str | None
@@ -105,6 +109,7 @@ class Attempt(_Model):
     run_id: str
     seq: int
     status: Status
+    state: State = Field(description=_STATE)
     error: str | None
     created_at: str
     started_at: str | None

@@ -7,6 +7,7 @@ fails verification; 6 a start guard is false. Errors map to codes in ``fencepost
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -23,7 +24,19 @@ from fencepost import __version__
 from fencepost.catalog.manifest import load_package
 from fencepost.cli import logs, render
 from fencepost.cli.audit_cmd import audit
-from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, fail, handled, opened
+from fencepost.cli.common import (
+    DEFAULT_SANDBOX_MAX_BYTES,
+    DEFAULT_SANDBOX_MAX_MEMORY,
+    DatabaseOpt,
+    JsonOpt,
+    SandboxBytesOpt,
+    SandboxMemoryOpt,
+    emit,
+    fail,
+    handled,
+    opened,
+    sandbox_limits,
+)
 from fencepost.cli.package_cmds import app as package_app
 from fencepost.cli.rehearsal_cmds import app as rehearsal_app
 from fencepost.cli.serve import serve
@@ -35,6 +48,7 @@ from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
 from fencepost.outbox.worker import default_worker_id
 from fencepost.rehearsal import views
 from fencepost.rehearsal.handler import KIND, AttemptHandler
+from fencepost.rehearsal.sandbox import SandboxLimits, install_heap_limit
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store.base import Store
 from fencepost.store.url import DEFAULT_URL
@@ -90,12 +104,27 @@ REHEARSAL_MAX_DELIVERIES = 5
 REHEARSAL_SCENARIO_TIME_LIMIT = 600.0
 
 
-def build_worker(store: Store, work_dir: Path, config: WorkerConfig, keep_sandboxes: bool = False) -> Worker:
-    """A worker with every built-in command kind registered, each with its bounds."""
+def build_worker(store: Store, work_dir: Path, config: WorkerConfig, keep_sandboxes: bool = False,
+                 limits: SandboxLimits | None = None) -> Worker:
+    """A worker with every built-in command kind registered, each with its bounds.
+
+    Args:
+        limits: the disk and memory caps of every rehearsal sandbox (defaults when None). The
+            process-wide heap limit is the caller's to install (``sandbox.install_heap_limit``): it is
+            process state, set once by the command that owns the process.
+    """
     registry = HandlerRegistry()
-    registry.register(KIND, AttemptHandler(work_dir, keep_sandboxes=keep_sandboxes),
+    registry.register(KIND, AttemptHandler(work_dir, keep_sandboxes=keep_sandboxes, limits=limits),
                       time_limit=REHEARSAL_SCENARIO_TIME_LIMIT, max_deliveries=REHEARSAL_MAX_DELIVERIES)
     return Worker(store, registry, config)
+
+
+def limit_sandboxes(slots: int, limits: SandboxLimits) -> None:
+    """Install SQLite's process-wide heap limit for ``slots`` sandboxes at once and log the caps (ADR 0021)."""
+    hard = install_heap_limit(slots, limits)
+    logging.getLogger("fencepost.worker").info("sandbox caps", extra={
+        "event": "sandbox_caps", "disk_bytes": limits.max_bytes, "memory_bytes": limits.max_memory,
+        "value_bytes": limits.value_bytes, "process_heap_limit_bytes": hard})
 
 
 def parse_time_limits(values: list[str]) -> dict[str, float]:
@@ -192,6 +221,8 @@ def worker(
     worker_id: Annotated[str | None, typer.Option(envvar="FENCEPOST_WORKER_ID", show_envvar=True,
                                                   help="Lease owner name (default host:pid:random).")] = None,
     keep_sandboxes: Annotated[bool, typer.Option(help="Keep sandbox databases after each delivery.")] = False,
+    sandbox_max_bytes: SandboxBytesOpt = DEFAULT_SANDBOX_MAX_BYTES,
+    sandbox_max_memory: SandboxMemoryOpt = DEFAULT_SANDBOX_MAX_MEMORY,
     log_format: Annotated[str, typer.Option(envvar="FENCEPOST_LOG_FORMAT", show_envvar=True,
                                             help="Log lines as json or text.")] = "json",
     listen: Annotated[bool, typer.Option("--listen/--no-listen", envvar="FENCEPOST_LISTEN", show_envvar=True,
@@ -204,6 +235,10 @@ def worker(
     SIGTERM or Ctrl-C stops it gracefully: it claims nothing more, gives back what it has not started, lets
     running commands finish within --grace-period, then interrupts them: an interrupted command records
     nothing and its lease is released. A second SIGTERM or Ctrl-C skips the grace period and exits 130.
+
+    A scenario that runs past its time limit, or whose SQL goes past the sandbox's disk or memory cap, fails
+    with the limit in its evidence; a command delivered more often than its kind allows fails with its lease
+    history.
     """
     if log_format not in ("json", "text"):
         fail(InvalidInput(f"--log-format must be json or text, not {log_format!r}"))
@@ -213,7 +248,9 @@ def worker(
                               lease_seconds=lease_seconds, grace_seconds=grace_period,
                               time_limits=parse_time_limits(time_limit or []),
                               worker_id=worker_id or default_worker_id(), listen=listen)
-        w = build_worker(store, work_dir, config, keep_sandboxes)
+        limits = sandbox_limits(sandbox_max_bytes, sandbox_max_memory)
+        w = build_worker(store, work_dir, config, keep_sandboxes, limits)
+        limit_sandboxes(config.concurrency, limits)
         interrupted = threading.Event()
         # After a second signal the worker stops at once; whatever still hangs gets two seconds.
         last_resort = exit_soon(130, 2.0)
@@ -275,6 +312,8 @@ def rehearse(
     lease_seconds: LeaseOpt = 30.0,
     timeout: Annotated[float, typer.Option(help="Give up waiting for an Attempt after this many seconds.",
                                            min=0.1)] = 600.0,
+    sandbox_max_bytes: SandboxBytesOpt = DEFAULT_SANDBOX_MAX_BYTES,
+    sandbox_max_memory: SandboxMemoryOpt = DEFAULT_SANDBOX_MAX_MEMORY,
     json: JsonOpt = False,
 ) -> None:
     """The main job: freeze PACKAGE_DIR as a rehearsal, run its Attempts with an in-process worker while
@@ -287,11 +326,13 @@ def rehearse(
         spec = load_package(package_dir)
         config = WorkerConfig(poll_interval=0.05, batch_size=1, lease_seconds=lease_seconds)
         config.validate()  # every input is checked before the Run is written: bad input leaves no rows
+        limits = sandbox_limits(sandbox_max_bytes, sandbox_max_memory)
         run = service.create_run_from_spec(spec)
         run_view = views.run_view(run)
         if not json:
             render.run(run_view)
-        w = build_worker(store, work_dir, config)
+        w = build_worker(store, work_dir, config, limits=limits)
+        install_heap_limit(config.concurrency, limits)  # no log line: rehearse prints for people
         thread = threading.Thread(target=w.run, name="fencepost-worker", daemon=True)
         thread.start()
         finished = []

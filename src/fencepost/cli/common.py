@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -11,7 +12,8 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 
 from fencepost.cli.exit_codes import exit_code
-from fencepost.core.errors import FencepostError
+from fencepost.core.errors import FencepostError, InvalidInput
+from fencepost.rehearsal.sandbox import SandboxLimits
 from fencepost.store import Store, open_store
 
 T = TypeVar("T")
@@ -21,6 +23,47 @@ DatabaseOpt = Annotated[str, typer.Option(
     help="Control database URL: sqlite:///path.db (add ?journal_mode=delete for DELETE journal) or "
          "postgresql://user@host/db.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of text.")]
+SandboxBytesOpt = Annotated[str, typer.Option(
+    "--sandbox-max-bytes", envvar="FENCEPOST_SANDBOX_MAX_BYTES", show_envvar=True, metavar="SIZE",
+    help="Bytes each sandbox database may hold (1MiB-1TiB, e.g. 1GiB); a write past it fails the scenario "
+         "with the cap in its evidence.")]
+SandboxMemoryOpt = Annotated[str, typer.Option(
+    "--sandbox-max-memory", envvar="FENCEPOST_SANDBOX_MAX_MEMORY", show_envvar=True, metavar="SIZE",
+    help="SQLite memory each sandbox is budgeted (16MiB-64GiB, e.g. 256MiB); going past it fails the "
+         "scenario with the cap in its evidence.")]
+DEFAULT_SANDBOX_MAX_BYTES = "1GiB"
+DEFAULT_SANDBOX_MAX_MEMORY = "256MiB"
+
+_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024 ** 2, "mib": 1024 ** 2, "g": 1024 ** 3,
+          "gib": 1024 ** 3, "t": 1024 ** 4, "tib": 1024 ** 4}
+
+
+def parse_size(text: str, what: str) -> int:
+    """``"1073741824"``, ``"512MiB"``, ``"1G"`` as bytes (binary units: K/KiB, M/MiB, G/GiB, T/TiB).
+
+    Raises:
+        InvalidInput: not a whole number of bytes with one of those units; names ``what``.
+    """
+    found = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
+    unit = found.group(2).lower() if found else ""
+    if not found or unit not in _UNITS:
+        raise InvalidInput(f"{what} takes a size such as 1073741824, 512MiB or 1GiB, not {text!r}")
+    return int(found.group(1)) * _UNITS[unit]
+
+
+def sandbox_limits(max_bytes: str, max_memory: str) -> SandboxLimits:
+    """The sandbox caps of ``--sandbox-max-bytes`` and ``--sandbox-max-memory`` (ADR 0021).
+
+    Raises:
+        InvalidInput: a size that does not parse or is out of range.
+    """
+    limits = SandboxLimits(max_bytes=parse_size(max_bytes, "--sandbox-max-bytes"),
+                           max_memory=parse_size(max_memory, "--sandbox-max-memory"))
+    try:
+        limits.validate()
+    except ValueError as error:
+        raise InvalidInput(str(error)) from None
+    return limits
 
 
 def fail(error: FencepostError) -> NoReturn:

@@ -10,7 +10,7 @@ from rich.table import Table
 console = Console(highlight=False, soft_wrap=True)
 
 _STYLE = {"SUCCEEDED": "green", "DELIVERED": "green", "FAILED": "red", "ABORTED": "yellow", "RUNNING": "cyan",
-          "PROCESSING": "cyan", "PENDING": "dim", "READY": "green", "RETIRED": "yellow"}
+          "PROCESSING": "cyan", "PENDING": "dim", "READY": "green", "RETIRED": "yellow", "INTERRUPTED": "yellow"}
 
 
 def styled(status: str) -> str:
@@ -45,8 +45,11 @@ def run(view: dict[str, Any]) -> None:
 
 def attempt(view: dict[str, Any]) -> None:
     out = view["outbox"]
-    console.print(f"attempt #{view['seq']} [bold]{view['id']}[/bold]: {styled(view['status'])}  "
+    console.print(f"attempt #{view['seq']} [bold]{view['id']}[/bold]: {styled(view.get('state', view['status']))}  "
                   f"outbox {styled(out['status'])}, delivery count {out['delivery_count']}")
+    if view.get("state") == "INTERRUPTED":
+        console.print("  interrupted, will be replayed: nothing runs it now (its lease was released or reconciled); "
+                      "the next delivery replays all six scenarios from the first")
     if out["lease_owner"] and out.get("lease_expired"):
         # Not a live owner: it stopped renewing (ADR 0019 views carry ``lease_expired`` by the store's clock).
         console.print(f"  lease [red]EXPIRED[/red] at {out['lease_until']}: owner {out['lease_owner']} stopped "
@@ -69,7 +72,8 @@ def attempt(view: dict[str, Any]) -> None:
         for r in view["receipts"]:
             integrity = r["integrity"]["status"]
             mark = "[red]TAMPERED[/red]" if integrity == "tampered" else integrity
-            table.add_row(str(r["position"]), r["scenario"], styled(r["status"]), str(r["delivery"] or "-"), mark,
+            table.add_row(str(r["position"]), r["scenario"], styled(r.get("state", r["status"])),
+                          str(r["delivery"] or "-"), mark,
                           (r["evidence_fingerprint"] or "-")[:23])
         console.print(table)
 

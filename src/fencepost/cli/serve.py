@@ -15,7 +15,17 @@ from typing import Annotated
 import typer
 
 from fencepost.cli import logs
-from fencepost.cli.common import DatabaseOpt, fail, handled, opened
+from fencepost.cli.common import (
+    DEFAULT_SANDBOX_MAX_BYTES,
+    DEFAULT_SANDBOX_MAX_MEMORY,
+    DatabaseOpt,
+    SandboxBytesOpt,
+    SandboxMemoryOpt,
+    fail,
+    handled,
+    opened,
+    sandbox_limits,
+)
 from fencepost.core.errors import InvalidInput
 from fencepost.outbox import Worker, WorkerConfig
 from fencepost.outbox.worker import INTERRUPT_WAIT_SECONDS, default_worker_id
@@ -89,6 +99,8 @@ def serve(
                                                        "and printed once).")] = None,
     log_format: Annotated[str, typer.Option(envvar="FENCEPOST_LOG_FORMAT", show_envvar=True,
                                             help="Log lines (stderr) as json or text.")] = "text",
+    sandbox_max_bytes: SandboxBytesOpt = DEFAULT_SANDBOX_MAX_BYTES,
+    sandbox_max_memory: SandboxMemoryOpt = DEFAULT_SANDBOX_MAX_MEMORY,
 ) -> None:
     """Serve the HTTP API and the operator pages; run Attempts with an in-process worker pool.
 
@@ -99,7 +111,7 @@ def serve(
     import uvicorn
 
     from fencepost.api import create_app
-    from fencepost.cli.app import build_worker
+    from fencepost.cli.app import build_worker, limit_sandboxes
 
     if log_format not in ("json", "text"):
         raise typer.BadParameter("must be json or text", param_hint="--log-format")
@@ -107,11 +119,13 @@ def serve(
         fail(InvalidInput("the API token must be at least 16 characters"))
     _configure_logging(log_format)
     with opened(database) as store, handled():
+        limits = sandbox_limits(sandbox_max_bytes, sandbox_max_memory)
         pool: list[Worker] = []
         if not no_worker:
             for _ in range(workers):
                 config = WorkerConfig(lease_seconds=lease_seconds, worker_id=default_worker_id())
-                pool.append(build_worker(store, work_dir, config))
+                pool.append(build_worker(store, work_dir, config, limits=limits))
+            limit_sandboxes(workers, limits)
 
         def wake() -> None:
             for w in pool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from fencepost.core.errors import InvalidInput
 
@@ -24,12 +24,44 @@ class Handler(Protocol):
     ``on_failure(tx, ctx, error)`` runs inside the fenced transaction that marks the command FAILED,
     so the handler can fail its parent records atomically with it (seed: a scenario failure fails
     Attempt and Outbox together). It is also how a command whose delivery budget is exhausted ends: with
-    ``error`` = ``"delivery budget exhausted (n/max)"`` and the handler never run again.
+    ``error`` = ``"delivery budget exhausted (n/max)"`` and the handler never run again, unless the
+    handler also has the optional hook of ``BudgetAware``, which the worker then calls instead.
     """
 
     def handle(self, ctx: CommandContext) -> None: ...
 
     def on_failure(self, tx: FencedUnit, ctx: CommandContext, error: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class DeliveryBudget:
+    """A command's exhausted delivery budget, as the claim after its last allowed delivery sees it (issue 10).
+
+    Attributes:
+        deliveries: deliveries the command had before this claim (each ended without a verdict).
+        max_deliveries: the kind's budget (``KindPolicy.max_deliveries``).
+    """
+
+    deliveries: int
+    max_deliveries: int
+
+    @property
+    def error(self) -> str:
+        """The command's (and, for rehearsals, the Attempt's) error text: ``delivery budget exhausted (n/max)``."""
+        return f"delivery budget exhausted ({self.deliveries}/{self.max_deliveries})"
+
+
+@runtime_checkable
+class BudgetAware(Protocol):
+    """The optional hook a ``Handler`` may have for the budget verdict.
+
+    ``on_budget_exhausted(tx, ctx, budget)`` runs instead of ``on_failure`` inside the fenced transaction
+    that marks the command FAILED with ``budget.error``: the handler records its own verdict with what it
+    wants operators to see (the rehearsal handler seals the command's lease history as a Receipt's
+    evidence, ADR 0021). The handler's ``handle`` is not run.
+    """
+
+    def on_budget_exhausted(self, tx: FencedUnit, ctx: CommandContext, budget: DeliveryBudget) -> None: ...
 
 
 #: Deliveries a command gets unless its kind says otherwise: a crash loop ends with a verdict, not forever.

@@ -66,13 +66,18 @@ class Heartbeat:
                 if not ctx.heartbeat() and not ctx.completing:
                     log.warning("lease lost", extra={"event": "lease_lost", "command_id": ctx.command.id,
                                                      "delivery": ctx.delivery})
-            except StoreUnavailable as error:
+            except (StoreUnavailable, MemoryError) as error:
                 # Transient: try again next tick; if the lease lapses meanwhile, the next fenced write fails.
+                # MemoryError is SQLite's NOMEM: a sandbox of this process hit the shared heap limit (ADR 0021)
+                # and frees its memory as its statement fails.
                 log.warning("heartbeat failed", extra={"event": "heartbeat_failed", "command_id": ctx.command.id,
-                                                       "error": str(error)})
+                                                       "error": str(error) or type(error).__name__})
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
             self.beat()
             if self.on_tick is not None:
-                self.on_tick()
+                try:
+                    self.on_tick()
+                except MemoryError:  # as above: the registry row is renewed at the next tick
+                    log.warning("heartbeat tick failed", extra={"event": "heartbeat_failed", "error": "MemoryError"})

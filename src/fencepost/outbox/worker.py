@@ -7,7 +7,8 @@ outcome is exactly-once, because every outcome write is fenced by the current to
 - **No hoarding.** A worker has ``concurrency`` execution slots and claims at most as many commands as it
   has free slots (and at most ``batch_size``); each claimed command starts on a slot at once.
 - **A delivery budget per kind.** The claim after a command's last allowed delivery does not run it: the
-  kind's handler fails it under the lease with ``delivery budget exhausted (n/max)``.
+  kind's handler fails it under the lease with ``delivery budget exhausted (n/max)`` (its
+  ``on_budget_exhausted`` hook when it has one, ``BudgetAware``).
 - **A time limit per kind** (overridable per worker): past it the command is interrupted and the handler
   records the limit as the command's outcome.
 - **A stop is never a verdict.** A graceful stop claims nothing more, lets running commands finish until the
@@ -39,7 +40,7 @@ from fencepost.outbox.context import (
     StopRequested,
     TimeLimitExceeded,
 )
-from fencepost.outbox.handlers import HandlerRegistry
+from fencepost.outbox.handlers import BudgetAware, DeliveryBudget, HandlerRegistry
 from fencepost.outbox.heartbeat import Heartbeat
 from fencepost.outbox.registry import WorkerRegistration
 from fencepost.store.base import Store, WorkWaiter
@@ -400,12 +401,16 @@ class Worker:
             return self._release(ctx)  # returned after an interruption: it may not have finished
         return _Outcome.DELIVER
 
-    def _fail(self, ctx: CommandContext, text: str, *, timed_out: bool = False) -> _Outcome:
+    def _fail(self, ctx: CommandContext, text: str, *, timed_out: bool = False,
+              budget: DeliveryBudget | None = None) -> _Outcome:
         text = text[:MAX_ERROR_CHARS]
         handler = self.registry.get(ctx.command.kind)
 
         def unit(tx: FencedUnit) -> None:
-            handler.on_failure(tx, ctx, text)
+            if budget is not None and isinstance(handler, BudgetAware):
+                handler.on_budget_exhausted(tx, ctx, budget)
+            else:
+                handler.on_failure(tx, ctx, text)
 
         try:
             ctx.fenced(unit, name="outbox.fail", finish=CommandStatus.FAILED, error=text)
@@ -421,7 +426,8 @@ class Worker:
 
     def _exhausted(self, ctx: CommandContext, max_deliveries: int) -> _Outcome:
         """The claim after the last allowed delivery: fail it under the lease, never run it again."""
-        outcome = self._fail(ctx, f"delivery budget exhausted ({ctx.delivery - 1}/{max_deliveries})")
+        budget = DeliveryBudget(deliveries=ctx.delivery - 1, max_deliveries=max_deliveries)
+        outcome = self._fail(ctx, budget.error, budget=budget)
         if outcome is _Outcome.FAILED:
             self.stats.exhausted += 1
         return outcome

@@ -21,7 +21,9 @@ from fencepost.core.errors import LeaseLost
 from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus
 from fencepost.evidence.receipts import seal
 from fencepost.outbox.context import CommandContext, Interrupt, StopRequested, TimeLimitExceeded
-from fencepost.rehearsal.sandbox import Sandbox, SandboxEnvironmentError, is_environment_error
+from fencepost.outbox.handlers import DeliveryBudget
+from fencepost.outbox.history import lease_history
+from fencepost.rehearsal.sandbox import Sandbox, SandboxEnvironmentError, SandboxLimitExceeded, SandboxLimits
 from fencepost.rehearsal.scenarios import SCENARIOS, ScenarioEnv, ScenarioFailed
 from fencepost.rehearsal.target import LocalFileTarget
 from fencepost.store.ports import FencedUnit
@@ -56,12 +58,16 @@ class AttemptHandler:
         work_dir: where sandboxes live (``<work_dir>/sandboxes/<attempt>/d<delivery>-<rand>``).
         target: the external delivery target.
         keep_sandboxes: keep sandbox files after the delivery ends (for debugging).
+        limits: the disk and memory caps of every sandbox (``SandboxLimits``; its defaults when None).
     """
 
-    def __init__(self, work_dir: Path, target: LocalFileTarget | None = None, keep_sandboxes: bool = False) -> None:
+    def __init__(self, work_dir: Path, target: LocalFileTarget | None = None, keep_sandboxes: bool = False,
+                 limits: SandboxLimits | None = None) -> None:
         self.work_dir = work_dir
         self.target = target or LocalFileTarget(work_dir / "target")
         self.keep_sandboxes = keep_sandboxes
+        self.limits = limits or SandboxLimits()
+        self.limits.validate()
 
     def handle(self, ctx: CommandContext) -> None:
         attempt_id = str(ctx.command.payload["attempt_id"])
@@ -84,7 +90,7 @@ class AttemptHandler:
         discard_stale_sandboxes(attempt_dir, delivery)
         try:
             sandbox = Sandbox(attempt_dir / f"d{delivery}-{secrets.token_hex(4)}", package.functions,
-                              ctx.should_interrupt)
+                              ctx.should_interrupt, self.limits)
         except OSError as error:
             # A misconfigured worker (its work dir is not a usable directory) fails the Attempt visibly, as
             # a handler error, without a server path in the message.
@@ -108,19 +114,23 @@ class AttemptHandler:
             env.extras = {}
             started = time.monotonic()
             error: str | None = None
+            # The cap the scenario went past, if any: a definite outcome, recorded with the cap (ADR 0021).
+            limit: dict[str, Any] | None = None
             try:
                 result = scenario(env)
                 status = ReceiptStatus.SUCCEEDED
             except ScenarioFailed as failure:
-                result, error, status = failure.result, failure.message, ReceiptStatus.FAILED
-            except sqlite3.Error as failure:
-                if is_environment_error(failure):  # e.g. while fingerprinting tables
-                    raise SandboxEnvironmentError(f"sandbox storage failed: {failure}") from None
-                raise
+                result, error, status, limit = failure.result, failure.message, ReceiptStatus.FAILED, failure.limit
+            except (sqlite3.Error, MemoryError) as failure:  # e.g. while fingerprinting tables
+                verdict = sandbox.judge(failure)
+                if isinstance(verdict, SandboxEnvironmentError):
+                    raise verdict from None
+                if not isinstance(verdict, SandboxLimitExceeded):
+                    raise
+                result, error, status, limit = {}, str(verdict), ReceiptStatus.FAILED, verdict.limit
             # Lost while the scenario ran (abort, takeover), or interrupted by a stop: stop here, claim no
             # outcome, log no success. An interrupted statement then is not a scenario failure either.
             _check_stop(ctx)
-            limit: dict[str, Any] | None = None
             if ctx.interrupted is Interrupt.TIME_LIMIT and ctx.time_limit is not None:
                 # Over its time limit: a definite outcome of the work, recorded with the limit (issue 10).
                 status, error = ReceiptStatus.FAILED, str(TimeLimitExceeded(ctx.time_limit))
@@ -185,6 +195,55 @@ class AttemptHandler:
         tx.rehearsal.lock_attempt(attempt_id)
         tx.rehearsal.abort_open_receipts(attempt_id)
         tx.rehearsal.finish_attempt(attempt_id, AttemptStatus.FAILED, error)
+
+    def on_budget_exhausted(self, tx: FencedUnit, ctx: CommandContext, budget: DeliveryBudget) -> None:
+        """The budget verdict, with the lease history as sealed evidence (issue 10, ADR 0021).
+
+        In the worker's fenced unit that fails the command: like every delivery, this one restarts the
+        Attempt (the last delivery's provisional Receipts are discarded, what they had reached is kept in the
+        evidence), then seals Receipt 1 FAILED with ``error`` = ``budget.error``, ``budget`` ``{"deliveries",
+        "max"}``, ``lease_history`` (``outbox.history.lease_history``) and ``last_progress``, aborts the
+        other Receipts and fails the Attempt with ``budget.error``. Receipt 1, because a Receipt is only ever
+        sealed by the delivery that started it and a FAILED Receipt follows only SUCCEEDED ones (the audit's
+        sequence rule).
+        """
+        attempt_id = str(ctx.command.payload["attempt_id"])
+        tx.rehearsal.lock_attempt(attempt_id)
+        attempt = tx.rehearsal.get_attempt(attempt_id)
+        before = tx.rehearsal.attempt_receipts(attempt_id)
+        history = lease_history(tx.outbox.lease_events(ctx.command.id))
+        for entry in history:
+            if entry["delivery"] == ctx.delivery:  # this delivery: the fenced finish below ends it FAILED
+                entry["ended"], entry["ended_at"] = "failed", tx.now().isoformat().replace("+00:00", "Z")
+        run_id = tx.rehearsal.start_attempt(attempt_id)
+        run = tx.rehearsal.get_run(run_id) if run_id is not None else None
+        if attempt is None or run is None:  # already terminal while its command is open: fail it plainly
+            self.on_failure(tx, ctx, budget.error)
+            return
+        progress = None
+        if attempt.delivery > 0:
+            progress = {"delivery": attempt.delivery,
+                        "succeeded": [r.scenario for r in before
+                                      if r.status is ReceiptStatus.SUCCEEDED and r.delivery == attempt.delivery],
+                        "running": next((r.scenario for r in before if r.status is ReceiptStatus.RUNNING
+                                         and r.delivery == attempt.delivery), None)}
+        code = SCENARIOS[0][0]
+        evidence: dict[str, Any] = {
+            "scenario": code, "position": 1, "status": str(ReceiptStatus.FAILED),
+            "package": {"name": run.package_name, "version": run.package_version,
+                        "content_digest": run.content_digest},
+            "result": {"ran": False, "reason": "the delivery budget is exhausted: the Attempt is not run again"},
+            "execution": {"worker": ctx.lease.owner, "delivery": ctx.delivery, "attempt_id": attempt_id},
+            "error": {"message": budget.error},
+            "budget": {"deliveries": budget.deliveries, "max": budget.max_deliveries},
+            "lease_history": history,
+            "last_progress": progress,
+        }
+        text, fp = seal(evidence)
+        _require(tx.rehearsal.receipt_running(attempt_id, 1), "receipt 1 not PENDING after reset")
+        _require(tx.rehearsal.receipt_finish(attempt_id, 1, ReceiptStatus.FAILED, text, fp), "receipt 1 not RUNNING")
+        tx.rehearsal.abort_open_receipts(attempt_id)
+        _require(tx.rehearsal.finish_attempt(attempt_id, AttemptStatus.FAILED, budget.error), "attempt not RUNNING")
 
 
 def _check_stop(ctx: CommandContext) -> None:

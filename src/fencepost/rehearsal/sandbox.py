@@ -6,6 +6,12 @@ executing the package's own SQL is the point of the rehearsal.
 
 Each migration runs in one transaction together with its ledger row, so a failing script leaves nothing
 half-applied. The ledger table ``_fencepost_ledger`` is left out of every schema and content digest.
+
+Every sandbox connection is bounded with SQLite's own limits (issue 10, ADR 0021): ``PRAGMA max_page_count``
+caps each database's bytes, and the page caches, the temporary store and the longest value are sized from a
+memory cap, under a process-wide hard heap limit that ``install_heap_limit`` sets for a worker process.
+Exceeding a cap is a definite outcome of the package (``SandboxLimitExceeded``, with the cap); a full disk or
+a heap that other sandboxes exhausted is the machine's (``SandboxEnvironmentError``).
 """
 
 from __future__ import annotations
@@ -14,9 +20,12 @@ import base64
 import binascii
 import contextlib
 import hashlib
+import os
 import shutil
 import sqlite3
+import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,14 +59,118 @@ _HOST_FUNCTIONS: dict[str, Callable[[Any], Any]] = {"base64_encode": _b64encode,
 # attaches its target) would let it open the control database or write files anywhere; these pragmas
 # change process-wide state or point SQLite at other directories.
 _DENIED_PRAGMAS = frozenset({"temp_store_directory", "data_store_directory"})
+# Setting these would lift a cap (ADR 0021): the page budget and page size behind the disk cap, the caches
+# and the temporary store behind the memory cap, an in-memory rollback journal, and the heap limits, which
+# are process-wide (they would bound the control store's connections too). Reading them stays allowed.
+_CAP_PRAGMAS = frozenset({"max_page_count", "page_size", "cache_size", "temp_store", "journal_mode",
+                          "soft_heap_limit", "hard_heap_limit"})
 
 
 def _authorize(action: int, arg1: str | None, arg2: str | None, database: str | None, source: str | None) -> int:
     if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH):
         return sqlite3.SQLITE_DENY
-    if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in _DENIED_PRAGMAS:
-        return sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_PRAGMA:
+        name = (arg1 or "").lower()
+        if name in _DENIED_PRAGMAS or (name in _CAP_PRAGMAS and arg2 is not None):
+            return sqlite3.SQLITE_DENY
     return sqlite3.SQLITE_OK
+
+
+MIB = 1024 * 1024
+#: Bytes each sandbox database may hold unless the worker says otherwise (``--sandbox-max-bytes``).
+DEFAULT_MAX_BYTES = 1024 * MIB
+#: SQLite heap one sandbox is budgeted unless the worker says otherwise (``--sandbox-max-memory``).
+DEFAULT_MAX_MEMORY = 256 * MIB
+#: SQLite's own longest string or blob (``SQLITE_MAX_LENGTH``); a memory cap only ever lowers it.
+SQLITE_MAX_LENGTH = 1_000_000_000
+#: Heap a worker process keeps for what is not a sandbox: its control-store connections, and per execution
+#: slot the slot's own connection (``install_heap_limit``).
+HEAP_RESERVE_BYTES = 128 * MIB
+HEAP_RESERVE_PER_SLOT_BYTES = 8 * MIB
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """The caps of one sandbox (issue 10, ADR 0021).
+
+    Attributes:
+        max_bytes: bytes each database of the sandbox may hold (``main``, ``upgrade`` and each connection's
+            temporary database), 1 MiB..1 TiB; enforced by ``PRAGMA max_page_count``. A write past it fails
+            with SQLite's "database or disk is full" and is recorded as the disk cap exceeded.
+        max_memory: SQLite heap one sandbox is budgeted, 16 MiB..64 GiB. Each connection gets page caches of
+            a sixteenth of it for its main and its temporary database, its longest value is an eighth of it
+            (``SQLITE_LIMIT_LENGTH``; longer ones are recorded as the memory cap exceeded), and temporary
+            tables, sorts and indexes spill to files instead of the heap (``temp_store = FILE``). The
+            process-wide hard heap limit (``install_heap_limit``) is the backstop.
+    """
+
+    max_bytes: int = DEFAULT_MAX_BYTES
+    max_memory: int = DEFAULT_MAX_MEMORY
+
+    def validate(self) -> None:
+        """Raises ``ValueError`` naming the first cap out of range."""
+        if not MIB <= self.max_bytes <= 1024 ** 4:
+            raise ValueError("the sandbox disk cap must be between 1 MiB and 1 TiB")
+        if not 16 * MIB <= self.max_memory <= 64 * 1024 ** 3:
+            raise ValueError("the sandbox memory cap must be between 16 MiB and 64 GiB")
+
+    @property
+    def value_bytes(self) -> int:
+        """The longest string, blob or row a sandbox connection may build (bytes)."""
+        return min(SQLITE_MAX_LENGTH, self.max_memory // 8)
+
+    @property
+    def cache_kib(self) -> int:
+        """Page cache of each database of a sandbox connection (KiB, as ``PRAGMA cache_size = -N`` takes it)."""
+        return max(64, self.max_memory // 16 // 1024)
+
+
+def install_heap_limit(slots: int, limits: SandboxLimits) -> int:
+    """Set SQLite's process-wide heap limits for a worker process that runs up to ``slots`` sandboxes at once.
+
+    The hard limit is ``HEAP_RESERVE_BYTES + slots * (limits.max_memory + HEAP_RESERVE_PER_SLOT_BYTES)``: a
+    backstop the per-connection bounds of ``SandboxLimits`` keep sandboxes from reaching, generous enough that
+    the control store's connections, which share the heap, never run short. The soft limit, half a reserve
+    below it, makes SQLite shrink page caches before an allocation can fail. A limit already lower (set by
+    the embedding program) is kept: SQLite's pragma only ever lowers it. ADR 0021.
+
+    Args:
+        slots: sandboxes this process may run at once (execution slots), at least 1.
+        limits: the sandbox caps.
+    Returns:
+        The hard heap limit now in force (bytes).
+    """
+    hard = HEAP_RESERVE_BYTES + max(1, slots) * (limits.max_memory + HEAP_RESERVE_PER_SLOT_BYTES)
+    conn = sqlite3.connect(":memory:")
+    try:
+        effective = int(conn.execute(f"PRAGMA hard_heap_limit = {hard}").fetchone()[0])
+        soft = effective - HEAP_RESERVE_BYTES // 2
+        current_soft = int(conn.execute("PRAGMA soft_heap_limit").fetchone()[0])
+        if current_soft == 0 or soft < current_soft:
+            conn.execute(f"PRAGMA soft_heap_limit = {soft}")
+        return effective
+    finally:
+        conn.close()
+
+
+def hard_heap_limit() -> int:
+    """SQLite's process-wide hard heap limit in force (bytes; 0 for none)."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        return int(conn.execute("PRAGMA hard_heap_limit").fetchone()[0])
+    finally:
+        conn.close()
+
+
+# Sandboxes open in this process: a heap exhausted while others run cannot be blamed on one of them.
+_open_lock = threading.Lock()
+_open_sandboxes = 0
+
+
+def open_sandboxes() -> int:
+    """How many sandboxes this process has open now."""
+    with _open_lock:
+        return _open_sandboxes
 
 
 class SandboxError(Exception):
@@ -66,7 +179,7 @@ class SandboxError(Exception):
 
 # Result codes that describe the machine, not the package's SQL: an I/O error or a file that cannot be
 # opened (the sandbox directory vanished, the disk failed). Codes a package can provoke itself (FULL via
-# max_page_count, READONLY via query_only, NOMEM) stay package failures.
+# max_page_count, READONLY via query_only, NOMEM) are judged by the sandbox's caps (``Sandbox.judge``).
 _ENVIRONMENT_CODES = frozenset({10, 14})  # SQLITE_IOERR, SQLITE_CANTOPEN
 
 
@@ -80,6 +193,42 @@ class SandboxEnvironmentError(EnvironmentFailed):
     """The sandbox's storage failed under the scenario; the message is SQLite's text (no path)."""
 
 
+class SandboxLimitExceeded(SandboxError):
+    """The package's SQL went past a cap of its sandbox: a definite outcome of the work (ADR 0021).
+
+    Attributes:
+        limit: the cap, for the Receipt's evidence: ``{"disk_bytes": N}`` or ``{"memory_bytes": N}`` (with
+            ``"value_bytes"`` when a single value was too long).
+    """
+
+    def __init__(self, message: str, limit: dict[str, int]) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+_SQLITE_FULL = 13
+_SQLITE_TOOBIG = 18
+
+
+def _sqlite_temp_dirs() -> list[Path]:
+    # Where SQLite's unix VFS puts temporary files (sorts, temporary tables), in its own order of preference.
+    named = [os.environ.get("SQLITE_TMPDIR"), os.environ.get("TMPDIR"), "/var/tmp", "/usr/tmp", "/tmp"]
+    return [Path(d) for d in named if d and os.path.isdir(d)][:1]
+
+
+def _free_bytes(path: Path) -> int:
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return 0
+
+
+class SandboxConnection(sqlite3.Connection):
+    """A connection to one database of a sandbox; ``sandbox`` says which, so errors can be judged by its caps."""
+
+    sandbox: Sandbox | None = None
+
+
 class Sandbox:
     """One delivery's sandbox directory holding its databases.
 
@@ -88,31 +237,94 @@ class Sandbox:
         functions: SQL name -> host function name (see ``package.HOST_FUNCTIONS``).
         should_interrupt: polled every ``PROGRESS_STEPS`` VM steps; True aborts the running statement
             (used to stop at once when the lease is lost).
+        limits: the caps of every database of this sandbox (``SandboxLimits``; defaults when None).
     """
 
-    def __init__(self, root: Path, functions: dict[str, str], should_interrupt: Callable[[], bool]) -> None:
+    def __init__(self, root: Path, functions: dict[str, str], should_interrupt: Callable[[], bool],
+                 limits: SandboxLimits | None = None) -> None:
+        global _open_sandboxes
         self.root = root
         self.functions = functions
         self.should_interrupt = should_interrupt
+        self.limits = limits or SandboxLimits()
+        self.limits.validate()
         root.mkdir(parents=True, exist_ok=False)
         self._open: list[sqlite3.Connection] = []
+        self._counted = True
+        with _open_lock:
+            _open_sandboxes += 1
 
     def connect(self, name: str) -> sqlite3.Connection:
-        """Open (creating) database ``<name>.db`` in the sandbox, with host functions and interrupt checks."""
-        conn = sqlite3.connect(self.root / f"{name}.db", isolation_level=None)
+        """Open (creating) database ``<name>.db`` in the sandbox, with host functions, interrupt checks and caps."""
+        conn = sqlite3.connect(self.root / f"{name}.db", isolation_level=None, factory=SandboxConnection)
+        conn.sandbox = self
+        self._open.append(conn)
         for sql_name, builtin in self.functions.items():
             conn.create_function(sql_name, 1, _HOST_FUNCTIONS[builtin], deterministic=True)
         conn.set_progress_handler(lambda: 1 if self.should_interrupt() else 0, PROGRESS_STEPS)
-        conn.set_authorizer(_authorize)
         conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)  # defense in depth: no second database at all
+        self._apply_limits(conn)
+        conn.set_authorizer(_authorize)  # after the caps: the package may no longer change them
         conn.execute(f'CREATE TABLE IF NOT EXISTS "{LEDGER}" (id TEXT PRIMARY KEY)')
-        self._open.append(conn)
         return conn
 
+    def _apply_limits(self, conn: sqlite3.Connection) -> None:
+        limits = self.limits
+        conn.execute("PRAGMA temp_store = FILE")  # temporary b-trees and sorts on disk, not on the heap
+        for schema in ("main", "temp"):
+            page_size = int(conn.execute(f"PRAGMA {schema}.page_size").fetchone()[0])
+            conn.execute(f"PRAGMA {schema}.max_page_count = {max(1, limits.max_bytes // page_size)}")
+            conn.execute(f"PRAGMA {schema}.cache_size = -{limits.cache_kib}")
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.value_bytes)
+
+    def judge(self, error: BaseException) -> Exception | None:
+        """What a SQLite error (or ``MemoryError``, which Python raises for SQLite's NOMEM) raised by this
+        sandbox's SQL means, by its caps (ADR 0021).
+
+        Returns:
+            ``SandboxLimitExceeded`` when the package went past a cap: SQLITE_FULL while the disk still has
+            room for a whole capped database (both where the sandbox lives and where SQLite puts temporary
+            files), SQLITE_TOOBIG under a length limit lowered by the memory cap, or NOMEM under a hard heap
+            limit while no other sandbox is open in this process. ``SandboxEnvironmentError`` when the machine
+            failed: an I/O error, a full disk, or a heap exhausted while other sandboxes run too (whose
+            allocation tipped it over is unknown). None for any other error (the package's SQL failed).
+        """
+        limits = self.limits
+        if isinstance(error, MemoryError):
+            others = open_sandboxes() - 1
+            if hard_heap_limit() > 0 and others == 0:
+                return SandboxLimitExceeded(f"sandbox memory cap exceeded ({limits.max_memory} bytes): out of "
+                                            "memory under the worker's heap limit",
+                                            {"memory_bytes": limits.max_memory})
+            return SandboxEnvironmentError(
+                "sandbox ran out of memory" + (f" while {others} other sandbox(es) ran" if others > 0 else ""))
+        if not isinstance(error, sqlite3.Error):
+            return None
+        if is_environment_error(error):
+            return SandboxEnvironmentError(f"sandbox storage failed: {error}")
+        code = (getattr(error, "sqlite_errorcode", None) or 0) & 0xFF
+        if code == _SQLITE_FULL:
+            free = min(_free_bytes(d) for d in [self.root, *_sqlite_temp_dirs()])
+            if free >= limits.max_bytes:
+                return SandboxLimitExceeded(f"sandbox disk cap exceeded ({limits.max_bytes} bytes): {error}",
+                                            {"disk_bytes": limits.max_bytes})
+            return SandboxEnvironmentError(f"sandbox storage failed: {error} ({free} bytes free on disk)")
+        if code == _SQLITE_TOOBIG and limits.value_bytes < SQLITE_MAX_LENGTH:
+            return SandboxLimitExceeded(
+                f"sandbox memory cap exceeded ({limits.max_memory} bytes): a value longer than "
+                f"{limits.value_bytes} bytes: {error}",
+                {"memory_bytes": limits.max_memory, "value_bytes": limits.value_bytes})
+        return None
+
     def close(self) -> None:
+        global _open_sandboxes
         for conn in self._open:
             conn.close()
         self._open.clear()
+        if self._counted:
+            self._counted = False
+            with _open_lock:
+                _open_sandboxes -= 1
 
     def destroy(self) -> None:
         """Delete this delivery's directory, and the Attempt's directory once nothing else is in it."""
@@ -137,13 +349,30 @@ def run_script(conn: sqlite3.Connection, sql: str, *, ledger_add: str | None = N
         tail = f"DELETE FROM \"{LEDGER}\" WHERE id = '{_quote(ledger_remove)}';"
     try:
         conn.executescript(f"BEGIN;\n{sql}\n;\n{tail}\nCOMMIT;")
-    except sqlite3.Error as error:
+    except (sqlite3.Error, MemoryError) as error:
         if conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
+            with contextlib.suppress(sqlite3.Error, MemoryError):
                 conn.execute("ROLLBACK")
-        if is_environment_error(error):
-            raise SandboxEnvironmentError(f"sandbox storage failed: {error}") from None
-        raise SandboxError(str(error)) from None
+        raise judged(conn, error) from None
+
+
+def judged(conn: sqlite3.Connection, error: sqlite3.Error | MemoryError) -> Exception:
+    """The exception to raise for ``error`` from SQL run on ``conn``.
+
+    Returns:
+        ``Sandbox.judge``'s verdict on a sandbox connection; else ``SandboxEnvironmentError`` for the
+        machine's errors; else ``SandboxError`` with SQLite's text (``MemoryError`` is not the package's
+        fault on a connection with no caps: the machine's).
+    """
+    sandbox = conn.sandbox if isinstance(conn, SandboxConnection) else None
+    verdict = sandbox.judge(error) if sandbox is not None else None
+    if verdict is not None:
+        return verdict
+    if isinstance(error, MemoryError):
+        return SandboxEnvironmentError("sandbox ran out of memory")
+    if is_environment_error(error):
+        return SandboxEnvironmentError(f"sandbox storage failed: {error}")
+    return SandboxError(str(error))
 
 
 def _quote(text: str) -> str:

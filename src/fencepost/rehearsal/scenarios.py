@@ -28,6 +28,7 @@ from fencepost.rehearsal.sandbox import (
     LEDGER,
     Sandbox,
     SandboxError,
+    SandboxLimitExceeded,
     applied,
     check_integrity,
     run_script,
@@ -39,12 +40,19 @@ from fencepost.rehearsal.target import LocalFileTarget, TargetRefused
 
 
 class ScenarioFailed(Exception):
-    """A scenario's check failed; ``message`` keeps the database error text, ``result`` what was seen."""
+    """A scenario's check failed; ``message`` keeps the database error text, ``result`` what was seen, and
+    ``limit`` the sandbox cap its SQL went past, if that is why (``SandboxLimitExceeded.limit``)."""
 
-    def __init__(self, message: str, result: dict[str, Any] | None = None) -> None:
+    def __init__(self, message: str, result: dict[str, Any] | None = None,
+                 limit: dict[str, int] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.result = result or {}
+        self.limit = limit
+
+
+def _limit(error: SandboxError) -> dict[str, int] | None:
+    return error.limit if isinstance(error, SandboxLimitExceeded) else None
 
 
 @dataclass
@@ -75,7 +83,8 @@ def install(conn: sqlite3.Connection, package: PackageSpec, upto: int | None = N
             run_script(conn, package.sql(migration.up), ledger_add=migration.id)
         except SandboxError as error:
             raise ScenarioFailed(f"migration {migration.id} failed: {error}", {"failed_migration": migration.id,
-                                                                              "applied": ran}) from None
+                                                                              "applied": ran},
+                                 _limit(error)) from None
         ran.append(migration.id)
     return ran
 
@@ -111,7 +120,7 @@ def seed_and_verify(env: ScenarioEnv) -> dict[str, Any]:
         try:
             run_script(env.main, env.package.sql(path))
         except SandboxError as error:
-            raise ScenarioFailed(f"seed {path} failed: {error}", {"failed_seed": path}) from None
+            raise ScenarioFailed(f"seed {path} failed: {error}", {"failed_seed": path}, _limit(error)) from None
     checks = check_integrity(env.main)
     tables = table_digests(env.main, env.package.volatile_columns, env.sandbox.should_interrupt)
     result = {"seed_files": list(env.package.seed), "checks": checks, "tables": tables}
@@ -167,7 +176,8 @@ def uninstall_to_empty(env: ScenarioEnv) -> dict[str, Any]:
                 assert migration.down is not None
                 run_script(env.main, pkg.sql(migration.down), ledger_remove=migration.id)
     except SandboxError as error:
-        raise ScenarioFailed(f"uninstall failed: {error}", {"applicable": True, "method": method}) from None
+        raise ScenarioFailed(f"uninstall failed: {error}", {"applicable": True, "method": method},
+                             _limit(error)) from None
     remaining = user_object_count(env.main)
     leftover = [r[0] for r in env.main.execute(
         "SELECT type || ' ' || name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' AND tbl_name != ? "

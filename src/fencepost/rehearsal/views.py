@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from fencepost.core.canonical import parse_json
-from fencepost.core.statuses import CommandStatus
+from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus
 from fencepost.evidence.comparison import AttemptFingerprints, Comparison
 from fencepost.evidence.gate import GateReport
 from fencepost.evidence.receipts import verify_receipt
@@ -30,10 +30,34 @@ def run_view(run: RunRecord) -> dict[str, Any]:
             "migrations": [m["id"] for m in run.manifest.get("migrations", [])]}
 
 
-def receipt_view(receipt: ReceiptRecord, *, evidence: bool = False) -> dict[str, Any]:
+#: What an operator is shown for a RUNNING Attempt or Receipt whose command is PENDING (released by a stop, or
+#: reconciled after its lease expired): nothing runs it now, and the next delivery replays every scenario
+#: from the first in a new sandbox (issue 10 item 6).
+INTERRUPTED = "INTERRUPTED"
+INTERRUPTED_NOTE = ("interrupted, will be replayed: nothing runs it now (its lease was released or reconciled); "
+                    "the next delivery replays all six scenarios from the first")
+
+
+def replay_pending(attempt: AttemptRecord) -> bool:
+    """A RUNNING Attempt whose command is PENDING: its delivery ended without a verdict and nothing runs it."""
+    return attempt.status is AttemptStatus.RUNNING and attempt.command_status is CommandStatus.PENDING
+
+
+def receipt_view(receipt: ReceiptRecord, *, evidence: bool = False, interrupted: bool = False) -> dict[str, Any]:
+    """Plain JSON of a Receipt.
+
+    Args:
+        evidence: include the sealed evidence.
+        interrupted: its Attempt's delivery ended without a verdict (``replay_pending``): a RUNNING Receipt
+            then has ``state`` ``INTERRUPTED``, not RUNNING.
+    Returns:
+        The stored fields, ``integrity``, and ``state``: what to show (``status``, or ``INTERRUPTED``).
+    """
     integrity = verify_receipt(receipt)
+    state = INTERRUPTED if interrupted and receipt.status is ReceiptStatus.RUNNING else str(receipt.status)
     view: dict[str, Any] = {
         "id": receipt.id, "position": receipt.position, "scenario": receipt.scenario, "status": str(receipt.status),
+        "state": state,
         "delivery": receipt.delivery, "started_at": iso(receipt.started_at), "finished_at": iso(receipt.finished_at),
         "evidence_fingerprint": receipt.evidence_fingerprint,
         "integrity": {"status": integrity.status, "reason": integrity.reason},
@@ -73,9 +97,14 @@ def attempt_view(attempt: AttemptRecord, receipts: list[ReceiptRecord] | None = 
     Args:
         census: the worker registry read with the store's clock; when given, ``outbox`` also carries
             ``waiting_view``'s fields.
+    Returns:
+        The stored fields, and ``state``: what to show, ``status`` or ``INTERRUPTED`` (``replay_pending``),
+        whose Receipts then show no scenario RUNNING.
     """
+    interrupted = replay_pending(attempt)
     view: dict[str, Any] = {
         "id": attempt.id, "run_id": attempt.run_id, "seq": attempt.seq, "status": str(attempt.status),
+        "state": INTERRUPTED if interrupted else str(attempt.status),
         "error": attempt.error, "created_at": iso(attempt.created_at), "started_at": iso(attempt.started_at),
         "finished_at": iso(attempt.finished_at),
         "outbox": {"command_id": attempt.command_id, "status": str(attempt.command_status),
@@ -86,7 +115,7 @@ def attempt_view(attempt: AttemptRecord, receipts: list[ReceiptRecord] | None = 
     if census is not None:
         view["outbox"].update(waiting_view(attempt, census))
     if receipts is not None:
-        view["receipts"] = [receipt_view(r, evidence=evidence) for r in receipts]
+        view["receipts"] = [receipt_view(r, evidence=evidence, interrupted=interrupted) for r in receipts]
     return view
 
 

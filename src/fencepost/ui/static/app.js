@@ -198,7 +198,7 @@
     else if (r.integrity.status === "ok") integrity = h("span", { className: "ok" }, "verified");
     else integrity = h("span", { className: "muted" }, r.integrity.reason);
     return h("tr", { className: r.integrity.status === "tampered" ? "tampered" : "", "data-scenario": r.scenario },
-      h("td", {}, r.position), h("td", {}, r.scenario), h("td", {}, badge(r.status)),
+      h("td", {}, r.position), h("td", {}, r.scenario), h("td", {}, badge(r.state)),
       h("td", {}, r.delivery === null ? "—" : r.delivery),
       h("td", {}, r.evidence_fingerprint ? h("code", { className: "fp", title: r.evidence_fingerprint }, short(r.evidence_fingerprint)) : "—"),
       h("td", {}, integrity));
@@ -212,7 +212,7 @@
     const field = (label, name, ...value) => h("div", {}, h("dt", {}, label), h("dd", { "data-field": name }, ...value));
     return h("li", { className: "attempt s-" + a.status, id: "attempt-" + a.id, "data-status": a.status, "data-outbox": o.status },
       h("article", { "aria-labelledby": "h-" + a.id },
-        h("h3", { id: "h-" + a.id }, "Attempt #" + a.seq + " ", h("span", { className: "badge s-" + a.status, "data-field": "status" }, a.status)),
+        h("h3", { id: "h-" + a.id }, "Attempt #" + a.seq + " ", h("span", { className: "badge s-" + a.state, "data-field": "status" }, a.state)),
         h("p", { className: "muted" }, h("code", {}, a.id), " · created ", h("time", { datetime: a.created_at }, when(a.created_at))),
         h("dl", { className: "lease" },
           field("Outbox", "outbox-status", badge(o.status)),
@@ -223,6 +223,8 @@
           o.pending_seconds === null || o.pending_seconds === undefined ? null : field("Pending for", "pending-for", age(o.pending_seconds))),
         o.no_live_worker ? h("p", { className: "no-worker", "data-field": "no-live-worker" }, h("strong", {}, "No live worker serves this kind"),
           " (" + o.kind + "): nothing will run it until one starts (", h("code", {}, "fencepost worker"), ").") : null,
+        a.state === "INTERRUPTED" ? h("p", { className: "interrupted", "data-field": "interrupted" }, h("strong", {}, "Interrupted, will be replayed"),
+          ": nothing runs it now (its lease was released or reconciled); the next delivery replays all six scenarios from the first.") : null,
         a.error ? h("p", { className: "attempt-error" }, h("strong", {}, "Error:"), " " + a.error) : null,
         actions,
         h("table", { className: "receipts" },
