@@ -217,7 +217,8 @@ def worker(
     time_limit: Annotated[list[str] | None, typer.Option(
         "--time-limit", metavar="KIND=SECONDS",
         help="Interrupt a command of KIND after SECONDS and record that it ran over its limit (repeatable; "
-             "overrides the kind's own limit).")] = None,
+             "overrides the kind's own limit). For rehearsal.attempt the limit applies to each scenario "
+             "(600 s by default).")] = None,
     worker_id: Annotated[str | None, typer.Option(envvar="FENCEPOST_WORKER_ID", show_envvar=True,
                                                   help="Lease owner name (default host:pid:random).")] = None,
     keep_sandboxes: Annotated[bool, typer.Option(help="Keep sandbox databases after each delivery.")] = False,
@@ -370,8 +371,8 @@ def rehearse(
             signal.signal(signal.SIGINT, previous)
             signal.signal(signal.SIGTERM, previous_term)
         if interrupted.is_set():
-            typer.echo("fencepost: interrupted; nothing was recorded for the running Attempt and its lease was "
-                       "released", err=True)
+            typer.echo("fencepost: interrupted: the running scenario recorded nothing and the lease was released; "
+                       "the Attempt stays queued and the next worker replays it from its first scenario", err=True)
             raise typer.Exit(130)
         if unfinished is not None:
             # A CLI outcome, not a domain error: no FencepostError, so no row in the API's table (ADR 0016).

@@ -90,6 +90,8 @@ class CommandContext:
         self._interrupted_at: float | None = None
         self._deadline: float | None = None
         self.finished = False
+        #: The status the handler's own finishing unit wrote (DELIVERED or FAILED), once it committed.
+        self.finished_status: CommandStatus | None = None
         # Set while the worker's batched completion of this command commits: a renewal that finds the lease
         # gone then is most likely that completion, whose own outcome says whether the lease was lost.
         self.completing = False
@@ -207,6 +209,7 @@ class CommandContext:
             raise
         if renewed is None:
             self.finished = True
+            self.finished_status = finish
         else:
             self._set_lease(renewed)
         return result

@@ -64,8 +64,9 @@ class Heartbeat:
                 continue
             try:
                 if not ctx.heartbeat() and not ctx.completing:
-                    log.warning("lease lost", extra={"event": "lease_lost", "command_id": ctx.command.id,
-                                                     "delivery": ctx.delivery})
+                    # The worker says why (abort, takeover) once the handler stops.
+                    log.info("lease no longer held", extra={"event": "lease_gone", "command_id": ctx.command.id,
+                                                            "delivery": ctx.delivery})
             except (StoreUnavailable, MemoryError) as error:
                 # Transient: try again next tick; if the lease lapses meanwhile, the next fenced write fails.
                 # MemoryError is SQLite's NOMEM: a sandbox of this process hit the shared heap limit (ADR 0021)

@@ -201,8 +201,12 @@ class Worker:
         with self._lock:
             if self._grace_deadline is None or deadline < self._grace_deadline:
                 self._grace_deadline = deadline
+        first = not self._stop.is_set()
         self._stop.set()
         self._wake.set()
+        if first:
+            log.info("stopping", extra={"event": "worker_stopping", "worker": self.config.worker_id,
+                                        "in_flight": self.in_flight, "grace_seconds": grace})
         if grace <= 0:
             self._interrupt_running()
 
@@ -374,8 +378,7 @@ class Worker:
         try:
             handler.handle(ctx)
         except LeaseLost:
-            log.warning("lease lost; work stopped", extra={"event": "lease_lost", "command_id": ctx.command.id,
-                                                          "delivery": ctx.delivery})
+            self._log_lost(ctx)
             return _Outcome.LOST
         except StopRequested:
             return self._release(ctx)
@@ -394,12 +397,28 @@ class Worker:
                 return self._fail(ctx, str(TimeLimitExceeded(ctx.time_limit)), timed_out=True)
             return self._fail(ctx, "".join(traceback.format_exception_only(type(error), error)).strip())
         if ctx.finished:
-            return _Outcome.DONE
+            return _Outcome.FAILED if ctx.finished_status is CommandStatus.FAILED else _Outcome.DONE
         if ctx.lost:
             return _Outcome.LOST
         if ctx.interrupted is Interrupt.STOP:
             return self._release(ctx)  # returned after an interruption: it may not have finished
         return _Outcome.DELIVER
+
+    def _log_lost(self, ctx: CommandContext) -> None:
+        """Say why the work stopped: an operator's abort is routine (info); a takeover or reconcile means this
+        worker was presumed dead (warning)."""
+        try:
+            record = self.store.read(lambda tx: tx.outbox.get(ctx.command.id))
+        except StoreUnavailable:
+            record = None
+        extra = {"event": "lease_lost", "command_id": ctx.command.id, "delivery": ctx.delivery}
+        if record is not None and record.status is CommandStatus.ABORTED:
+            log.info("command aborted by an operator; work stopped", extra={**extra, "event": "command_aborted"})
+        elif record is not None and record.delivery_count > ctx.delivery:
+            log.warning("lease taken over by another worker; work stopped", extra={
+                **extra, "taken_by": record.lease_owner, "delivery_now": record.delivery_count})
+        else:
+            log.warning("lease lost; work stopped", extra=extra)
 
     def _fail(self, ctx: CommandContext, text: str, *, timed_out: bool = False,
               budget: DeliveryBudget | None = None) -> _Outcome:

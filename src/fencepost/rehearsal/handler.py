@@ -150,9 +150,9 @@ class AttemptHandler:
                 evidence["limit"] = limit
             evidence.update(env.extras)
             text, fp = seal(evidence)
-            log.info("scenario finished", extra={"event": "scenario_finished", "attempt_id": attempt_id,
-                                                 "scenario": code, "position": position, "status": str(status),
-                                                 "delivery": delivery})
+            log.log(logging.INFO if error is None else logging.WARNING, "scenario finished", extra={
+                "event": "scenario_finished", "attempt_id": attempt_id, "scenario": code, "position": position,
+                "status": str(status), "delivery": delivery, **({"error": error} if error is not None else {})})
             if status is ReceiptStatus.FAILED:
                 self._fail(ctx, attempt_id, position, text, fp, f"scenario {code} failed: {error}")
                 return
