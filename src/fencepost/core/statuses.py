@@ -116,3 +116,51 @@ class WorkflowEventType(StrEnum):
 
 class StepMutationKind(StrEnum):
     CREATE = "create"
+
+
+# ── the action host (seed: platform-host-8.1-readme-excerpt.md; ../shared/host-spec.md §0.4, §1.Y-1) ──
+
+
+class InvocationStatus(StrEnum):
+    """An action invocation's status. Terminal verdicts are immutable except for a late callback settling a
+    swept parked handoff, an operator resolution, and a contradictory completion (host-spec §1.Y-1)."""
+
+    PENDING = "pending"                                   # dispatched, not yet claimed
+    AWAITING_APPROVAL = "awaiting_approval"
+    RUNNING = "running"                                   # leased, inline, or parked with a pending completion
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    RECONCILIATION_REQUIRED = "reconciliation_required"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (InvocationStatus.SUCCEEDED, InvocationStatus.FAILED,
+                        InvocationStatus.RECONCILIATION_REQUIRED)
+
+
+class AdapterStatus(StrEnum):
+    """An adapter invocation row (one per adapter step). ``succeeded`` and ``ambiguous`` never regress to
+    ``running`` or ``failed`` (host-spec I7)."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    AMBIGUOUS = "ambiguous"
+
+
+class Outcome(StrEnum):
+    """The five outcomes an adapter reply may report, case-sensitive (host-spec F15). A handoff is not one of
+    them: it is ``Accepted`` (discriminator ``"accepted"``)."""
+
+    SUCCESS = "success"
+    PERMANENT_FAILURE = "permanent_failure"
+    TRANSIENT_FAILURE = "transient_failure"
+    AMBIGUOUS = "ambiguous"
+    TIMEOUT = "timeout"
+
+
+class ReconciliationKind(StrEnum):
+    """Why an invocation needs an operator's decision (host-spec F17, §1.Y-4)."""
+
+    ADAPTER_OUTCOME_AMBIGUOUS = "adapter_outcome_ambiguous"
+    HANDLER_DECISION_REQUIRED = "handler_decision_required"

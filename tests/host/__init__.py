@@ -1,0 +1,1 @@
+"""The action host (issue 12; host-spec sections A-J, T)."""
