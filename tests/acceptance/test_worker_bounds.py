@@ -188,7 +188,8 @@ def test_a_worker_killed_at_every_delivery_ends_with_the_budget_verdict(migrated
     evidence = parse_json(receipts[0]["evidence"])
     assert isinstance(evidence, dict)
     assert evidence["budget"] == {"deliveries": REHEARSAL_BUDGET, "max": REHEARSAL_BUDGET}
-    assert evidence["error"]["message"] == attempt["error"]
+    assert evidence["error"]["message"] == "delivery budget exhausted"
+    assert attempt["error"].startswith(evidence["error"]["message"])
     history = evidence["lease_history"]
     assert [h["delivery"] for h in history] == list(range(1, REHEARSAL_BUDGET + 2))
     assert [h["ended"] for h in history] == ["expired"] * REHEARSAL_BUDGET + ["failed"]

@@ -50,6 +50,7 @@ from crash_harness import (
 )
 
 from fencepost.core.statuses import AttemptStatus
+from fencepost.rehearsal.handler import KIND
 from helpers.store_backends import BackendUnreachable, selected_backends
 
 W = TypeVar("W")
@@ -59,7 +60,8 @@ EXAMPLE_PACKAGE = Path(__file__).resolve().parents[2] / "examples" / "inventory"
 SETUP_CRASH = "rehearsal.receipt:after-commit@2"
 SETUP_STATE = "RUNNING PROCESSING SSRPPP 1"
 
-FLOWS = ("inventory", "slow", "failing", "workdir", "reconcile", "abort-pending", "abort-running")
+FLOWS = ("inventory", "slow", "failing", "budget", "reconcile", "abort-pending", "abort-running")
+BUDGET = 5  # fencepost.cli.app.REHEARSAL_MAX_DELIVERIES
 WORKER_TRANSACTIONS = frozenset({"outbox.claim", "outbox.heartbeat", "outbox.release", "outbox.fail",
                                  "rehearsal.start", "rehearsal.receipt", "rehearsal.succeed", "rehearsal.fail"})
 
@@ -132,9 +134,11 @@ WINDOWS: tuple[Window, ...] = (
     # Scenario 3 fails: its Receipt FAILED, later ones ABORTED, Attempt and command FAILED together.
     Window("failing", "rehearsal.fail:before-commit", "RUNNING PROCESSING SSRPPP 1", 2),
     Window("failing", "rehearsal.fail:after-commit", "FAILED FAILED SSFAAA 1", 1),
-    # An unexpected handler error (the work dir is a file, so no sandbox can be made): outbox.fail.
-    Window("workdir", "outbox.fail:before-commit", "RUNNING PROCESSING RPPPPP 1", 2),
-    Window("workdir", "outbox.fail:after-commit", "FAILED FAILED AAAAAA 1", 1),
+    # The worker's own verdict (outbox.fail): the claim after the delivery budget fails the Attempt with its
+    # lease history sealed in Receipt 1, instead of running it a sixth time. Before COMMIT nothing changed but
+    # the claim; the next claim is the verdict again.
+    Window("budget", "outbox.fail:before-commit", f"PENDING PROCESSING PPPPPP {BUDGET + 1}", BUDGET + 2),
+    Window("budget", "outbox.fail:after-commit", f"FAILED FAILED FAAAAA {BUDGET + 1}", BUDGET + 1),
     # Operator reconcile of an expired lease left by a crashed worker (`rehearsal reconcile`).
     Window("reconcile", "rehearsal.reconcile:before-commit", "RUNNING PROCESSING SSRPPP 1", 2),
     Window("reconcile", "rehearsal.reconcile:after-commit", "RUNNING PENDING SSRPPP 1", 2),
@@ -165,6 +169,15 @@ def assert_state(db: CrashDB, attempt_id: str, expected: str, when: str) -> None
     ok = (str(attempt.status) == want_attempt and str(attempt.command_status) == want_command
           and (want_receipts == "*" or codes == want_receipts) and attempt.delivery_count == int(want_count))
     assert ok, f"{when}: expected {expected!r}, found {seen!r}"
+
+
+def exhaust_budget(db: CrashDB, command_id: str) -> None:
+    """``BUDGET`` deliveries that each die at once: claimed with a tiny lease that lapses, never run."""
+    for _ in range(BUDGET):
+        (claimed,) = db.store.transact(lambda tx: tx.outbox.claim(owner="doomed", kinds=[KIND], limit=1,
+                                                                  lease_seconds=0.05))
+        assert claimed.id == command_id
+        time.sleep(0.06)
 
 
 def package_for(flow: str, root: Path) -> Path:
@@ -215,9 +228,6 @@ def _run_flow(db: CrashDB, flow: str, window: Window | None, workers: Workers) -
     crash = window.point if window else None
     package = package_for(flow, db.root)
     work_dir: Path | None = None
-    if flow == "workdir":
-        work_dir = db.root / "work-is-a-file"
-        work_dir.write_text("not a directory\n", encoding="utf-8")
 
     # 1. Freeze the package as a Run.
     if tx == "rehearsal.create_run":
@@ -263,6 +273,9 @@ def _run_flow(db: CrashDB, flow: str, window: Window | None, workers: Workers) -
     else:
         attempt_id = db.service.enqueue_attempt(run_id).id
     command_id = db.attempt(attempt_id).command_id
+
+    if flow == "budget":
+        exhaust_budget(db, command_id)
 
     # 3. Flows that start from a RUNNING Attempt whose worker died mid-way.
     if flow in ("reconcile", "abort-running"):

@@ -322,8 +322,8 @@ def summarize(db: CrashDB, run_id: str) -> Summary:
     for a in db.service.attempts(run_id):
         receipts = db.receipts(a.id)
         # The error's first clause names what failed (a scenario, an exception type); the rest may hold
-        # volatile paths or ids.
-        error = (a.error or "").split(":")[0]
+        # volatile paths or ids, and a budget verdict's count of deliveries is a delivery number.
+        error = re.sub(r" \(\d+/\d+\)$", "", (a.error or "").split(":")[0])
         attempts.append((str(a.status), str(a.command_status), "".join(_code(r.status) for r in receipts),
                          semantic_fingerprint(receipts), error))
     gate = db.service.gate(run_id)

@@ -67,8 +67,10 @@ def test_the_budget_verdict_seals_the_lease_history_and_the_audit_stays_clean(ri
     _crash_at(rig, 2, "worker-b")                 # delivery 2 (takeover): dies in scenario 2 ...
     rig.clock.advance(LEASE_SECONDS + 1)
     rig.service.reconcile(attempt.id)             # ... and an operator returns it to PENDING
-    third = rig.claim("worker-c")                 # delivery 3: claimed, then given back by a stop
-    rig.store.transact(lambda tx: tx.outbox.release(third.lease))
+    _crash_at(rig, 1, "worker-c")                 # delivery 3: dies at once
+    rig.clock.advance(LEASE_SECONDS + 1)
+    fourth = rig.claim("worker-x")                # delivery 4: claimed, then given back by a stop: a release
+    rig.store.transact(lambda tx: tx.outbox.release(fourth.lease))  # gives its delivery back (not spent)
 
     CountingHandler.runs = 0
     stats = _budget_worker(rig, CountingHandler(rig.work_dir)).run(max_idle_polls=1)
@@ -78,30 +80,30 @@ def test_the_budget_verdict_seals_the_lease_history_and_the_audit_stays_clean(ri
     failed = rig.service.attempt(attempt.id)
     assert failed.status is AttemptStatus.FAILED and failed.command_status is CommandStatus.FAILED
     assert failed.error == f"delivery budget exhausted ({BUDGET}/{BUDGET})"
-    assert failed.delivery_count == failed.delivery == BUDGET + 1
+    assert failed.delivery_count == failed.delivery == BUDGET + 2  # three spent, one given back, this one
     receipts = rig.receipts(attempt.id)
     assert [r.status for r in receipts] == [ReceiptStatus.FAILED] + [ReceiptStatus.ABORTED] * 5
-    assert receipts[0].delivery == BUDGET + 1
+    assert receipts[0].delivery == BUDGET + 2
     assert all(r.evidence is None for r in receipts[1:])
     assert verify_receipt(receipts[0], content_digest=run.content_digest).ok
 
     evidence = rig.evidence(receipts[0])
     assert evidence["status"] == "FAILED" and evidence["scenario"] == "deliver_and_install"
-    assert evidence["error"] == {"message": f"delivery budget exhausted ({BUDGET}/{BUDGET})"}
+    assert evidence["error"] == {"message": "delivery budget exhausted"}  # the counts are in "budget"
     assert evidence["budget"] == {"deliveries": BUDGET, "max": BUDGET}
-    assert evidence["execution"] == {"worker": "worker-d", "delivery": BUDGET + 1, "attempt_id": attempt.id}
+    assert evidence["execution"] == {"worker": "worker-d", "delivery": BUDGET + 2, "attempt_id": attempt.id}
     assert evidence["package"]["content_digest"] == run.content_digest
     history = evidence["lease_history"]
     assert [(h["delivery"], h["owner"], h["claim"], h["ended"]) for h in history] == [
         (1, "worker-a", "claim", "expired"), (2, "worker-b", "takeover", "reconciled"),
-        (3, "worker-c", "takeover", "released"), (4, "worker-d", "takeover", "failed")]
+        (3, "worker-c", "takeover", "expired"), (4, "worker-x", "takeover", "released"),
+        (5, "worker-d", "takeover", "failed")]
     assert all(h["claimed_at"] and h["ended_at"] for h in history)
     # What the last delivery that started had reached before it died (its Receipts were discarded).
-    assert evidence["last_progress"] == {"delivery": 2, "succeeded": ["deliver_and_install"],
-                                         "running": "integrity_check"}
+    assert evidence["last_progress"] == {"delivery": 3, "succeeded": [], "running": "deliver_and_install"}
 
     events = [e.event for e in rig.lease_events(attempt.command_id)]
-    assert events[-1] == "fail" and events.count("claim") + events.count("takeover") == BUDGET + 1
+    assert events[-1] == "fail" and events.count("claim") + events.count("takeover") == BUDGET + 2
     assert audit(rig.store) == []
     assert not rig.service.gate(run.id).passed
 
@@ -128,6 +130,21 @@ def test_a_handler_without_the_hook_fails_with_on_failure(rig: Rig) -> None:
     assert command is not None and command.status is CommandStatus.FAILED
     assert rig.sql("SELECT last_error FROM commands WHERE id = 'cmd_plain'") == [
         (f"delivery budget exhausted ({BUDGET}/{BUDGET})",)]
+
+
+def test_released_deliveries_never_spend_the_budget(rig: Rig) -> None:
+    """Rolling restarts (each stop releases its command) must never exhaust it (break-it finding)."""
+    ran: list[int] = []
+    rig.store.transact(lambda tx: tx.outbox.insert(command_id="cmd_restarts", kind=KIND, payload={}))
+    for owner in ("a", "b", "c", "d", "e", "f"):  # twice the budget, each given back by a graceful stop
+        claimed = rig.claim(owner)
+        rig.store.transact(lambda tx, lease=claimed.lease: tx.outbox.release(lease))
+    rig.claim("g")  # and one that really died: that one is spent
+    rig.clock.advance(LEASE_SECONDS + 1)
+    stats = _budget_worker(rig, FunctionHandler(lambda ctx: ran.append(ctx.delivery))).run(max_idle_polls=1)
+    assert stats.exhausted == 0 and ran == [8], "the command ran: one delivery of three was spent"
+    command = rig.store.read(lambda tx: tx.outbox.get("cmd_restarts"))
+    assert command is not None and command.status is CommandStatus.DELIVERED
 
 
 def test_the_budget_verdict_on_every_backend(backend: StoreBackend, store: Store, tmp_path: Path) -> None:

@@ -262,3 +262,48 @@ def test_the_run_loop_drains_wakes_on_request_and_stops_cleanly(store: Store, ba
     assert w.stats.delivered == 26 and w.stats.lost == 0
     counts = store.read(lambda tx: tx.outbox.count_by_status())
     assert counts == {CommandStatus.DELIVERED: 26}
+
+
+def test_a_worker_that_takes_over_its_own_command_tracks_each_delivery_apart(
+        store: Store, backend: StoreBackend) -> None:
+    """Break-it finding: the stale delivery's end must not untrack the new delivery of the same command."""
+    first_running, release_first = threading.Event(), threading.Event()
+    second_running, release_second = threading.Event(), threading.Event()
+
+    def handle(ctx: CommandContext) -> None:
+        if ctx.delivery == 1:
+            first_running.set()
+            release_first.wait(10)
+            ctx.check_lease()  # the lease was taken over (by this same worker): LeaseLost
+        else:
+            second_running.set()
+            release_second.wait(10)
+
+    insert(store, "c1")
+    w = worker(store, backend, handle, worker_id="w-a", batch_size=2, lease=backend.short_lease, poll=0.01)
+    runner = threading.Thread(target=w.run, kwargs={"max_idle_polls": 10_000})
+    runner.start()
+    try:
+        assert first_running.wait(10)
+        beat = w.heartbeat.beat
+        w.heartbeat.beat = lambda: None  # type: ignore[method-assign]  # a late heartbeat: the lease lapses ...
+        backend.expire()
+        assert second_running.wait(10), "the worker took its own command over on a free slot"
+        w.heartbeat.beat = beat  # type: ignore[method-assign]  # ... and renewals resume
+        release_first.set()
+
+        def held() -> list[int]:
+            return sorted(ctx.delivery for ctx in w.heartbeat._held.values())
+
+        wait_until(lambda: w.stats.lost == 1 and 1 not in held(), what="the stale delivery to end, lost")
+        assert held() == [2], "the stale delivery's end untracked the current one"
+        assert w.in_flight == 1
+        release_second.set()
+        wait_until(lambda: command(store, "c1").status is CommandStatus.DELIVERED, what="delivery 2 to finish")
+    finally:
+        release_first.set()
+        release_second.set()
+        w.request_stop(0.0)
+        runner.join(30)
+    assert [e for e in history(store, "c1") if e[0] != "heartbeat"] == [
+        ("claim", "w-a", 1), ("takeover", "w-a", 2), ("deliver", "w-a", 2)]

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -45,7 +46,7 @@ from fencepost.cli.workers_cmd import workers
 from fencepost.cli.workflow_cmds import app as workflow_app
 from fencepost.core.errors import InvalidInput
 from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
-from fencepost.outbox.worker import default_worker_id
+from fencepost.outbox.worker import INTERRUPT_WAIT_SECONDS, default_worker_id
 from fencepost.rehearsal import views
 from fencepost.rehearsal.handler import KIND, AttemptHandler
 from fencepost.rehearsal.sandbox import SandboxLimits, install_heap_limit
@@ -127,6 +128,21 @@ def limit_sandboxes(slots: int, limits: SandboxLimits) -> None:
         "value_bytes": limits.value_bytes, "process_heap_limit_bytes": hard})
 
 
+def require_work_dir(path: Path) -> None:
+    """Refuse to start a worker whose work directory is not usable: it would fail innocent Attempts.
+
+    Raises:
+        InvalidInput: the directory cannot be created, or a file cannot be written in it (names why).
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".fencepost-probe-"):
+            pass
+    except OSError as error:
+        raise InvalidInput(f"the work directory {str(path)!r} is not usable ({error.strerror or error}): "
+                           "give --work-dir a directory this worker can write") from None
+
+
 def parse_time_limits(values: list[str]) -> dict[str, float]:
     """``["KIND=SECONDS", ...]`` as a dict.
 
@@ -140,7 +156,7 @@ def parse_time_limits(values: list[str]) -> dict[str, float]:
             limit = float(seconds)
         except ValueError:
             limit = -1.0
-        if not sep or not kind.strip() or not limit > 0:
+        if not sep or not kind.strip() or not 0 < limit < float("inf"):
             raise InvalidInput(f"--time-limit takes KIND=SECONDS with SECONDS above 0, not {value!r}")
         limits[kind.strip()] = limit
     return limits
@@ -174,10 +190,20 @@ def run_until_stopped(w: Worker) -> None:
         except BaseException as error:  # re-raised on the main thread below
             failure.append(error)
 
-    thread = threading.Thread(target=body, name="fencepost-worker")
+    # A daemon: once stopping, a loop stuck on an unreachable store (a pool waiting for a connection) must not
+    # keep the process alive past its grace period and the interrupt wait; its leases then simply expire.
+    thread = threading.Thread(target=body, name="fencepost-worker", daemon=True)
     thread.start()
+    give_up: float | None = None
     while thread.is_alive():
         thread.join(0.2)
+        if w.stopping and give_up is None:
+            give_up = time.monotonic() + w.config.grace_seconds + INTERRUPT_WAIT_SECONDS + 5.0
+        if give_up is not None and time.monotonic() > give_up and thread.is_alive():
+            logging.getLogger("fencepost.worker").error(
+                "the worker did not stop in time (the store is not answering); exiting, its leases will expire",
+                extra={"event": "worker_abandoned"})
+            return
     if failure:
         raise failure[0]
 
@@ -249,7 +275,9 @@ def worker(
                               lease_seconds=lease_seconds, grace_seconds=grace_period,
                               time_limits=parse_time_limits(time_limit or []),
                               worker_id=worker_id or default_worker_id(), listen=listen)
+        config.validate()  # bad input leaves nothing behind, not even the work directory
         limits = sandbox_limits(sandbox_max_bytes, sandbox_max_memory)
+        require_work_dir(work_dir)
         w = build_worker(store, work_dir, config, keep_sandboxes, limits)
         limit_sandboxes(config.concurrency, limits)
         interrupted = threading.Event()
@@ -328,6 +356,7 @@ def rehearse(
         config = WorkerConfig(poll_interval=0.05, batch_size=1, lease_seconds=lease_seconds)
         config.validate()  # every input is checked before the Run is written: bad input leaves no rows
         limits = sandbox_limits(sandbox_max_bytes, sandbox_max_memory)
+        require_work_dir(work_dir)
         run = service.create_run_from_spec(spec)
         run_view = views.run_view(run)
         if not json:
@@ -371,8 +400,14 @@ def rehearse(
             signal.signal(signal.SIGINT, previous)
             signal.signal(signal.SIGTERM, previous_term)
         if interrupted.is_set():
-            typer.echo("fencepost: interrupted: the running scenario recorded nothing and the lease was released; "
-                       "the Attempt stays queued and the next worker replays it from its first scenario", err=True)
+            # Read after the worker stopped: a unit already committing when the signal came has committed.
+            last = service.attempt(finished[-1]["id"]) if finished else None
+            if last is not None and last.status.terminal:
+                typer.echo(f"fencepost: interrupted after attempt {last.id} ended {last.status}", err=True)
+            else:
+                typer.echo("fencepost: interrupted: the running scenario recorded nothing and the lease was "
+                           "released; the Attempt stays queued and the next worker replays it from its first "
+                           "scenario", err=True)
             raise typer.Exit(130)
         if unfinished is not None:
             # A CLI outcome, not a domain error: no FencepostError, so no row in the API's table (ADR 0016).
@@ -401,4 +436,16 @@ def _quiet_wait(service: RehearsalService, attempt_id: str, timeout: float, stop
 
 
 def main() -> None:
-    app()
+    """The ``fencepost`` command. Arguments that are not valid UTF-8 (the shell passed raw bytes) and an
+    interrupt before a command took its own signal handlers are one-line answers, never tracebacks."""
+    for position, argument in enumerate(sys.argv[1:], start=1):
+        try:
+            argument.encode("utf-8")
+        except UnicodeEncodeError:
+            sys.stderr.write(f"fencepost: argument {position} is not valid UTF-8\n")
+            raise SystemExit(2) from None
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.stderr.write("fencepost: interrupted\n")
+        raise SystemExit(130) from None

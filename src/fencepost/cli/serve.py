@@ -111,7 +111,7 @@ def serve(
     import uvicorn
 
     from fencepost.api import create_app
-    from fencepost.cli.app import build_worker, limit_sandboxes
+    from fencepost.cli.app import build_worker, limit_sandboxes, require_work_dir
 
     if log_format not in ("json", "text"):
         raise typer.BadParameter("must be json or text", param_hint="--log-format")
@@ -124,6 +124,7 @@ def serve(
         if not no_worker:
             for _ in range(workers):
                 config = WorkerConfig(lease_seconds=lease_seconds, worker_id=default_worker_id())
+                require_work_dir(work_dir)
                 pool.append(build_worker(store, work_dir, config, limits=limits))
             limit_sandboxes(workers, limits)
 

@@ -30,6 +30,9 @@ VOLATILE_KEYS = frozenset({
     "attempt_id",       # generated ids
     "receipt_id",
     "run_id",
+    "budget",           # a delivery budget verdict: how many deliveries, by whom, how far (ADR 0021)
+    "lease_history",
+    "last_progress",
 })
 
 # Subtrees that hold the package's data rather than transport identity: never stripped.

@@ -117,9 +117,20 @@ class CommandContext:
         return self._interrupt
 
     def start(self, now: float | None = None) -> None:
-        """The handler starts now (``time.monotonic()``): the time limit counts from here."""
+        """The work starts now (``time.monotonic()``): the time limit counts from here. A handler whose limit
+        applies per step (a rehearsal's per scenario) calls it at each step; an earlier step's time limit
+        interruption, if any, does not carry over (that step recorded it)."""
         if self.time_limit is not None:
             self._deadline = (time.monotonic() if now is None else now) + self.time_limit
+        with self._lock:
+            if self._interrupt is Interrupt.TIME_LIMIT:
+                self._interrupt = None
+                self._interrupted_at = None
+
+    def pause(self) -> None:
+        """Stop the clock (between steps): time spent recording a step, waiting on the store, never counts
+        against the next step's limit."""
+        self._deadline = None
 
     def past_deadline(self, now: float | None = None) -> bool:
         """Whether the time limit has run out (False without a limit or before ``start``)."""

@@ -38,7 +38,8 @@ class DeliveryBudget:
     """A command's exhausted delivery budget, as the claim after its last allowed delivery sees it (issue 10).
 
     Attributes:
-        deliveries: deliveries the command had before this claim (each ended without a verdict).
+        deliveries: deliveries before this claim that spent the budget: each ended without a verdict and was
+            not given back (a release gives its delivery back).
         max_deliveries: the kind's budget (``KindPolicy.max_deliveries``).
     """
 

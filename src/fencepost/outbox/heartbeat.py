@@ -26,8 +26,8 @@ class Heartbeat:
     def __init__(self, lease_seconds: float, on_tick: Callable[[], object] | None = None) -> None:
         self.interval = lease_seconds / 3.0
         self.on_tick = on_tick  # also called every tick, idle ones included (the worker's registration)
-        self._held: dict[str, CommandContext] = {}
-        self._stuck: set[str] = set()
+        self._held: dict[int, CommandContext] = {}
+        self._stuck: set[int] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="fencepost-heartbeat", daemon=True)
@@ -42,11 +42,12 @@ class Heartbeat:
 
     def track(self, ctx: CommandContext) -> None:
         with self._lock:
-            self._held[ctx.command.id] = ctx
+            self._held[id(ctx)] = ctx  # by delivery: a command may be held twice (a stale and a new one)
 
     def untrack(self, ctx: CommandContext) -> None:
         with self._lock:
-            self._held.pop(ctx.command.id, None)
+            self._held.pop(id(ctx), None)
+            self._stuck.discard(id(ctx))
 
     def beat(self) -> None:
         """Renew every held lease once (also callable directly, e.g. from tests)."""
@@ -57,8 +58,8 @@ class Heartbeat:
                 continue
             ctx.should_interrupt()  # past its time limit: interrupted now, even if the handler never checks
             if ctx.interrupted_for() > STUCK_AFTER_SECONDS:
-                if ctx.command.id not in self._stuck:
-                    self._stuck.add(ctx.command.id)
+                if id(ctx) not in self._stuck:
+                    self._stuck.add(id(ctx))
                     log.error("handler ignores its interruption; letting its lease expire", extra={
                         "event": "handler_stuck", "command_id": ctx.command.id, "reason": str(ctx.interrupted)})
                 continue

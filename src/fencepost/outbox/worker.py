@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from fencepost.core.errors import InvalidInput, LeaseLost, StoreUnavailable
-from fencepost.core.statuses import CommandStatus
+from fencepost.core.statuses import CommandStatus, LeaseEventKind
 from fencepost.outbox.context import (
     CommandContext,
     EnvironmentFailed,
@@ -101,10 +101,10 @@ class WorkerConfig:
         if not 0 <= self.grace_seconds <= 3600:
             raise InvalidInput("grace period must be between 0 and 3600 seconds")
         for kind, limit in self.time_limits.items():
-            if not limit > 0:
+            if not 0 < limit < float("inf"):
                 raise InvalidInput(f"the time limit of {kind} must be above 0 seconds")
-        if not self.worker_id or len(self.worker_id) > 200:
-            raise InvalidInput("worker id must be 1 to 200 characters")
+        if not self.worker_id or len(self.worker_id) > 200 or not self.worker_id.isprintable():
+            raise InvalidInput("worker id must be 1 to 200 printable characters")
 
 
 @dataclass
@@ -170,7 +170,9 @@ class Worker:
         self._wake = threading.Event()
         self._grace_deadline: float | None = None
         self._lock = threading.RLock()  # reentrant: a signal handler on the main thread may take it
-        self._running: dict[str, tuple[CommandContext, Future[_Outcome]]] = {}
+        # By delivery, not by command: this worker may take over its own command (its lease lapsed) while the
+        # stale delivery still winds down on another slot; each is tracked and untracked on its own.
+        self._running: dict[int, tuple[CommandContext, Future[_Outcome]]] = {}
         self._returned: queue.SimpleQueue[tuple[CommandContext, _Outcome]] = queue.SimpleQueue()
         self._to_deliver: list[CommandContext] = []  # returned normally; marked DELIVERED in one completion
         self._first_returned: float | None = None  # when the oldest of ``_to_deliver`` returned
@@ -343,7 +345,7 @@ class Worker:
                 continue
             with self._lock:
                 future = pool.submit(self._run_one, ctx, policy.max_deliveries)
-                self._running[command.id] = (ctx, future)
+                self._running[id(ctx)] = (ctx, future)
         return len(claimed)
 
     def _slots(self) -> ThreadPoolExecutor:
@@ -354,8 +356,9 @@ class Worker:
     def _run_one(self, ctx: CommandContext, max_deliveries: int) -> _Outcome:
         """On a slot thread: the command's budget, then its handler, then what to do with its outcome."""
         try:
-            if ctx.delivery > max_deliveries:
-                outcome = self._exhausted(ctx, max_deliveries)
+            spent = self._spent(ctx) if ctx.delivery > max_deliveries else 0
+            if spent >= max_deliveries:
+                outcome = self._exhausted(ctx, spent, max_deliveries)
             else:
                 ctx.start()
                 if self._stop.is_set() and self._grace_over():
@@ -443,9 +446,17 @@ class Worker:
                                            "delivery": ctx.delivery, "error": text})
         return _Outcome.FAILED
 
-    def _exhausted(self, ctx: CommandContext, max_deliveries: int) -> _Outcome:
+    def _spent(self, ctx: CommandContext) -> int:
+        """Deliveries before this one that spent the budget: each that ended without a verdict and was not
+        given back. A release (a stop, a claim this worker could not start) gives its delivery back, so rolling
+        restarts never exhaust a command. Read only when the claim count alone would exceed the budget."""
+        events = self.store.read(lambda tx: tx.outbox.lease_events(ctx.command.id))
+        released = {e.delivery for e in events if e.event is LeaseEventKind.RELEASE}
+        return sum(1 for delivery in range(1, ctx.delivery) if delivery not in released)
+
+    def _exhausted(self, ctx: CommandContext, spent: int, max_deliveries: int) -> _Outcome:
         """The claim after the last allowed delivery: fail it under the lease, never run it again."""
-        budget = DeliveryBudget(deliveries=ctx.delivery - 1, max_deliveries=max_deliveries)
+        budget = DeliveryBudget(deliveries=spent, max_deliveries=max_deliveries)
         outcome = self._fail(ctx, budget.error, budget=budget)
         if outcome is _Outcome.FAILED:
             self.stats.exhausted += 1
@@ -473,7 +484,7 @@ class Worker:
             except queue.Empty:
                 return
             with self._lock:
-                self._running.pop(ctx.command.id, None)
+                self._running.pop(id(ctx), None)
             if outcome is _Outcome.DELIVER:
                 if not self._to_deliver:
                     self._first_returned = time.monotonic()
@@ -555,6 +566,8 @@ class Worker:
             timeout = min(timeout, max(0.0, self._first_returned + COMPLETION_DELAY_SECONDS - time.monotonic()))
         self._wake.wait(timeout)
         self._wake.clear()
+        if self._pending is not None and self._pending[1].done():
+            self._collect_completion()  # account for a finished completion while commands still run
         with self._lock:
             running = [ctx for ctx, _ in self._running.values()]
         for ctx in running:

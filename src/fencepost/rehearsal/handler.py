@@ -29,6 +29,8 @@ from fencepost.rehearsal.target import LocalFileTarget
 from fencepost.store.ports import FencedUnit
 
 KIND = "rehearsal.attempt"
+#: The budget verdict's evidence message (the Attempt's error adds the counts: ``... (n/max)``).
+BUDGET_EXHAUSTED = "delivery budget exhausted"
 log = logging.getLogger("fencepost.rehearsal")
 
 
@@ -128,6 +130,7 @@ class AttemptHandler:
                 if not isinstance(verdict, SandboxLimitExceeded):
                     raise
                 result, error, status, limit = {}, str(verdict), ReceiptStatus.FAILED, verdict.limit
+            ctx.pause()  # recording the scenario (and waiting on the store for it) is not the scenario's time
             # Lost while the scenario ran (abort, takeover), or interrupted by a stop: stop here, claim no
             # outcome, log no success. An interrupted statement then is not a scenario failure either.
             _check_stop(ctx)
@@ -234,7 +237,9 @@ class AttemptHandler:
                         "content_digest": run.content_digest},
             "result": {"ran": False, "reason": "the delivery budget is exhausted: the Attempt is not run again"},
             "execution": {"worker": ctx.lease.owner, "delivery": ctx.delivery, "attempt_id": attempt_id},
-            "error": {"message": budget.error},
+            # The counts are in "budget": a crash right before this verdict commits spends one more delivery,
+            # and the verdict's meaning (the package was not judged) must not differ with it.
+            "error": {"message": BUDGET_EXHAUSTED},
             "budget": {"deliveries": budget.deliveries, "max": budget.max_deliveries},
             "lease_history": history,
             "last_progress": progress,
