@@ -294,6 +294,14 @@ def test_no_idle_connection_is_kept_by_default(keep_alive: bool, idle: int) -> N
     assert len(server.received) == 2
 
 
+def test_no_cookie_is_carried_to_the_next_call() -> None:
+    with loopback_server(reply(200, js({}), {"Set-Cookie": "session=abc; Path=/"})) as server, \
+            adapter(server.url) as a:
+        a.execute(call())
+        a.execute(call())
+    assert [r.headers.get("Cookie") for r in server.received] == [None, None]
+
+
 def test_it_is_an_adapter() -> None:
     from fencepost.host.adapter import Adapter
 

@@ -36,6 +36,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any, ClassVar
 
 import httpx
@@ -104,7 +105,8 @@ class HttpAdapter:
     ``call.adapter_invocation_id`` as the ``Idempotency-Key`` header, and answers one typed reply (the table
     of the module docstring). Subclasses adjust a call with ``headers(call)`` and ``body(call)``.
 
-    The adapter is safe to share between threads (one httpx client). By default it keeps no idle connection:
+    The adapter is safe to share between threads (one httpx client) and keeps no cookies, so a call depends only
+    on its own input. By default it keeps no idle connection:
     a request written on a kept-alive connection that the server was closing fails with no answer, which is
     ``Ambiguous`` although nothing was processed (docs/decisions/0028-http-adapter-classification.md).
 
@@ -131,8 +133,9 @@ class HttpAdapter:
         self.timeouts = timeouts or HttpTimeouts()
         self.max_response_bytes = max_response_bytes
         limits = httpx.Limits(max_keepalive_connections=None if keep_alive else 0)
+        no_cookies = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))  # no state between calls
         self._client = httpx.Client(base_url=base_url, headers=dict(headers or {}), limits=limits,
-                                    follow_redirects=False, transport=transport)
+                                    cookies=no_cookies, follow_redirects=False, transport=transport)
 
     def close(self) -> None:
         """Close the connection pool. Calls after it answer ``TransientFailure`` (nothing sent)."""
