@@ -263,6 +263,13 @@ def test_input_that_is_not_json_sends_nothing_and_fails() -> None:
     assert server.received == []
 
 
+def test_a_base_url_that_is_not_http_sends_nothing_and_fails() -> None:
+    with adapter("ftp://127.0.0.1:21") as a:
+        result = a.execute(call())
+    assert isinstance(result, PermanentFailure), result
+    assert result.reason.startswith("no request sent")
+
+
 def test_a_body_past_the_limit_is_ambiguous() -> None:
     big = js({"pad": "x" * 5000})
     with loopback_server(reply(200, big)) as server, HttpAdapter(

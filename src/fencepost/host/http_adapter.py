@@ -8,7 +8,7 @@ here, where it is still known how far the request got:
 what happened                                                  reply
 =============================================================  ===================================================
 the deadline passed before the call                            ``PermanentFailure`` (no call made, F18)
-the request could not be built (unknown operation, bad input)  ``PermanentFailure`` (no call made)
+no request possible (unknown operation, bad input or URL)      ``PermanentFailure`` (no call made)
 connect refused, DNS failure, connect or pool timeout          ``TransientFailure`` (nothing sent)
 read or write timeout                                          ``TimedOut``
 a reset, a close without an answer, a protocol error           ``Ambiguous``
@@ -53,8 +53,7 @@ from fencepost.host.adapter import (
 )
 
 #: Transport errors raised before any byte of the request left: the provider cannot have acted.
-_NOTHING_SENT: tuple[type[Exception], ...] = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout,
-                                              httpx.UnsupportedProtocol)
+_NOTHING_SENT: tuple[type[Exception], ...] = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 #: 4xx statuses that say the request was not processed and may be sent again.
 _NOT_PROCESSED = frozenset({408, 425, 429})
 _BODYLESS_METHODS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
@@ -176,6 +175,8 @@ class HttpAdapter:
             return PermanentFailure(f"no request sent: the request could not be built ({_describe(error)})")
         try:
             response = self._client.send(request, stream=True)
+        except httpx.UnsupportedProtocol as error:  # a misconfigured base URL: no retry can help
+            return PermanentFailure(f"no request sent to {self.vendor}: {_describe(error)}")
         except _NOTHING_SENT as error:
             return TransientFailure(f"nothing sent to {self.vendor}: {_describe(error)}")
         except RuntimeError as error:  # a closed client refuses before sending anything
