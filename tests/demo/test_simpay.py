@@ -27,7 +27,7 @@ from fencepost.host.adapter import (
     TransientFailure,
 )
 from fencepost.host.outcome import StepVerdict, interpret_reply
-from helpers.loopback_http import loopback_server, reply
+from helpers.loopback_http import closed_port, loopback_server, reply
 from helpers.processes import start_piped, subprocess_env
 
 TIMEOUTS_S = 0.5  # the client's read timeout; slow-after-charge sleeps past it
@@ -211,12 +211,17 @@ def test_a_payout_is_accepted_with_its_id_once_per_key(simpay: SimPay, payer: Si
     assert simpay.ledger.charges() == []
 
 
-def test_a_settled_payout_sends_a_signed_webhook(tmp_path: Path) -> None:
+def test_a_settled_payout_sends_a_signed_webhook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Delivered straight to the receiver, signed, even with a (dead) proxy in the environment."""
+    for name in ("http_proxy", "HTTP_PROXY"):
+        monkeypatch.setenv(name, f"http://127.0.0.1:{closed_port()}")
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
     received: list[tuple[bytes, str]] = []
     with loopback_server(reply(204)) as receiver, SimPay(
             tmp_path / "ledger.db", webhook_url=f"{receiver.url}/webhooks/simpay", webhook_secret="s3cret") as sp:
         po = httpx.post(f"{sp.url}/v1/payouts", json={"amount": 700, "currency": "eur"},
-                        headers={"Idempotency-Key": "ai_p"}).json()
+                        headers={"Idempotency-Key": "ai_p"}, trust_env=False).json()
         assert sp.settle_payout(po["id"], "paid") == 204
         [request] = receiver.received
         headers = {name.lower(): value for name, value in request.headers.items()}
@@ -245,6 +250,17 @@ def test_a_webhook_url_needs_a_secret(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_the_simpay_adapter_ignores_proxy_settings(simpay: SimPay, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SimPay is on loopback: a proxy from the environment must not stand between the demo and it."""
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(name, f"http://127.0.0.1:{closed_port()}")
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    with SimPayAdapter(simpay.url) as a:
+        assert isinstance(a.execute(charge("ai_1")), Succeeded)
+    assert keys_charged(simpay) == ["ai_1"]
+
+
 def test_in_its_own_process_the_ledger_outlives_the_provider(tmp_path: Path) -> None:
     """``python -m fencepost.demo.simpay``: charge through it, stop it, read its ledger file from here, start it
     again on the same file, and the key still answers the first charge (no second charge)."""

@@ -30,7 +30,8 @@ class SimPayAdapter(HttpAdapter):
     """
 
     def __init__(self, base_url: str, *, timeouts: HttpTimeouts | None = None) -> None:
-        super().__init__(base_url, vendor="simpay", operations=SIMPAY_OPERATIONS, timeouts=timeouts)
+        super().__init__(base_url, vendor="simpay", operations=SIMPAY_OPERATIONS, timeouts=timeouts,
+                         trust_env=False)  # SimPay is on loopback: no proxy from the environment
 
     def headers(self, call: AdapterCall) -> dict[str, str]:
         """The ``X-SimPay-Mode`` of the call's ``mode`` input, when it has one."""

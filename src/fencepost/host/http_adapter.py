@@ -117,6 +117,8 @@ class HttpAdapter:
         headers: headers sent with every request (authentication, for example).
         keep_alive: keep idle connections for reuse (see above).
         max_response_bytes: a longer response body is not read: ``Ambiguous``.
+        trust_env: take proxies and certificates from the environment (``HTTPS_PROXY``, ``SSL_CERT_FILE``...),
+            as httpx does; a provider on loopback should say False.
         transport: an httpx transport to use instead of the default (tests, proxies, TLS settings).
     """
 
@@ -125,7 +127,7 @@ class HttpAdapter:
 
     def __init__(self, base_url: str, *, vendor: str, operations: Mapping[str, HttpOperation],
                  timeouts: HttpTimeouts | None = None, headers: Mapping[str, str] | None = None,
-                 keep_alive: bool = False, max_response_bytes: int = 1 << 20,
+                 keep_alive: bool = False, max_response_bytes: int = 1 << 20, trust_env: bool = True,
                  transport: httpx.BaseTransport | None = None) -> None:
         self.vendor = vendor
         self.operations = dict(operations)
@@ -134,7 +136,8 @@ class HttpAdapter:
         limits = httpx.Limits(max_keepalive_connections=None if keep_alive else 0)
         no_cookies = CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))  # no state between calls
         self._client = httpx.Client(base_url=base_url, headers=dict(headers or {}), limits=limits,
-                                    cookies=no_cookies, follow_redirects=False, transport=transport)
+                                    cookies=no_cookies, follow_redirects=False, trust_env=trust_env,
+                                    transport=transport)
 
     def close(self) -> None:
         """Close the connection pool. Calls after it answer ``TransientFailure`` (nothing sent)."""
