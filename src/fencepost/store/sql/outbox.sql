@@ -19,6 +19,15 @@ VALUES (:id, :kind, :payload, 'PENDING', :available_at, :now, :now, 0);
 -- One atomic conditional update for one kind: due PENDING rows and PROCESSING rows whose lease
 -- expired, expired leases first (they waited longest). Each claimed row gets its own fresh random
 -- token. One kind per statement keeps both scans pure index range scans (no sort of all due rows).
+-- A dialect whose statement also writes the claim/takeover history rows returns history_written = true
+-- on every row (the caller then writes none).
+
+-- name: claim_given_commands
+-- per-dialect
+-- instants: lease_until
+-- claim_commands restricted to the commands listed in :command_ids (a JSON array of ids), so that a caller
+-- claims only its own work (issue 10 item 5: a rehearsal's in-process worker). The listed ids are found
+-- by primary key; the rest is exactly claim_commands.
 
 -- name: renew_lease
 -- per-dialect
@@ -37,7 +46,9 @@ RETURNING delivery_count;
 -- per-dialect
 -- Batched completion: every listed command whose token is still current becomes DELIVERED, in one
 -- statement. :leases is a JSON array of {"id", "token"}; each row is found by its primary key and changes
--- only under its own token, exactly as finish_command would change it. Returns the ids delivered.
+-- only under its own token, exactly as finish_command would change it. Returns the ids delivered. :leases
+-- also carries each lease's "owner" and "delivery": a dialect whose statement writes the deliver history
+-- rows itself (in list order) returns history_written = true on every row.
 
 -- name: release_command
 -- Graceful stop: give the command back at once instead of waiting for the lease to expire.

@@ -31,6 +31,31 @@ WHERE id IN (
     LIMIT :limit)
 RETURNING id, kind, payload, lease_owner, lease_token, lease_until, delivery_count;
 
+-- name: claim_given_commands
+-- claim_commands over the listed ids only (each found by primary key).
+UPDATE commands
+SET status = 'PROCESSING',
+    lease_owner = :owner,
+    lease_token = lower(hex(randomblob(16))),
+    lease_until = :lease_until,
+    last_heartbeat_at = :now,
+    updated_at = :now,
+    delivery_count = delivery_count + 1
+WHERE id IN (
+    SELECT id FROM (
+        SELECT id FROM commands
+        WHERE id IN (SELECT value FROM json_each(:command_ids))
+          AND status = 'PROCESSING' AND kind = :kind AND lease_until <= :now
+        ORDER BY lease_until LIMIT :limit)
+    UNION ALL
+    SELECT id FROM (
+        SELECT id FROM commands
+        WHERE id IN (SELECT value FROM json_each(:command_ids))
+          AND status = 'PENDING' AND kind = :kind AND available_at <= :now
+        ORDER BY available_at LIMIT :limit)
+    LIMIT :limit)
+RETURNING id, kind, payload, lease_owner, lease_token, lease_until, delivery_count;
+
 -- name: renew_lease
 -- Heartbeat and fence: touches exactly one row only while the caller's token is current.
 UPDATE commands
