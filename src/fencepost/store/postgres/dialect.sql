@@ -38,25 +38,7 @@ WITH expired AS MATERIALIZED (
     ORDER BY available_at
     LIMIT (SELECT :limit::integer - count(*) FROM expired)
     FOR UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE commands AS c
-    SET status = 'PROCESSING',
-        lease_owner = :owner,
-        lease_token = replace(gen_random_uuid()::text, '-', ''),
-        lease_until = :now + make_interval(secs => :lease_seconds::double precision),
-        last_heartbeat_at = :now,
-        updated_at = :now,
-        delivery_count = c.delivery_count + 1
-    WHERE c.id = ANY (ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM due))
-    RETURNING c.id, c.kind, c.payload, c.lease_owner, c.lease_token, c.lease_until, c.delivery_count
-), history AS (
-    INSERT INTO lease_events (command_id, event, owner, delivery, at, lease_until)
-    SELECT id, CASE WHEN delivery_count = 1 THEN 'claim' ELSE 'takeover' END, lease_owner, delivery_count,
-           :now, lease_until
-    FROM claimed
-)
-SELECT id, kind, payload, lease_owner, lease_token, lease_until, delivery_count, true AS history_written
-FROM claimed;
+{{claim_rows}}
 
 -- name: claim_given_commands
 -- claim_commands over the listed ids only: each is found by primary key, then checked as claim_commands
@@ -77,6 +59,11 @@ WITH given AS MATERIALIZED (
     ORDER BY c.available_at
     LIMIT (SELECT :limit::integer - count(*) FROM expired)
     FOR UPDATE SKIP LOCKED
+{{claim_rows}}
+
+-- fragment: claim_rows
+-- The end of both claims: claim exactly the rows the CTEs ``expired`` and ``due`` picked, and write their
+-- claim (delivery 1) or takeover history rows in the same statement.
 ), claimed AS (
     UPDATE commands AS c
     SET status = 'PROCESSING',

@@ -100,6 +100,11 @@ FROM lease_events WHERE command_id = :command_id ORDER BY seq;
 -- name: count_commands_by_status
 SELECT status, count(*) AS n FROM commands GROUP BY status;
 
+-- fragment: claim_rows
+-- per-dialect
+-- What claim_commands and claim_given_commands share once they have picked their rows: a fresh random token
+-- and one more delivery per claimed row (and, on PostgreSQL, the claim or takeover history row).
+
 -- fragment: lease_held
 -- per-dialect
 -- The lease condition of a child row written under a lease: true while the fenced unit's lease

@@ -10,14 +10,7 @@ SELECT 1;
 -- One atomic conditional update for one kind: due PENDING rows and PROCESSING rows whose lease
 -- expired, expired leases first (they waited longest). Each claimed row gets its own fresh random
 -- token. One kind per statement keeps both scans pure index range scans (no sort of all due rows).
-UPDATE commands
-SET status = 'PROCESSING',
-    lease_owner = :owner,
-    lease_token = lower(hex(randomblob(16))),
-    lease_until = :lease_until,
-    last_heartbeat_at = :now,
-    updated_at = :now,
-    delivery_count = delivery_count + 1
+{{claim_rows}}
 WHERE id IN (
     SELECT id FROM (
         SELECT id FROM commands
@@ -33,14 +26,7 @@ RETURNING id, kind, payload, lease_owner, lease_token, lease_until, delivery_cou
 
 -- name: claim_given_commands
 -- claim_commands over the listed ids only (each found by primary key).
-UPDATE commands
-SET status = 'PROCESSING',
-    lease_owner = :owner,
-    lease_token = lower(hex(randomblob(16))),
-    lease_until = :lease_until,
-    last_heartbeat_at = :now,
-    updated_at = :now,
-    delivery_count = delivery_count + 1
+{{claim_rows}}
 WHERE id IN (
     SELECT id FROM (
         SELECT id FROM commands
@@ -55,6 +41,17 @@ WHERE id IN (
         ORDER BY available_at LIMIT :limit)
     LIMIT :limit)
 RETURNING id, kind, payload, lease_owner, lease_token, lease_until, delivery_count;
+
+-- fragment: claim_rows
+-- What both claims write to each row they claim: a fresh random token per row, one more delivery.
+UPDATE commands
+SET status = 'PROCESSING',
+    lease_owner = :owner,
+    lease_token = lower(hex(randomblob(16))),
+    lease_until = :lease_until,
+    last_heartbeat_at = :now,
+    updated_at = :now,
+    delivery_count = delivery_count + 1
 
 -- name: renew_lease
 -- Heartbeat and fence: touches exactly one row only while the caller's token is current.
