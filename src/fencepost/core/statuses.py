@@ -164,6 +164,8 @@ class ReconciliationKind(StrEnum):
 
     ADAPTER_OUTCOME_AMBIGUOUS = "adapter_outcome_ambiguous"
     HANDLER_DECISION_REQUIRED = "handler_decision_required"
+    APPLIED_EFFECT = "applied_effect"                     # an effect is recorded, the invocation not continued (G6, G8)
+    RECOVERY_BUDGET_EXHAUSTED = "recovery_budget_exhausted"  # H4
 
 
 class InvocationMode(StrEnum):
