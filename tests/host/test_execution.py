@@ -223,3 +223,26 @@ def test_succeeded_reply_output_is_stored(store: Store, backend: StoreBackend, l
     adapter = Scripted(ledger, lambda call: Succeeded({"charge_id": "ch_x", "last4": "4242"}))
     done = submit_and_run(store, backend, charge_action(Spy()), adapter)
     assert done.steps[0].output == {"charge_id": "ch_x", "last4": "4242"}
+
+
+class WrappingStore(FaultInjectingStore):
+    """A store whose units rethrow any error as its own ``StoreUnavailable`` (host-spec A9's wrapper)."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.disarm()
+
+    def transact(self, fn: Any, *, write: bool = True, name: str | None = None) -> Any:
+        try:
+            return super().transact(fn, write=write, name=name)
+        except Exception as error:
+            from fencepost.core.errors import StoreUnavailable
+            raise StoreUnavailable("the transaction failed") from error
+
+
+def test_wrapped_handler_error_is_handler_failure(backend: StoreBackend, ledger: Ledger) -> None:
+    store = WrappingStore(backend.migrated())
+    adapter = Scripted(ledger)
+    done = submit_and_run(store, backend, charge_action(Spy(raises=ValueError("bad order"))), adapter)
+    assert done.status is InvocationStatus.FAILED and done.error == "handler: ValueError: bad order"  # A9
+    assert adapter.calls == []

@@ -149,3 +149,19 @@ def test_unknown_outcome_settles_in_one_unit_with_its_event(store: Store, backen
     run_worker(host, backend)
     types = [e.type for e in events_of(store, queued.id)]
     assert types[-2:] == ["AdapterInvocationAmbiguous", "ActionInvocationReconciliationRequired"]  # K1 order
+
+
+def test_killed_claims_consume_budget(store: Store, backend: StoreBackend, ledger: Ledger) -> None:
+    """Workers that die right after their claim still spent it (C2); the claim after the budget settles (H4)."""
+    adapter = Scripted(ledger)
+    host = make_host(store, charge_action(Spy(), idempotent=True), adapter, recovery=2)
+    queued = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k")
+    for _ in range(2):  # a claim, then nothing: the worker died before reaching anything
+        claimed = store.transact(lambda tx: tx.outbox.claim(owner="dies", kinds=["host.invoke"], limit=1,
+                                                             lease_seconds=backend.short_lease))
+        assert len(claimed) == 1
+        backend.expire()
+    assert host.get(queued.id).attempt_count == 2 and adapter.calls == []
+    run_worker(host, backend)
+    done = host.get(queued.id)
+    assert done.error == "recovery attempts exhausted (3/2)" and adapter.calls == []
