@@ -38,6 +38,7 @@ from fencepost.cli.common import (
     opened,
     sandbox_limits,
 )
+from fencepost.cli.demo_cmd import app as demo_app
 from fencepost.cli.host_cmds import app as host_app
 from fencepost.cli.host_cmds import load_host
 from fencepost.cli.package_cmds import app as package_app
@@ -65,6 +66,7 @@ app.add_typer(rehearsal_app, name="rehearsal")
 app.add_typer(package_app, name="package")
 app.add_typer(workflow_app, name="workflow")
 app.add_typer(host_app, name="host")
+app.add_typer(demo_app, name="demo")
 app.command()(serve)
 app.command()(audit)
 app.command(help=WORKERS_HELP)(workers)
