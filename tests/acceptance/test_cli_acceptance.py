@@ -480,3 +480,22 @@ def test_step_by_step_with_a_separate_worker(migrated: Env, tmp_path: Path) -> N
     for result in migrated.results:
         if result.stdout.lstrip().startswith(("{", "[")):
             _assert_no_token_field(json.loads(result.stdout))
+
+
+@pytest.mark.slow
+def test_rehearse_serves_only_its_own_attempts(migrated: Env) -> None:
+    """Issue 10 item 5: work queued by others (here: three Attempts of another rehearsal, queued before) is not
+    rehearse's to run; it stays PENDING for ``fencepost worker`` and rehearse's own Attempts run at once."""
+    created = migrated.cli("rehearsal", "create", str(EXAMPLE_PACKAGE), "--json")
+    assert created.returncode == 0, created.describe()
+    foreign_run = created.json()["id"]
+    for _ in range(3):
+        queued = migrated.cli("rehearsal", "attempt", foreign_run, "--json")
+        assert queued.returncode == 0, queued.describe()
+    result = migrated.cli("rehearse", str(EXAMPLE_PACKAGE), "--work-dir", str(migrated.work_dir), "--json")
+    assert result.returncode == 0, result.describe()
+    assert [a["status"] for a in result.json()["attempts"]] == ["SUCCEEDED", "SUCCEEDED"]
+    foreign = migrated.db.rows("SELECT a.status AS attempt, c.status AS command, c.delivery_count AS claims "
+                               "FROM rehearsal_attempts a JOIN commands c ON c.id = a.command_id "
+                               f"WHERE a.run_id = '{foreign_run}'")
+    assert foreign == [{"attempt": "PENDING", "command": "PENDING", "claims": 0}] * 3, foreign

@@ -114,6 +114,26 @@ class Model:
         return (1, self.available_at)
 
 
+def fair_counts(kinds: list[str], due: dict[str, int], limit: int, start: int) -> dict[str, int]:
+    """How many commands of each kind a fair claim of ``limit`` takes when the sorted ``kinds`` are served
+    from index ``start`` on (the store rotates ``start``): an equal share each (rounded up), then the rest
+    of the limit to the kinds that filled their share, in the same order."""
+    order = kinds[start:] + kinds[:start]
+    share = -(-limit // len(order))
+    got = dict.fromkeys(order, 0)
+    more = []
+    for kind in order:
+        most = min(share, limit - sum(got.values()))
+        if most < 1:
+            break
+        got[kind] = min(most, due[kind])
+        if got[kind] == most:
+            more.append(kind)
+    for kind in more:
+        got[kind] += min(max(limit - sum(got.values()), 0), due[kind] - got[kind])
+    return got
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """Every row the protocol can touch, raw (token included), to prove that a refused write changed nothing."""
@@ -255,13 +275,16 @@ class LeaseProtocol(RuleBasedStateMachine):
             assert self.model[command_id].claimable(now), (
                 f"one live lease per command: {command_id} was claimed while not claimable "
                 f"({status}, lease until {self.model[command_id].lease_until}, now {now})")
-        remaining = limit
-        for kind in sorted(set(kinds)):
-            due = [m for m in self.model.values() if m.kind == kind and m.claimable(now)]
+        due_by_kind = {kind: [m for m in self.model.values() if m.kind == kind and m.claimable(now)]
+                       for kind in sorted(set(kinds))}
+        counts = {kind: sum(1 for i in ids if self.model[i].kind == kind) for kind in due_by_kind}
+        wanted = [fair_counts(list(due_by_kind), {k: len(v) for k, v in due_by_kind.items()}, limit, start)
+                  for start in range(len(due_by_kind))]
+        assert counts in wanted, (
+            f"fair claim of {limit} over {({k: len(v) for k, v in due_by_kind.items()})} claimable commands took "
+            f"{counts}; a fair share per kind from some starting kind is one of {wanted}")
+        for kind, due in due_by_kind.items():
             got = [self.model[i] for i in ids if self.model[i].kind == kind]
-            assert len(got) == min(max(remaining, 0), len(due)), (
-                f"claim of kind {kind} (limit {remaining}) took {len(got)} of {len(due)} claimable commands")
-            remaining -= len(got)
             left = [m for m in due if m.id not in ids]
             if got and left:
                 assert max(m.claim_order() for m in got) <= min(m.claim_order() for m in left), (

@@ -377,6 +377,7 @@ def rehearse(
         if not json:
             render.run(run_view)
         w = build_worker(store, work_dir, config, limits=limits)
+        w.serve_only([])  # this worker serves this rehearsal's Attempts only, never other queued work
         install_heap_limit(config.concurrency, limits)  # no log line: rehearse prints for people
         thread = threading.Thread(target=w.run, name="fencepost-worker", daemon=True)
         thread.start()
@@ -397,6 +398,7 @@ def rehearse(
                 if interrupted.is_set():
                     break
                 attempt = service.enqueue_attempt(run.id)
+                w.serve_only([attempt.command_id])
                 w.wake()
                 if not json:
                     render.console.print(f"attempt #{attempt.seq} {attempt.id} enqueued")

@@ -169,6 +169,7 @@ class Worker:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._grace_deadline: float | None = None
+        self._only: list[str] | None = None  # ``serve_only``
         self._lock = threading.RLock()  # reentrant: a signal handler on the main thread may take it
         # By delivery, not by command: this worker may take over its own command (its lease lapsed) while the
         # stale delivery still winds down on another slot; each is tracked and untracked on its own.
@@ -191,6 +192,12 @@ class Worker:
         self._waiter: WorkWaiter | None = None  # opened at the first idle wait of ``run``
 
     # ── control (any thread, signal handlers included) ──
+    def serve_only(self, command_ids: list[str] | None) -> None:
+        """Claim only these commands from now on (None: every command of the registered kinds). An in-process
+        worker that exists for its caller's own work (``fencepost rehearse``) never serves anyone else's first."""
+        with self._lock:
+            self._only = None if command_ids is None else list(command_ids)
+
     def request_stop(self, grace_seconds: float | None = None) -> None:
         """Stop claiming; running commands may finish within the grace period, then are interrupted.
 
@@ -326,7 +333,8 @@ class Worker:
             return 0
         claimed = self.store.transact(
             lambda tx: tx.outbox.claim(owner=cfg.worker_id, kinds=self.registry.kinds,
-                                       limit=min(cfg.batch_size, free), lease_seconds=cfg.lease_seconds),
+                                       limit=min(cfg.batch_size, free), lease_seconds=cfg.lease_seconds,
+                                       command_ids=self._only),
             name="outbox.claim")
         self.stats.claimed += len(claimed)
         pool = self._slots()

@@ -7,6 +7,7 @@ into ``fencepost.core.errors`` at this boundary.
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
@@ -84,6 +85,9 @@ class Store(ABC):
     def __init__(self, clock: Clock | None = None, busy_wait_seconds: float = 30.0) -> None:
         self.clock: Clock = clock or SystemClock()
         self.busy_wait_seconds = busy_wait_seconds
+        #: Where the next claim starts among the sorted kinds (fair claims, issue 10 item 4): one count per
+        #: store, shared by its threads (``next`` on a count is atomic in CPython).
+        self.claim_rotation = itertools.count()
 
     # ── units of work ──
     @abstractmethod

@@ -92,11 +92,16 @@ class OutboxPort(Protocol):
         """
         ...
 
-    def claim(self, *, owner: str, kinds: list[str], limit: int, lease_seconds: float) -> list[ClaimedCommand]:
+    def claim(self, *, owner: str, kinds: list[str], limit: int, lease_seconds: float,
+              command_ids: list[str] | None = None) -> list[ClaimedCommand]:
         """Claim up to ``limit`` due commands of ``kinds``, each under a fresh token and ``delivery_count + 1``.
 
         Due: PENDING after ``available_at``, or PROCESSING after ``lease_until`` (takeover). Records a
         ``claim`` or ``takeover`` lease event per command. ``lease_seconds`` is the lease duration (seconds).
+        Fair across kinds (issue 10 item 4): each kind with due work gets an equal share of ``limit``
+        (rounded up) before any kind gets more, and the kind served first rotates from claim to claim, so
+        no kind waits behind another's backlog. With ``command_ids``, only those commands can be claimed
+        (an empty list claims nothing): a caller serves its own work first (a rehearsal's worker).
         """
         ...
 

@@ -8,6 +8,7 @@ clock); everything that must stay active uses ``backend.long_lease``.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -32,10 +33,11 @@ def insert(store: Store, *ids: str, kind: str = "k", **extra: Any) -> None:
 
 
 def claim(store: Store, owner: str, lease_seconds: float, kinds: list[str] | None = None,
-          limit: int = 10) -> list[ClaimedCommand]:
-    """Claim up to ``limit`` due commands of ``kinds`` (default ``["k"]``) for ``lease_seconds`` (seconds)."""
+          limit: int = 10, command_ids: list[str] | None = None) -> list[ClaimedCommand]:
+    """Claim up to ``limit`` due commands of ``kinds`` (default ``["k"]``) for ``lease_seconds`` (seconds),
+    only among ``command_ids`` when given."""
     return store.transact(lambda tx: tx.outbox.claim(owner=owner, kinds=kinds or ["k"], limit=limit,
-                                                        lease_seconds=lease_seconds))
+                                                        lease_seconds=lease_seconds, command_ids=command_ids))
 
 
 def claim_one(store: Store, owner: str, lease_seconds: float) -> ClaimedCommand:
@@ -172,6 +174,62 @@ class OutboxContract(StoreContract):
         insert(store, "a1", "a2", kind="a")
         insert(store, "b1", "b2", kind="b")
         assert len(claim(store, "w", backend.long_lease, kinds=["a", "b"], limit=3)) == 3
+
+    def test_claims_are_fair_across_kinds(self, store: Store, backend: ContractHarness) -> None:
+        # Issue 10 item 4: 30 of one kind and 5 of another; the first claim of 10 must not be all "a".
+        insert(store, *(f"a{i:02d}" for i in range(30)), kind="a")
+        insert(store, *(f"b{i}" for i in range(5)), kind="b")
+        first = claim(store, "w", backend.long_lease, kinds=["a", "b"], limit=10)
+        assert sorted(c.kind for c in first) == ["a"] * 5 + ["b"] * 5
+        # What a kind cannot use goes to the kinds that have more.
+        second = claim(store, "w", backend.long_lease, kinds=["b", "a"], limit=10)
+        assert [c.kind for c in second] == ["a"] * 10
+
+    def test_a_kind_with_little_work_leaves_the_rest_of_the_limit_to_others(
+            self, store: Store, backend: ContractHarness) -> None:
+        insert(store, *(f"a{i:02d}" for i in range(20)), kind="a")
+        insert(store, "b1", "b2", kind="b")
+        insert(store, "c1", kind="c")
+        got = claim(store, "w", backend.long_lease, kinds=["a", "b", "c"], limit=10)
+        assert sorted(c.kind for c in got) == ["a"] * 7 + ["b"] * 2 + ["c"]
+
+    def test_claims_of_one_alternate_between_kinds(self, store: Store, backend: ContractHarness) -> None:
+        insert(store, *(f"a{i}" for i in range(4)), kind="a")
+        insert(store, *(f"b{i}" for i in range(4)), kind="b")
+        kinds = [c.kind for _ in range(6) for c in claim(store, "w", backend.long_lease, kinds=["a", "b"], limit=1)]
+        assert len(kinds) == 6
+        # The kind served first rotates: no two claims in a row serve the same kind while both have work.
+        assert all(x != y for x, y in pairwise(kinds)), kinds
+
+    def test_a_small_kind_is_served_within_two_claims_behind_a_backlog(
+            self, store: Store, backend: ContractHarness) -> None:
+        # Issue 10's proof: 1,000 commands of kind A and 10 of kind B, claims of 10 (one worker whose batch
+        # and concurrency are 10): every B is claimed within the first two claim cycles.
+        insert(store, *(f"A{i:04d}" for i in range(1000)), kind="A")
+        insert(store, *(f"B{i}" for i in range(10)), kind="B")
+        claimed = [c.kind for _ in range(2) for c in claim(store, "w", backend.long_lease, kinds=["A", "B"])]
+        assert claimed.count("B") == 10 and len(claimed) == 20
+
+    def test_claim_only_given_commands(self, store: Store, backend: ContractHarness) -> None:
+        insert(store, "c1", "c2", "c3")
+        insert(store, "o1", kind="other")
+        got = claim(store, "w", backend.long_lease, kinds=["k", "other"], command_ids=["c3", "c1", "nope", "c3"])
+        assert sorted(c.id for c in got) == ["c1", "c3"]
+        assert [(e.event, e.owner, e.delivery) for e in lease_events(store, "c1")] == [("claim", "w", 1)]
+        # An empty list claims nothing; a listed command of another kind, or already leased, is not claimed.
+        assert claim(store, "w", backend.long_lease, kinds=["k", "other"], command_ids=[]) == []
+        assert claim(store, "w", backend.long_lease, kinds=["k"], command_ids=["o1", "c1"]) == []
+        assert [c.id for c in claim(store, "w", backend.long_lease, command_ids=["c2"], limit=5)] == ["c2"]
+        assert read_command(store, "o1").status is CommandStatus.PENDING
+
+    def test_claim_of_given_commands_takes_over_expired_leases(self, store: Store, backend: ContractHarness) -> None:
+        insert(store, "c1", "c2")
+        claim(store, "w1", backend.short_lease)
+        backend.expire()
+        got = claim(store, "w2", backend.long_lease, command_ids=["c2"])
+        assert [(c.id, c.lease.delivery) for c in got] == [("c2", 2)]
+        assert [(e.event, e.owner) for e in lease_events(store, "c2")] == [("claim", "w1"), ("takeover", "w2")]
+        assert read_command(store, "c1").lease_owner == "w1"
 
     def test_claim_takes_expired_leases_first_then_oldest_due(self, store: Store, backend: ContractHarness) -> None:
         now = store.read(lambda tx: tx.now())

@@ -2,11 +2,13 @@
 
 Why the database clock: workers run on many machines whose clocks drift. A lease is only safe if one
 clock decides when it expires, and the one clock every worker shares is the server's. Each transaction
-reads ``clock_timestamp()`` once (``PostgresTransaction.now``) and every statement of that decision uses
+reads ``clock_timestamp()`` once (``PostgresExecutor.now``) and every statement of that decision uses
 that instant, so the rows it writes and the lease events it records agree, exactly as on SQLite; lease
-deadlines are computed by the server (``:now + make_interval(secs => :lease_seconds)``). The instant is
-read at the first ``now()`` of the transaction, so a statement that later waits on a row lock judges
-expiry by a slightly earlier instant: it can only see a lease as *less* expired, never steal an active one.
+deadlines are computed by the server (``:now + make_interval(secs => :lease_seconds)``). A write
+transaction reads the instant in the same round trip as its BEGIN (ADR 0018), a read-only one at its first
+``now()``; so a statement that later waits on a row lock judges expiry by a slightly earlier instant: it
+can only see a lease as *less* expired (and a deadline it computes is only nearer), never steal an active
+one.
 
 Why READ COMMITTED plus explicit row locks for writes: every decision is a conditional statement that
 re-checks its condition on the newest row version after any lock wait (claims lock with
@@ -57,6 +59,8 @@ _BUSY_STATES = {"40001", "40P01", "55P03"}
 _MIGRATION_LOCK_CLASS = 0x6670
 _URL_IN_TEXT = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 
+#: A write unit's BEGIN together with the store clock's read (``store_now``'s clock_timestamp()).
+_BEGIN_WRITE = b"BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; SELECT clock_timestamp()"
 _MIGRATION_LOCK = b"SELECT pg_advisory_xact_lock(%s, hashtext(coalesce(current_schema(), '')))"
 _CREATE_SCHEMA_TABLE = """
 CREATE TABLE IF NOT EXISTS fencepost_schema (
@@ -152,6 +156,10 @@ class PostgresExecutor:
             self._now = self.run(self._store.queries["store_now"], {}).rows[0]["now"]
         assert self._now is not None
         return self._now
+
+    def start(self, now: datetime) -> None:
+        """Take ``now`` (read by the server together with BEGIN) as this transaction's instant."""
+        self._now = now.astimezone(UTC)
 
     def _guard(self) -> None:
         if self.failure is not None:
@@ -305,10 +313,19 @@ class PostgresStore(Store):
         try:
             with self._connection() as conn:
                 executor = PostgresExecutor(conn, self)
-                tx = SqlUnitOfWork(executor, self.queries)
+                tx = SqlUnitOfWork(executor, self.queries, self.claim_rotation)
                 try:
-                    conn.execute(b"BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE" if write
-                                 else b"BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    if write:
+                        # BEGIN and the clock read in one round trip (one simple-protocol message): every
+                        # write unit needs the instant, so it is read here rather than at the first now().
+                        with conn.cursor() as cursor:
+                            cursor.execute(_BEGIN_WRITE)
+                            cursor.nextset()
+                            row = cursor.fetchone()
+                            assert row is not None
+                            executor.start(row[0])
+                    else:
+                        conn.execute(b"BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 except psycopg.Error as error:
                     raise translate_postgres_error(error, self.scrub) from None
                 try:

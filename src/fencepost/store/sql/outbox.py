@@ -6,8 +6,10 @@ Each lease-guarded write is a conditional statement naming the token; zero rows 
 
 from __future__ import annotations
 
+import itertools
 import json
 import secrets
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,10 +29,17 @@ def _lost(lease: Lease) -> LeaseLost:
 
 
 class SqlOutbox:
-    """The ``OutboxPort`` of one SQL unit of work."""
+    """The ``OutboxPort`` of one SQL unit of work.
 
-    def __init__(self, unit: Statements) -> None:
+    Args:
+        unit: the unit's statements.
+        rotation: where each claim starts among the sorted kinds (the store's counter, so that claims with
+            a limit smaller than the number of kinds serve every kind in turn); a fresh count by default.
+    """
+
+    def __init__(self, unit: Statements, rotation: Iterator[int] | None = None) -> None:
         self._unit = unit
+        self._rotation = rotation if rotation is not None else itertools.count()
         self._notified: set[str] = set()
 
     def _times(self, lease_seconds: float | None = None) -> dict[str, Any]:
@@ -81,26 +90,54 @@ class SqlOutbox:
         return Lease(command_id=command_id, owner=owner, token=token, delivery=0, until=until)
 
     # ── worker side ──
-    def claim(self, *, owner: str, kinds: list[str], limit: int, lease_seconds: float) -> list[ClaimedCommand]:
-        if limit < 1 or not kinds:
+    def claim(self, *, owner: str, kinds: list[str], limit: int, lease_seconds: float,
+              command_ids: list[str] | None = None) -> list[ClaimedCommand]:
+        if limit < 1 or not kinds or (command_ids is not None and not command_ids):
             return []
         params = self._times(lease_seconds)
+        params["owner"] = owner
+        if command_ids is not None:
+            params["command_ids"] = _json(sorted(set(command_ids)))
         rows: list[dict[str, Any]] = []
-        for kind in sorted(set(kinds)):
+
+        def take(kind: str, most: int) -> int:
+            step = dict(params, kind=kind, limit=most)
+            got = (self._unit.run("claim_commands", step) if command_ids is None
+                   else self._unit.run("claim_given_commands", step)).rows
+            rows.extend(got)
+            return len(got)
+
+        # Fair across kinds (issue 10 item 4): each kind first gets an equal share of the limit (rounded up),
+        # starting from a kind that rotates from claim to claim (so that limit 1 alternates); what is left
+        # then goes to the kinds that filled their share and may have more. One statement per kind each
+        # time, so every scan stays an index range scan (ADR 0009).
+        order = sorted(set(kinds))
+        start = next(self._rotation) % len(order)
+        order = order[start:] + order[:start]
+        share = -(-limit // len(order))
+        more = []
+        for kind in order:
+            most = min(share, limit - len(rows))
+            if most < 1:
+                break
+            if take(kind, most) == most:
+                more.append(kind)
+        for kind in more:
             if len(rows) >= limit:
                 break
-            params.update(owner=owner, kind=kind, limit=limit - len(rows))
-            rows.extend(self._unit.run("claim_commands", params).rows)
+            take(kind, limit - len(rows))
         claimed = []
         events: list[_PendingEvent] = []
         for row in rows:
             lease = Lease(command_id=row["id"], owner=row["lease_owner"], token=row["lease_token"],
                           delivery=int(row["delivery_count"]), until=row["lease_until"])
             kind = LeaseEventKind.CLAIM if lease.delivery == 1 else LeaseEventKind.TAKEOVER
-            events.append((lease.command_id, kind, owner, lease.delivery, lease.until))
+            if not row.get("history_written"):
+                events.append((lease.command_id, kind, owner, lease.delivery, lease.until))
             claimed.append(ClaimedCommand(id=row["id"], kind=row["kind"],
                                           payload=json_object(row["payload"], "command payload"), lease=lease))
-        # Heartbeat history of the whole batch in one statement, in the same unit as the claim.
+        # Heartbeat history of the whole batch in one statement, in the same unit as the claim, unless the
+        # dialect's claim statement already wrote it (PostgreSQL: a data-modifying CTE, ADR 0018).
         self._events(events, params["now"])
         return claimed
 
@@ -142,13 +179,19 @@ class SqlOutbox:
                 rounds.append([])
             rounds[number].append(index)
         outcome = [False] * len(leases)
+        written: set[int] = set()
         for indexes in rounds:
-            wanted = [{"id": leases[i].command_id, "token": leases[i].token} for i in indexes]
-            done = {row["id"] for row in self._unit.run("finish_commands", dict(params, leases=_json(wanted))).rows}
+            wanted = [{"id": leases[i].command_id, "token": leases[i].token, "owner": leases[i].owner,
+                       "delivery": leases[i].delivery} for i in indexes]
+            rows = self._unit.run("finish_commands", dict(params, leases=_json(wanted))).rows
+            done = {row["id"] for row in rows}
             for i in indexes:
                 outcome[i] = leases[i].command_id in done
+            if rows and rows[0].get("history_written"):
+                written.update(indexes)
+        # The deliver history in list order, except the rows the statement wrote itself (ADR 0018).
         self._events([(lease.command_id, LeaseEventKind.DELIVER, lease.owner, lease.delivery, None)
-                      for lease, ok in zip(leases, outcome, strict=True) if ok], params["now"])
+                      for i, lease in enumerate(leases) if outcome[i] and i not in written], params["now"])
         return outcome
 
     def release(self, lease: Lease) -> None:
@@ -206,7 +249,7 @@ class SqlOutbox:
         return {CommandStatus(r["status"]): int(r["n"]) for r in rows}
 
 
-def _json(rows: list[dict[str, Any]]) -> str:
+def _json(rows: list[Any]) -> str:
     """Internal statement parameters (ids, tokens, numbers, instants): plain compact JSON, never stored."""
     return json.dumps(rows, separators=(",", ":"))
 

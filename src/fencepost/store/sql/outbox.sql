@@ -26,6 +26,15 @@ VALUES (:id, :kind, :payload, 'PENDING', :available_at, :now, :now, 0);
 -- One atomic conditional update for one kind: due PENDING rows and PROCESSING rows whose lease
 -- expired, expired leases first (they waited longest). Each claimed row gets its own fresh random
 -- token. One kind per statement keeps both scans pure index range scans (no sort of all due rows).
+-- A dialect whose statement also writes the claim/takeover history rows returns history_written = true
+-- on every row (the caller then writes none).
+
+-- name: claim_given_commands
+-- per-dialect
+-- instants: lease_until
+-- claim_commands restricted to the commands listed in :command_ids (a JSON array of ids), so that a caller
+-- claims only its own work (issue 10 item 5: a rehearsal's in-process worker). The listed ids are found
+-- by primary key; the rest is exactly claim_commands.
 
 -- name: renew_lease
 -- per-dialect
@@ -44,7 +53,9 @@ RETURNING delivery_count;
 -- per-dialect
 -- Batched completion: every listed command whose token is still current becomes DELIVERED, in one
 -- statement. :leases is a JSON array of {"id", "token"}; each row is found by its primary key and changes
--- only under its own token, exactly as finish_command would change it. Returns the ids delivered.
+-- only under its own token, exactly as finish_command would change it. Returns the ids delivered. :leases
+-- also carries each lease's "owner" and "delivery": a dialect whose statement writes the deliver history
+-- rows itself (in list order) returns history_written = true on every row.
 
 -- name: release_command
 -- Graceful stop: give the command back at once instead of waiting for the lease to expire.
@@ -95,6 +106,11 @@ FROM lease_events WHERE command_id = :command_id ORDER BY seq;
 
 -- name: count_commands_by_status
 SELECT status, count(*) AS n FROM commands GROUP BY status;
+
+-- fragment: claim_rows
+-- per-dialect
+-- What claim_commands and claim_given_commands share once they have picked their rows: a fresh random token
+-- and one more delivery per claimed row (and, on PostgreSQL, the claim or takeover history row).
 
 -- fragment: lease_held
 -- per-dialect

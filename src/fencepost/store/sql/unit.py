@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -31,13 +31,15 @@ class SqlUnitOfWork:
     Args:
         executor: the open transaction.
         queries: the dialect's queries by name (``fencepost.store.sql.queries.load_dialect``).
+        claim_rotation: the store's rotation of the first kind a claim serves (``SqlOutbox``).
     """
 
-    def __init__(self, executor: Executor, queries: Mapping[str, Query]) -> None:
+    def __init__(self, executor: Executor, queries: Mapping[str, Query],
+                 claim_rotation: Iterator[int] | None = None) -> None:
         self.executor = executor
         self.queries = queries
         self.backend = executor.backend
-        self.outbox = SqlOutbox(self)
+        self.outbox = SqlOutbox(self, claim_rotation)
         self.rehearsal = SqlRehearsal(self)
         self.catalog = SqlCatalog(self)
         self.admission = SqlAdmission(self)

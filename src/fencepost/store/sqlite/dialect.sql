@@ -10,14 +10,7 @@ SELECT 1;
 -- One atomic conditional update for one kind: due PENDING rows and PROCESSING rows whose lease
 -- expired, expired leases first (they waited longest). Each claimed row gets its own fresh random
 -- token. One kind per statement keeps both scans pure index range scans (no sort of all due rows).
-UPDATE commands
-SET status = 'PROCESSING',
-    lease_owner = :owner,
-    lease_token = lower(hex(randomblob(16))),
-    lease_until = :lease_until,
-    last_heartbeat_at = :now,
-    updated_at = :now,
-    delivery_count = delivery_count + 1
+{{claim_rows}}
 WHERE id IN (
     SELECT id FROM (
         SELECT id FROM commands
@@ -30,6 +23,35 @@ WHERE id IN (
         ORDER BY available_at LIMIT :limit)
     LIMIT :limit)
 RETURNING id, kind, payload, lease_owner, lease_token, lease_until, delivery_count;
+
+-- name: claim_given_commands
+-- claim_commands over the listed ids only (each found by primary key).
+{{claim_rows}}
+WHERE id IN (
+    SELECT id FROM (
+        SELECT id FROM commands
+        WHERE id IN (SELECT value FROM json_each(:command_ids))
+          AND status = 'PROCESSING' AND kind = :kind AND lease_until <= :now
+        ORDER BY lease_until LIMIT :limit)
+    UNION ALL
+    SELECT id FROM (
+        SELECT id FROM commands
+        WHERE id IN (SELECT value FROM json_each(:command_ids))
+          AND status = 'PENDING' AND kind = :kind AND available_at <= :now
+        ORDER BY available_at LIMIT :limit)
+    LIMIT :limit)
+RETURNING id, kind, payload, lease_owner, lease_token, lease_until, delivery_count;
+
+-- fragment: claim_rows
+-- What both claims write to each row they claim: a fresh random token per row, one more delivery.
+UPDATE commands
+SET status = 'PROCESSING',
+    lease_owner = :owner,
+    lease_token = lower(hex(randomblob(16))),
+    lease_until = :lease_until,
+    last_heartbeat_at = :now,
+    updated_at = :now,
+    delivery_count = delivery_count + 1
 
 -- name: renew_lease
 -- Heartbeat and fence: touches exactly one row only while the caller's token is current.

@@ -176,7 +176,7 @@ class SQLiteStore(Store):
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         except sqlite3.Error as error:
             raise translate_sqlite_error(error) from None
-        tx = SqlUnitOfWork(SQLiteExecutor(conn, self), self.queries)
+        tx = SqlUnitOfWork(SQLiteExecutor(conn, self), self.queries, self.claim_rotation)
         try:
             yield tx
             if name:
