@@ -20,6 +20,8 @@ from fencepost.testing import (
     CatalogContract,
     ConcurrencyContract,
     ContractBackend,
+    EventsContract,
+    HostContract,
     OutboxContract,
     RehearsalContract,
     UnitOfWorkContract,
@@ -57,6 +59,14 @@ class TestUnitOfWork(UnitOfWorkContract):
 
 
 class TestConcurrency(ConcurrencyContract):
+    pass
+
+
+class TestHost(HostContract):
+    pass
+
+
+class TestEvents(EventsContract):
     pass
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fencepost.catalog.lifecycle import CatalogService
-from fencepost.core.statuses import CommandStatus
+from fencepost.core.statuses import AdapterStatus, CommandStatus
 from fencepost.outbox.handlers import HandlerRegistry
 from fencepost.outbox.worker import Worker, WorkerConfig
 from fencepost.rehearsal.audit import audit
@@ -28,6 +28,7 @@ from fencepost.store.faults import FaultInjectingStore
 from fencepost.store.sql.executor import Executor, Result
 from fencepost.store.sql.queries import Query
 from fencepost.store.sql.unit import SqlUnitOfWork
+from fencepost.testing import host as host_contract
 from fencepost.workflows.audit import audit_admissions
 from fencepost.workflows.service import WorkflowService
 from helpers.store_backends import StoreBackend
@@ -156,6 +157,21 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
     store.transact(lambda tx: tx.workers.deregister("every-query-1"))
     backend.advance(0.05)
     assert [w.id for w in store.transact(lambda tx: tx.workers.expire(0))] == ["every-query-2"]
+    # The action host and its event log (ADR 0022): a dispatched and an inline invocation, adapter rows, events.
+    lease = host_contract.running(store, "inv-every-query", 30)
+    store.transact(lambda tx: tx.outbox.insert_leased(command_id="inv-inline", kind="host.invoke", payload={},
+                                                      owner="caller", lease_seconds=30))
+    assert host_contract.create(store, "inv-every-query", lease, "ai-every-query")
+    assert host_contract.update(store, "inv-every-query", lease, "ai-every-query", AdapterStatus.SUCCEEDED,
+                                expected=frozenset({AdapterStatus.RUNNING}))
+    store.transact(lambda tx: (tx.host.lock_invocation("inv-every-query"), tx.host.get_invocation("inv-inline"),
+                               tx.host.get_adapter_invocation("ai-every-query"),
+                           tx.host.list_adapter_invocations("inv-every-query"), tx.host.list_invocations(),
+                           tx.host.find_invocation(tenant_id=host_contract.TENANT, space_id=host_contract.SPACE,
+                                                   action_id="shop.charge", idempotency_key="inv-every-query")))
+    assert store.transact(lambda tx: tx.events.append_event_with_outbox(host_contract.event("ev-every-query")))
+    store.read(lambda tx: (tx.events.get_event("ev-every-query"), tx.events.get_event_outbox("ev-every-query"),
+                           tx.events.list_events(tenant_id=host_contract.TENANT, space_id=host_contract.SPACE)))
     # SQLite's clock is the store's Clock, so nothing else runs its clock statement; run it once here.
     store.read(lambda tx: tx.run("store_now", {"now": tx.now()}))  # type: ignore[attr-defined]
 

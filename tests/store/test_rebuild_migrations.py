@@ -326,11 +326,12 @@ def test_malformed_migrations_are_refused_before_anything_is_applied(
     assert sqlite_schema(store) == schema_before
 
 
-def test_the_marker_is_the_exact_first_line_and_shipped_migrations_are_ordinary() -> None:
+def test_the_marker_is_the_exact_first_line_and_only_0004_of_the_shipped_migrations_rebuilds() -> None:
     assert rebuilds(step(WIDEN))
     assert rebuilds(step("\ufeff" + WIDEN))
     assert not rebuilds(step(WIDEN_BODY))
-    assert [rebuilds(s) for s in load_migrations("fencepost.store.sqlite")] == [False] * SHIPPED
+    # 0004 rebuilds ``commands`` to admit an inline caller's lease at delivery 0 (ADR 0022).
+    assert {s.version for s in load_migrations("fencepost.store.sqlite") if rebuilds(s)} == {4}
 
 
 # ── PostgreSQL: an ordinary migration ──
@@ -369,3 +370,28 @@ def test_postgres_widens_the_check_list_with_alter_constraint_in_an_ordinary_mig
     with pytest.raises(Conflict, match="foreign key"):
         write(store, "DELETE FROM workflow_events WHERE id IN (SELECT event_id FROM workflow_admission_steps)")
     assert store.migrate() == []
+
+
+def test_shipped_0004_rebuilds_commands_keeping_every_row_and_admits_delivery_zero_only_for_host_invocations(
+        sqlite_backend: StoreBackend, tmp_path: Path) -> None:
+    store = sqlite_backend.open()
+    assert isinstance(store, SQLiteStore)
+    shipped = store.migrations()
+    apply_migrations(store.connection(), shipped[:3], now=store.clock.now)
+    assert store.schema_version() == 3
+    populate(store, tmp_path / "packages")
+    before = sqlite_contents(store)
+    assert before["commands"] and before["lease_events"]
+
+    assert [s.version for s in apply_migrations(store.connection(), shipped, now=store.clock.now)] == [4]
+
+    after = sqlite_contents(store)
+    assert {table: after[table] for table in before} == before
+    assert store.read(lambda tx: raw(tx, "PRAGMA foreign_key_check")) == [] and store.physical_checks() == []
+    assert pragma(store, "foreign_keys") == 1
+    assert_references_enforced(store)
+    store.transact(lambda tx: tx.outbox.insert_leased(command_id="inv_1", kind="host.invoke", payload={},
+                                                      owner="caller", lease_seconds=30))
+    with pytest.raises(Conflict, match="CHECK"):
+        store.transact(lambda tx: tx.outbox.insert_leased(command_id="c_1", kind="other", payload={},
+                                                          owner="caller", lease_seconds=30))

@@ -12,10 +12,14 @@ from enum import StrEnum
 from typing import Any
 
 from fencepost.core.statuses import (
+    AdapterStatus,
     AttemptStatus,
     CommandStatus,
     Disposition,
+    EventOutboxStatus,
     InstallationStatus,
+    InvocationMode,
+    InvocationStatus,
     LeaseEventKind,
     PublicationGate,
     PublicationStatus,
@@ -43,6 +47,10 @@ VOCABULARIES: dict[tuple[str, str], type[StrEnum]] = {
     ("workflow_step_runs", "status"): StepRunStatus,
     ("workflow_events", "type"): WorkflowEventType,
     ("workflow_step_mutations", "kind"): StepMutationKind,
+    ("invocations", "status"): InvocationStatus,
+    ("invocations", "mode"): InvocationMode,
+    ("adapter_invocations", "status"): AdapterStatus,
+    ("host_event_outbox", "status"): EventOutboxStatus,
 }
 # A mutation records a transition into one of the StepRun statuses; admission writes only these two so far.
 NARROWER = {("workflow_step_mutations", "to_status"): (StepRunStatus, {"waiting", "ready"})}

@@ -21,12 +21,14 @@ from starlette.routing import Match, Mount
 from fencepost.core.errors import (
     Conflict,
     FencepostError,
+    IdempotencyConflict,
     IntegrityViolation,
     InvalidInput,
     LeaseActive,
     LeaseLost,
     NotAllowed,
     NotFound,
+    RecoverableFinalization,
     SchemaNotReady,
     StoreUnavailable,
 )
@@ -60,6 +62,9 @@ ERRORS: dict[type[FencepostError], ProblemKind] = {
     LeaseLost: CONFLICT,  # the lease moved on under the caller: the state forbids the write
     # 409, not 403: a guard reads the current state (gate, head, installation), not who is asking (ADR 0016).
     NotAllowed: ProblemKind("not-allowed", 409, "Not allowed by a guard"),
+    IdempotencyConflict: ProblemKind("idempotency-conflict", 409, "Idempotency key used with another binding"),
+    # the outcome may exist but could not be recorded: retry later, a worker recovers it (host-spec M)
+    RecoverableFinalization: ProblemKind("recoverable-finalization", 503, "Outcome not recorded yet"),
     SchemaNotReady: ProblemKind("schema-not-ready", 503, "Control database schema not ready"),
     StoreUnavailable: ProblemKind("unavailable", 503, "Control store unavailable"),
     IntegrityViolation: ProblemKind("integrity", 500, "Integrity violation"),  # fail closed, loudly

@@ -38,6 +38,9 @@ from fencepost.cli.common import (
     opened,
     sandbox_limits,
 )
+from fencepost.cli.demo_cmd import app as demo_app
+from fencepost.cli.host_cmds import app as host_app
+from fencepost.cli.host_cmds import load_host
 from fencepost.cli.package_cmds import app as package_app
 from fencepost.cli.rehearsal_cmds import app as rehearsal_app
 from fencepost.cli.serve import serve
@@ -45,6 +48,7 @@ from fencepost.cli.workers_cmd import HELP as WORKERS_HELP
 from fencepost.cli.workers_cmd import workers
 from fencepost.cli.workflow_cmds import app as workflow_app
 from fencepost.core.errors import InvalidInput
+from fencepost.host import Host
 from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
 from fencepost.outbox.worker import INTERRUPT_WAIT_SECONDS, default_worker_id
 from fencepost.rehearsal import views
@@ -61,6 +65,8 @@ app = typer.Typer(
 app.add_typer(rehearsal_app, name="rehearsal")
 app.add_typer(package_app, name="package")
 app.add_typer(workflow_app, name="workflow")
+app.add_typer(host_app, name="host")
+app.add_typer(demo_app, name="demo")
 app.command()(serve)
 app.command()(audit)
 app.command(help=WORKERS_HELP)(workers)
@@ -106,10 +112,12 @@ REHEARSAL_SCENARIO_TIME_LIMIT = 600.0
 
 
 def build_worker(store: Store, work_dir: Path, config: WorkerConfig, keep_sandboxes: bool = False,
-                 limits: SandboxLimits | None = None) -> Worker:
+                 limits: SandboxLimits | None = None, host: Host | None = None) -> Worker:
     """A worker with every built-in command kind registered, each with its bounds.
 
     Args:
+        host: a user's action host (``--app``): its ``host.invoke`` invocations are served too, with its
+            recovery budget (ADR 0024).
         limits: the disk and memory caps of every rehearsal sandbox (defaults when None). The
             process-wide heap limit is the caller's to install (``sandbox.install_heap_limit``): it is
             process state, set once by the command that owns the process.
@@ -117,6 +125,8 @@ def build_worker(store: Store, work_dir: Path, config: WorkerConfig, keep_sandbo
     registry = HandlerRegistry()
     registry.register(KIND, AttemptHandler(work_dir, keep_sandboxes=keep_sandboxes, limits=limits),
                       time_limit=REHEARSAL_SCENARIO_TIME_LIMIT, max_deliveries=REHEARSAL_MAX_DELIVERIES)
+    if host is not None:
+        host.register(registry)
     return Worker(store, registry, config)
 
 
@@ -256,6 +266,10 @@ def worker(
                                          help="PostgreSQL: wake at once when work is enqueued (LISTEN/NOTIFY) "
                                               "instead of sleeping out the poll interval; polling stays the "
                                               "fallback. No effect on SQLite.")] = True,
+    host_app: Annotated[str | None, typer.Option(
+        "--app", envvar="FENCEPOST_APP", show_envvar=True, metavar="MODULE:ATTRIBUTE",
+        help="Also serve the action invocations of your Host (a fencepost.host.Host, or a callable "
+             "store -> Host).")] = None,
 ) -> None:
     """Run a long-lived worker: claim commands, run them under fenced leases, heartbeat, take over.
 
@@ -278,7 +292,8 @@ def worker(
         config.validate()  # bad input leaves nothing behind, not even the work directory
         limits = sandbox_limits(sandbox_max_bytes, sandbox_max_memory)
         require_work_dir(work_dir)
-        w = build_worker(store, work_dir, config, keep_sandboxes, limits)
+        user_host = load_host(host_app, store) if host_app else None
+        w = build_worker(store, work_dir, config, keep_sandboxes, limits, user_host)
         limit_sandboxes(config.concurrency, limits)
         interrupted = threading.Event()
         # After a second signal the worker stops at once; whatever still hangs gets two seconds.

@@ -8,10 +8,12 @@ from __future__ import annotations
 from fencepost.core.errors import (
     Conflict,
     FencepostError,
+    IdempotencyConflict,
     IntegrityViolation,
     InvalidInput,
     NotAllowed,
     NotFound,
+    RecoverableFinalization,
     SchemaNotReady,
     StoreUnavailable,
 )
@@ -27,6 +29,8 @@ EXIT_CODES: dict[type[FencepostError], int] = {
     StoreUnavailable: 5,
     IntegrityViolation: 5,  # a corrupt record is reported like a store that cannot be trusted
     NotAllowed: 6,
+    IdempotencyConflict: 3,  # a conflict, named for what differs (ADR 0023)
+    RecoverableFinalization: 5,  # not recorded yet, like a store that failed: retry later
 }
 
 

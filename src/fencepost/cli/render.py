@@ -10,7 +10,10 @@ from rich.table import Table
 console = Console(highlight=False, soft_wrap=True)
 
 _STYLE = {"SUCCEEDED": "green", "DELIVERED": "green", "FAILED": "red", "ABORTED": "yellow", "RUNNING": "cyan",
-          "PROCESSING": "cyan", "PENDING": "dim", "READY": "green", "RETIRED": "yellow", "INTERRUPTED": "yellow"}
+          "PROCESSING": "cyan", "PENDING": "dim", "READY": "green", "RETIRED": "yellow", "INTERRUPTED": "yellow",
+          # the action host's lower-case statuses (ADR 0015's convention)
+          "succeeded": "green", "failed": "red", "reconciliation_required": "yellow", "running": "cyan",
+          "pending": "dim"}
 
 
 def styled(status: str) -> str:

@@ -66,3 +66,29 @@ class NotAllowed(FencepostError):
     def __init__(self, message: str, guard: str) -> None:
         super().__init__(message)
         self.guard = guard
+
+
+class IdempotencyConflict(Conflict):
+    """An idempotency key replayed with another binding (host-spec B3, B4; ADR 0023).
+
+    ``field`` names what differs: ``"action_version"``, ``"actor"``, ``"authority"`` or ``"parameters"``. The
+    message names the field class only and never echoes a stored value.
+    """
+
+    def __init__(self, field: str) -> None:
+        super().__init__(f"idempotency key already used with a different {field.replace('_', ' ')}")
+        self.field = field
+
+
+class RecoverableFinalization(FencepostError):
+    """An invocation could not record what happened, and must not pretend otherwise (host-spec C4, C8, M).
+
+    Raised when the lease was lost or a lease-conditioned write was refused (``cause`` is the ``LeaseLost``,
+    or None with a message such as ``Invocation is no longer running``, C10), or when a store error stopped a
+    settlement after an effect may have happened (G15, J4). Nothing more is recorded: a worker leaves the lease
+    to expire and the next claim recovers the invocation (C11); a direct caller may call ``execute`` again.
+    """
+
+    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause

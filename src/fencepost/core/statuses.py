@@ -164,3 +164,23 @@ class ReconciliationKind(StrEnum):
 
     ADAPTER_OUTCOME_AMBIGUOUS = "adapter_outcome_ambiguous"
     HANDLER_DECISION_REQUIRED = "handler_decision_required"
+    APPLIED_EFFECT = "applied_effect"                     # an effect is recorded, the invocation not continued (G6, G8)
+    RECOVERY_BUDGET_EXHAUSTED = "recovery_budget_exhausted"  # H4
+
+
+class InvocationMode(StrEnum):
+    """How an invocation was submitted (host-spec A2, ADR 0022): to workers, or run now by its caller under a
+    caller lease. Either way its lease is the outbox command with the invocation's id."""
+
+    DISPATCH = "dispatch"
+    INLINE = "inline"
+
+
+class EventOutboxStatus(StrEnum):
+    """A host event's publication row (host-spec T8): the outbox lease protocol, reused by the relay."""
+
+    PENDING = "pending"
+    PROCESSING = "processing"
+    PUBLISHED = "published"
+    RETRY_PENDING = "retry_pending"
+    DEAD_LETTERED = "dead_lettered"

@@ -1,4 +1,48 @@
 """The action host: leased action invocations, adapter steps, outcome verdicts and bounded recovery.
 
 Seed: platform-host-8.1-readme-excerpt.md; requirements in host-spec.md (sections named in each module).
+Public names: ``Host``, ``HostConfig``, ``Dispatch``, ``Inline``, ``InvocationView``, ``Action``,
+``AdapterStep``, ``RetryPolicy``, ``DecisionRequired``, the adapter contract (``AdapterCall`` and the typed
+replies) and ``RecoverableFinalization``.
 """
+
+from fencepost.core.errors import IdempotencyConflict, RecoverableFinalization
+from fencepost.host.action import Action, AdapterStep, DecisionRequired, HandlerContext, RetryPolicy, StepInputContext
+from fencepost.host.adapter import (
+    Accepted,
+    Adapter,
+    AdapterCall,
+    Ambiguous,
+    PermanentFailure,
+    Succeeded,
+    TimedOut,
+    TransientFailure,
+)
+from fencepost.host.handler import KIND
+from fencepost.host.service import Dispatch, Host, HostConfig, Inline, InvocationView, StepView
+
+__all__ = [
+    "KIND",
+    "Accepted",
+    "Action",
+    "Adapter",
+    "AdapterCall",
+    "AdapterStep",
+    "Ambiguous",
+    "DecisionRequired",
+    "Dispatch",
+    "HandlerContext",
+    "Host",
+    "HostConfig",
+    "IdempotencyConflict",
+    "Inline",
+    "InvocationView",
+    "PermanentFailure",
+    "RecoverableFinalization",
+    "RetryPolicy",
+    "StepInputContext",
+    "StepView",
+    "Succeeded",
+    "TimedOut",
+    "TransientFailure",
+]

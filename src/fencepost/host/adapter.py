@@ -43,8 +43,15 @@ class AdapterCall:
 class Adapter(Protocol):
     """A provider adapter. ``type`` names the adapter (``"http"``), ``vendor`` the provider (``"simpay"``)."""
 
-    type: str
-    vendor: str
+    @property
+    def type(self) -> str:
+        """The adapter's name, which steps refer to (``"http"``); a class attribute is fine."""
+        ...
+
+    @property
+    def vendor(self) -> str:
+        """The provider (``"simpay"``)."""
+        ...
 
     def execute(self, call: AdapterCall) -> object:
         """Call the provider once; return a reply (below) or a raw mapping; raise only for a definite failure

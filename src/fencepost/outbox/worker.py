@@ -31,7 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from fencepost.core.errors import InvalidInput, LeaseLost, StoreUnavailable
+from fencepost.core.errors import InvalidInput, LeaseLost, RecoverableFinalization, StoreUnavailable
 from fencepost.core.statuses import CommandStatus, LeaseEventKind
 from fencepost.outbox.context import (
     CommandContext,
@@ -393,6 +393,15 @@ class Worker:
             return _Outcome.LOST
         except StopRequested:
             return self._release(ctx)
+        except RecoverableFinalization as error:
+            # An outcome that could not be recorded truthfully (host-spec C11): record nothing more, leave the
+            # lease to expire; the next claim recovers it. A lost lease is reported as one.
+            if isinstance(error.cause, LeaseLost):
+                self._log_lost(ctx)
+                return _Outcome.LOST
+            log.error("outcome not recorded; the lease is left to expire", extra={
+                "event": "command_abandoned", "command_id": ctx.command.id, "error": str(error)})
+            return _Outcome.ABANDONED
         except (StoreUnavailable, EnvironmentFailed) as error:
             # Leave the lease to expire: a takeover replays the command; nothing partial was committed, and
             # a failure of this machine is not the command's verdict.

@@ -20,7 +20,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Protocol
 
-from fencepost.core.statuses import AttemptStatus, CommandStatus, Disposition, ReceiptStatus
+from fencepost.core.statuses import AttemptStatus, CommandStatus, Disposition, InvocationStatus, ReceiptStatus
+from fencepost.store.host_records import (
+    AdapterRecord,
+    AdapterWrite,
+    EventOutboxRecord,
+    EventRecord,
+    InvocationRecord,
+    InvocationVerdict,
+    NewEvent,
+    NewInvocation,
+    Subject,
+)
 from fencepost.store.records import (
     AttemptLock,
     AttemptRecord,
@@ -59,6 +70,25 @@ class OutboxPort(Protocol):
             payload: a plain JSON object. available_at: earliest delivery (default: the store's now).
         Raises:
             Conflict: the id exists or a value breaks the schema.
+        """
+        ...
+
+    def insert_leased(self, *, command_id: str, kind: str, payload: dict[str, Any], owner: str,
+                      lease_seconds: float) -> Lease:
+        """Insert a command already PROCESSING under a lease its producer holds, at delivery 0 (ADR 0022).
+
+        An inline host invocation is written this way: its caller runs it now under this lease and heartbeats
+        it (``renew``); ``delivery_count`` stays 0, so worker claims alone count (host-spec A4), and a worker
+        takes it over only after the lease expires, at delivery 1 (A8). Records a ``claim`` lease event at
+        delivery 0. Only the ``host.invoke`` kind may be held at delivery 0 (the schema refuses others).
+
+        Args:
+            command_id: unique id. kind: handler name. payload: a plain JSON object. owner: the lease owner
+            (1..200 chars). lease_seconds: the lease duration (seconds, > 0).
+        Returns:
+            The producer's lease (``delivery`` 0).
+        Raises:
+            Conflict: the id exists, or the kind may not be held at delivery 0.
         """
         ...
 
@@ -382,6 +412,113 @@ class AuditPort(Protocol):
         ...
 
 
+class HostPort(Protocol):
+    """The action host's invocations and adapter rows (host-spec sections B, C, E, I; ADR 0022).
+
+    Reads are plain. The writes an execution makes under its lease take that lease as an argument (the
+    credentials captured before the invocation was loaded, host-spec C3) and carry its condition themselves,
+    in the host's lock order: invocation row, adapter row, command (the lease check last, ADR 0002). They are
+    therefore offered on every unit of work: an inline caller and a worker write the same way.
+    """
+
+    def insert_invocation(self, invocation: NewInvocation) -> bool:
+        """Insert a new invocation (host-spec B1); the caller writes its command in the same unit.
+
+        Returns:
+            True when inserted; False when its id or its ``(tenant, space, action, key)`` already exists (the
+            caller reads the winner and compares bindings, B2-B4, B7).
+        Raises:
+            Conflict: a value breaks the schema (a NULL binding, a digest without its version).
+        """
+        ...
+
+    def get_invocation(self, invocation_id: str) -> InvocationRecord | None:
+        """One invocation with its command's public lease columns (``attempt_count`` = ``delivery_count``)."""
+        ...
+
+    def lock_invocation(self, invocation_id: str) -> InvocationRecord | None:
+        """``get_invocation`` that also takes the invocation's row lock until the unit ends: first in the host's
+        lock order (PostgreSQL ``FOR UPDATE``; SQLite's ``BEGIN IMMEDIATE`` already serializes writers)."""
+        ...
+
+    def find_invocation(self, *, tenant_id: str, space_id: str, action_id: str,
+                        idempotency_key: str) -> InvocationRecord | None:
+        """The invocation of an idempotency key in its scope (unique per tenant, space, action, key; B10)."""
+        ...
+
+    def list_invocations(self, *, tenant_id: str | None = None, space_id: str | None = None,
+                         status: InvocationStatus | None = None, action_id: str | None = None,
+                         limit: int = 100) -> list[InvocationRecord]:
+        """Invocations newest first, filtered by whatever is given (``limit`` 1..10000)."""
+        ...
+
+    def update_leased_invocation(self, invocation_id: str, lease: Lease, verdict: InvocationVerdict) -> bool:
+        """Write ``verdict`` while the row is in ``verdict.expected`` and ``lease`` is its command's current lease.
+
+        Returns:
+            False, changing nothing, when the status or the lease condition fails (host-spec C4: the caller
+            raises ``RecoverableFinalization``; C10: "Invocation is no longer running").
+        """
+        ...
+
+    def write_adapter_invocation(self, write: AdapterWrite) -> bool:
+        """The conditional adapter-row write (host-spec §I, I1-I7, I17, I19).
+
+        In order: the parent in ``write.scope`` is locked and checked (``LeaseHeld``: ``running`` under this
+        invocation's lease; ``VerdictHeld``: exact status and NULL-safe error); then the mutation (a create in
+        the scope that refuses a duplicate id; an update in the scope from ``expected_statuses`` that never
+        moves ``succeeded``/``ambiguous`` to ``running``/``failed``, which a trigger also refuses); then, for
+        ``LeaseHeld``, the lease check on the command, last.
+
+        Returns:
+            True when the mutation was made; False, changing nothing, when a check failed.
+        Raises:
+            LeaseLost: ``LeaseHeld`` and the lease was no longer current at the fence (after the mutation):
+                the caller's unit must roll back (``Store.transact`` does, as the error leaves ``fn``).
+            NotImplementedError: a ``VerdictHeld`` completion-digest guard (issue 13).
+        """
+        ...
+
+    def get_adapter_invocation(self, adapter_invocation_id: str) -> AdapterRecord | None: ...
+
+    def list_adapter_invocations(self, invocation_id: str) -> list[AdapterRecord]:
+        """An invocation's adapter rows in step order (host-spec G5: the recovery scan)."""
+        ...
+
+
+class EventsPort(Protocol):
+    """The host's event log (host-spec T1-T8): first-write-wins by a store-wide event id, with its outbox."""
+
+    def append_event(self, event: NewEvent) -> bool:
+        """Append ``event`` with the next sequence of its (tenant, space), assigned in this unit (T7).
+
+        Returns:
+            True when stored now; False when the id was already stored, in any tenant or space (T1, T4): a
+            silent no-op that keeps the first event, its sequence and timestamps (T2).
+        """
+        ...
+
+    def append_event_with_outbox(self, event: NewEvent, *, destination: str = "host",
+                                 headers: dict[str, Any] | None = None) -> bool:
+        """``append_event`` plus a ``pending`` publication row, only when the event was stored now (T3).
+
+        Args:
+            destination: where the relay publishes it (1..200 chars). headers: a JSON object for the relay.
+        """
+        ...
+
+    def get_event(self, event_id: str) -> EventRecord | None: ...
+
+    def list_events(self, *, tenant_id: str, space_id: str, subject: Subject | None = None, after: int = 0,
+                    limit: int = 1000) -> list[EventRecord]:
+        """A space's events with ``sequence > after`` in sequence order, optionally about one subject."""
+        ...
+
+    def get_event_outbox(self, event_id: str) -> EventOutboxRecord | None:
+        """An event's publication row, or None when it has none."""
+        ...
+
+
 class _Ports(Protocol):
     """What every unit of work offers, fenced or not."""
 
@@ -404,6 +541,12 @@ class _Ports(Protocol):
 
     @property
     def workers(self) -> WorkersPort: ...
+
+    @property
+    def host(self) -> HostPort: ...
+
+    @property
+    def events(self) -> EventsPort: ...
 
     def now(self) -> datetime:
         """The store's clock, read once per unit (SQLite: the store's Clock; PostgreSQL: the server)."""

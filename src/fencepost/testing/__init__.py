@@ -35,13 +35,15 @@ from fencepost.testing.admission import AdmissionContract
 from fencepost.testing.backend import ContractBackend, ContractHarness, StoreContract
 from fencepost.testing.catalog import CatalogContract
 from fencepost.testing.concurrency import ConcurrencyContract
+from fencepost.testing.host import EventsContract, HostContract
 from fencepost.testing.outbox import OutboxContract
 from fencepost.testing.rehearsal import RehearsalContract
 from fencepost.testing.unit_of_work import UnitOfWorkContract
 
 #: Every contract class, for a backend that runs them all.
 CONTRACTS: tuple[type[StoreContract], ...] = (
-    OutboxContract, RehearsalContract, CatalogContract, AdmissionContract, UnitOfWorkContract, ConcurrencyContract)
+    OutboxContract, RehearsalContract, CatalogContract, AdmissionContract, UnitOfWorkContract, ConcurrencyContract,
+    HostContract, EventsContract)
 
 __all__ = [
     "CONTRACTS",
@@ -50,6 +52,8 @@ __all__ = [
     "ConcurrencyContract",
     "ContractBackend",
     "ContractHarness",
+    "EventsContract",
+    "HostContract",
     "OutboxContract",
     "RehearsalContract",
     "StoreContract",

@@ -131,6 +131,15 @@ ORDER BY e.n;
 -- The store's clock: the server's, read when called (not the transaction start).
 SELECT clock_timestamp() AS now;
 
+-- name: insert_leased_command
+-- A new command already PROCESSING under its producer's lease, at delivery 0 (ADR 0022); the server computes
+-- the lease deadline, as for every claim.
+INSERT INTO commands (id, kind, payload, status, available_at, created_at, updated_at, lease_owner, lease_token,
+                      lease_until, last_heartbeat_at, delivery_count)
+VALUES (:id, :kind, :payload, 'PROCESSING', :now, :now, :now, :owner, :token,
+        :now + make_interval(secs => :lease_seconds::double precision), :now, 0)
+RETURNING lease_until;
+
 -- ──────────────────────────── rehearsal ────────────────────────────
 
 -- name: next_attempt_seq
@@ -153,3 +162,13 @@ SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended('fencepos
 -- and a reconcile or abort waits for this transaction.
 EXISTS (SELECT 1 FROM commands AS lease WHERE lease.id = :lease_command_id AND lease.lease_token = :lease_token
         AND lease.status = 'PROCESSING' FOR SHARE)
+
+-- ──────────────────────────── action host ────────────────────────────
+
+-- fragment: json_text_array
+json_array_elements_text(CAST(:expected AS json)) AS value
+
+-- fragment: lock_invocation_row
+-- The invocation row lock, first in the host's lock order (invocation, adapter row, command; ADR 0022):
+-- held until COMMIT, so a conditional adapter write and the verdict see one parent (host-spec I17).
+LIMIT 1 FOR UPDATE OF i

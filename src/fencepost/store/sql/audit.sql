@@ -106,3 +106,29 @@ SELECT run_id, path, sha256, size, content FROM rehearsal_run_files ORDER BY run
 -- name: schema_checksums
 -- The applied migrations as recorded; the audit compares each checksum with the shipped file.
 SELECT version, name, checksum FROM fencepost_schema ORDER BY version;
+
+-- ──────────────────────────── the action host (ADR 0022) ────────────────────────────
+
+-- name: audit_invocation_command_status
+-- An invocation and its host.invoke command end together: a verdict with the command finished (DELIVERED, or
+-- FAILED for a verdict the worker wrote), an open invocation with its command still claimable or held.
+SELECT i.id AS subject, 'invocation ' || i.status || ' but command ' || coalesce(c.status, 'missing') AS detail
+FROM invocations i LEFT JOIN commands c ON c.id = i.id
+WHERE c.id IS NULL
+   OR (i.status IN ('succeeded', 'failed', 'reconciliation_required') AND c.status NOT IN ('DELIVERED', 'FAILED'))
+   OR (i.status IN ('pending', 'running') AND c.status NOT IN ('PENDING', 'PROCESSING'));
+
+-- name: audit_invocation_steps
+-- A pending invocation has no adapter row; a succeeded one has only succeeded rows (host-spec J3).
+SELECT i.id AS subject, i.status || ' invocation has a ' || a.status || ' step ' || a.step_name AS detail
+FROM invocations i JOIN adapter_invocations a ON a.invocation_id = i.id
+WHERE i.status = 'pending' OR (i.status = 'succeeded' AND a.status != 'succeeded');
+
+-- name: audit_invocation_verdict_event
+-- A verdict has exactly one verdict event (written in its transaction), an open invocation none.
+SELECT i.id AS subject, i.status || ' invocation has ' || count(e.id) || ' verdict event(s)' AS detail
+FROM invocations i
+LEFT JOIN host_events e ON e.subject_type = 'ActionInvocation' AND e.subject_id = i.id
+     AND e.type IN ('ActionInvocationSucceeded', 'ActionInvocationFailed', 'ActionInvocationReconciliationRequired')
+GROUP BY i.id, i.status
+HAVING count(e.id) != (CASE WHEN i.status IN ('succeeded', 'failed', 'reconciliation_required') THEN 1 ELSE 0 END);

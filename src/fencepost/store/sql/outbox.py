@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import secrets
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -78,6 +79,15 @@ class SqlOutbox:
                       available_at=available_at or params["now"])
         self._unit.run("insert_command", params)
         self._notify(kind, params["available_at"], params["now"])
+
+    def insert_leased(self, *, command_id: str, kind: str, payload: dict[str, Any], owner: str,
+                      lease_seconds: float) -> Lease:
+        params = self._times(lease_seconds)
+        token = secrets.token_hex(16)
+        params.update(id=command_id, kind=kind, payload=canonical_json(payload), owner=owner, token=token)
+        until = self._unit.run("insert_leased_command", params).rows[0]["lease_until"]
+        self._event(command_id, LeaseEventKind.CLAIM, owner, 0, params["now"], until)
+        return Lease(command_id=command_id, owner=owner, token=token, delivery=0, until=until)
 
     # ── worker side ──
     def claim(self, *, owner: str, kinds: list[str], limit: int, lease_seconds: float,

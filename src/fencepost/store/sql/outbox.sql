@@ -8,6 +8,13 @@
 INSERT INTO commands (id, kind, payload, status, available_at, created_at, updated_at, delivery_count)
 VALUES (:id, :kind, :payload, 'PENDING', :available_at, :now, :now, 0);
 
+-- name: insert_leased_command
+-- per-dialect
+-- instants: lease_until
+-- A new command already PROCESSING under a lease its producer holds (an inline host invocation's caller
+-- lease, ADR 0022): delivery 0, so attempt_count counts worker claims only (host-spec A4); a worker takes it
+-- over only after the lease expires (A8). :token is the fresh random token the producer generated.
+
 -- name: notify_command
 -- per-dialect
 -- Wakes idle workers of :kind on PostgreSQL (LISTEN/NOTIFY, ADR 0014). SQLite has no notifications between

@@ -15,7 +15,9 @@ from fencepost.store.records import Lease
 from fencepost.store.sql.admission import SqlAdmission
 from fencepost.store.sql.audit import SqlAudit
 from fencepost.store.sql.catalog import SqlCatalog
+from fencepost.store.sql.events import SqlEvents
 from fencepost.store.sql.executor import Executor, Result
+from fencepost.store.sql.host import SqlHost
 from fencepost.store.sql.lease import lease_held
 from fencepost.store.sql.outbox import SqlOutbox
 from fencepost.store.sql.queries import Query
@@ -43,6 +45,8 @@ class SqlUnitOfWork:
         self.admission = SqlAdmission(self)
         self.audit = SqlAudit(self, queries)
         self.workers = SqlWorkers(self)
+        self.host = SqlHost(self)
+        self.events = SqlEvents(self)
 
     def now(self) -> datetime:
         return self.executor.now()
@@ -71,6 +75,8 @@ class SqlFencedUnit:
         self.admission = unit.admission
         self.audit = unit.audit
         self.workers = unit.workers
+        self.host = unit.host
+        self.events = unit.events
         self.rehearsal = SqlFencedRehearsal(unit, lease)
 
     def now(self) -> datetime:

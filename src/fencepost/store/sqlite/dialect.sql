@@ -85,6 +85,13 @@ ORDER BY e.key;
 -- The store's clock; on SQLite the caller supplies it.
 SELECT :now AS now;
 
+-- name: insert_leased_command
+-- A new command already PROCESSING under its producer's lease, at delivery 0 (ADR 0022).
+INSERT INTO commands (id, kind, payload, status, available_at, created_at, updated_at, lease_owner, lease_token,
+                      lease_until, last_heartbeat_at, delivery_count)
+VALUES (:id, :kind, :payload, 'PROCESSING', :now, :now, :now, :owner, :token, :lease_until, :now, 0)
+RETURNING lease_until;
+
 -- ──────────────────────────── rehearsal ────────────────────────────
 
 -- name: next_attempt_seq
@@ -103,3 +110,12 @@ SELECT 1 AS locked;
 -- Writes are serialized by BEGIN IMMEDIATE: the condition holds until COMMIT.
 EXISTS (SELECT 1 FROM commands AS lease WHERE lease.id = :lease_command_id AND lease.lease_token = :lease_token
         AND lease.status = 'PROCESSING')
+
+-- ──────────────────────────── action host ────────────────────────────
+
+-- fragment: json_text_array
+json_each(:expected)
+
+-- fragment: lock_invocation_row
+-- BEGIN IMMEDIATE holds the write reservation: the row cannot change until COMMIT.
+LIMIT 1

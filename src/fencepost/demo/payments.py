@@ -1,0 +1,98 @@
+"""The payments demo's application: three actions over SimPay and the ``Host`` that serves them.
+
+The demo's worker subprocesses load it the way a user's workers load theirs:
+``fencepost worker --app fencepost.demo.payments:demo_host``. SimPay's URL comes from ``FENCEPOST_DEMO_SIMPAY_URL``.
+
+Actions:
+    ``demo.charge``             charge a card once, not idempotent: an interrupted charge is never sent again, it
+                                ends ``reconciliation_required`` (host-spec G).
+    ``demo.charge-idempotent``  the same charge declared idempotent: recovery sends it again under the same
+                                ``adapter_invocation_id``, and SimPay's idempotency key makes it one charge.
+    ``demo.poison``             a handler that SIGKILLs the worker that runs it, at every claim, to show the recovery
+                                budget ending it with a verdict (host-spec H).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator
+
+from fencepost.core.errors import InvalidInput
+from fencepost.demo.simpay import MODES
+from fencepost.demo.simpay_adapter import SimPayAdapter
+from fencepost.host.action import Action, AdapterStep, HandlerContext, RetryPolicy, StepInputContext
+from fencepost.host.service import Host, HostConfig
+from fencepost.store.base import Store
+
+SIMPAY_URL_ENV = "FENCEPOST_DEMO_SIMPAY_URL"
+#: Set in the demo's worker processes only: the poison action kills nothing else.
+WORKER_ENV = "FENCEPOST_DEMO_WORKER"
+#: Seconds a charge may take, retries included (the step deadline spans its attempts). SimPay's
+STEP_TIMEOUT_SECONDS = 3.5
+#: Claims an invocation gets (the first run and four recoveries); the sixth settles it.
+RECOVERY_MAX_ATTEMPTS = 5
+
+
+class ChargeParams(BaseModel):
+    """A charge: which order, how much (in cents), and SimPay's failure mode for this request."""
+
+    order_id: str = Field(min_length=1, max_length=100)
+    amount: int = Field(gt=0, le=10_000_000)
+    currency: str = Field(default="eur", min_length=3, max_length=3)
+    mode: str = "ok"
+
+    @field_validator("mode")
+    @classmethod
+    def _known_mode(cls, mode: str) -> str:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}")
+        return mode
+
+
+def _reserve(ctx: HandlerContext, params: ChargeParams) -> dict[str, Any]:
+    return {"order_id": params.order_id}
+
+
+def _charge_input(ctx: StepInputContext, params: ChargeParams) -> dict[str, Any]:
+    return {"amount": params.amount, "currency": params.currency, "order_id": params.order_id, "mode": params.mode}
+
+
+def _poison(ctx: HandlerContext, params: ChargeParams) -> dict[str, Any]:
+    if os.environ.get(WORKER_ENV) != "1":
+        raise RuntimeError("the poison action only runs in the demo's own workers")
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("unreachable: SIGKILL is not delivered late")  # pragma: no cover
+
+
+_CHARGE = AdapterStep(name="charge", adapter=SimPayAdapter.type, operation="charge", input=_charge_input,
+                      timeout=timedelta(seconds=STEP_TIMEOUT_SECONDS),
+                      retry=RetryPolicy(max_attempts=3, initial=timedelta(seconds=0.2)))
+
+ACTIONS = (
+    Action(id="demo.charge", version=1, params=ChargeParams, handler=_reserve, steps=(_CHARGE,)),
+    Action(id="demo.charge-idempotent", version=1, params=ChargeParams, handler=_reserve, steps=(_CHARGE,),
+           idempotent=True),
+    Action(id="demo.poison", version=1, params=ChargeParams, handler=_poison, steps=(_CHARGE,), idempotent=True),
+)
+
+
+def build_host(store: Store, simpay_url: str) -> Host:
+    """The demo's ``Host`` over ``store``, calling the SimPay at ``simpay_url``."""
+    return Host(store, actions=ACTIONS, adapters=[SimPayAdapter(simpay_url)],
+                config=HostConfig(recovery_max_attempts=RECOVERY_MAX_ATTEMPTS))
+
+
+def demo_host(store: Store) -> Host:
+    """``--app`` entry point: the demo's ``Host`` with SimPay's URL from ``FENCEPOST_DEMO_SIMPAY_URL``.
+
+    Raises:
+        InvalidInput: the variable is not set.
+    """
+    url = os.environ.get(SIMPAY_URL_ENV)
+    if not url:
+        raise InvalidInput(f"{SIMPAY_URL_ENV} is not set: the payments demo's workers need SimPay's URL")
+    return build_host(store, url)

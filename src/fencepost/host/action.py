@@ -1,0 +1,208 @@
+"""Action definitions and their registry (host-spec A1, A11, A17, E8; §2.2).
+
+An ``Action`` is an id and version, a pydantic params model, an optional result model, an ``idempotent``
+flag (default False), a handler and an **ordered** tuple of ``AdapterStep``s. Recovery depends on exactly
+that definition and order (A1, G): a recovered invocation is matched to its steps by index and name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from fencepost.core.errors import InvalidInput, NotFound
+
+_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,199}$")
+_STEP = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
+
+
+class DecisionRequired(Exception):
+    """The handler's operator-decision signal (host-spec A11): no adapter runs after it, no retry follows, and
+    the invocation ends ``reconciliation_required`` with kind ``handler_decision_required`` and ``reason``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """The retry helper of one step (host-spec E8): only a definite ``transient_failure`` (or a raised
+    non-timeout error) is retried, within the step, at most ``max_attempts`` calls in all.
+
+    Attributes:
+        max_attempts: provider calls in all, 1..20 (1: no retry).
+        initial: the wait before the second call; ``factor`` multiplies it for each later one. A
+            provider's ``retry_after`` (seconds) replaces it when given.
+    """
+
+    max_attempts: int = 1
+    initial: timedelta = timedelta(seconds=0.1)
+    factor: float = 2.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_attempts, bool) or not 1 <= self.max_attempts <= 20:
+            raise InvalidInput("a retry policy makes 1 to 20 attempts")
+        if self.initial < timedelta(0) or not 1.0 <= self.factor <= 10.0:
+            raise InvalidInput("a retry policy waits >= 0 and grows by a factor of 1 to 10")
+
+    def wait_before(self, attempt: int) -> float:
+        """Seconds to wait before call ``attempt`` (2 for the first retry)."""
+        return float(self.initial.total_seconds() * self.factor ** max(0, attempt - 2))
+
+
+@dataclass(frozen=True)
+class HandlerContext:
+    """What an action's handler is given (host-spec §2.2).
+
+    Attributes:
+        invocation_id, tenant_id, space_id, actor: the invocation. attempt: its ``attempt_count`` now (0 for
+            an inline run). is_recovery: this execution took the invocation over (G9: an idempotent
+            action's handler runs again).
+        tx: the fenced unit of work the handler runs in, for its own domain writes in the control store; they
+            commit with the handler's unit, before any adapter runs (A17). The handler may run more than once
+            (a busy retry, a recovery): it must have no effect outside ``tx``.
+    """
+
+    invocation_id: str
+    tenant_id: str
+    space_id: str
+    actor: str
+    attempt: int
+    is_recovery: bool
+    tx: Any
+    _events: list[tuple[str, dict[str, Any]]] = field(default_factory=list, repr=False)
+
+    def emit(self, event_type: str, payload: Mapping[str, Any] | None = None) -> None:
+        """Declare a domain event; it commits with the invocation's finalization, not before (A17, J3)."""
+        if not event_type or len(event_type) > 100:
+            raise InvalidInput("an event type is 1 to 100 characters")
+        self._events.append((event_type, dict(payload or {})))
+
+    @property
+    def declared_events(self) -> list[tuple[str, dict[str, Any]]]:
+        return list(self._events)
+
+
+@dataclass(frozen=True)
+class StepInputContext:
+    """What a step's input function is given: the invocation, the handler's output and earlier steps' outputs."""
+
+    invocation_id: str
+    step_name: str
+    handler_output: dict[str, Any]
+    outputs: dict[str, dict[str, Any]]
+
+
+StepInput = Callable[[StepInputContext, Any], Mapping[str, Any]]
+Handler = Callable[[HandlerContext, Any], Mapping[str, Any] | BaseModel | None]
+
+
+@dataclass(frozen=True)
+class AdapterStep:
+    """One provider call of an action, in declared order (host-spec A1, E1-E8).
+
+    Attributes:
+        name: unique within the action (1..100 chars of ``[a-z0-9_-]``); names its crash points.
+        adapter: the adapter's ``type`` (resolved when the step runs, G10). operation: what it asks for.
+        input: builds the step's input from the params (default: the params as JSON). timeout: the step's
+            deadline for each call (None: none). retry: the retry helper's bounds.
+    """
+
+    name: str
+    adapter: str
+    operation: str
+    input: StepInput | None = None
+    timeout: timedelta | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    def __post_init__(self) -> None:
+        if not _STEP.match(self.name):
+            raise InvalidInput(f"step name {self.name!r} must be 1 to 100 characters of a-z, 0-9, _ and -")
+        if not self.adapter or not self.operation:
+            raise InvalidInput(f"step {self.name!r} needs an adapter and an operation")
+        if self.timeout is not None and self.timeout <= timedelta(0):
+            raise InvalidInput(f"the timeout of step {self.name!r} must be above 0")
+
+
+@dataclass(frozen=True)
+class Action:
+    """An action definition (host-spec A1).
+
+    Attributes:
+        id: ``[a-z0-9._-]``, 1..200 chars. version: >= 1; a changed definition is a new version.
+        params: the pydantic model that validates submitted params (validated params are what is digested and
+            stored, B6). result: an optional model the final result must satisfy.
+        handler: ``handler(ctx, params) -> mapping | model | None``; raise ``DecisionRequired`` to ask an operator.
+        steps: adapter steps in the order they run. idempotent: whether recovery may call a provider again with
+            the same ``adapter_invocation_id`` (G14); False (the default) settles an interrupted step as unknown.
+        finalization: ``"after_adapters"``: declared events and the verdict commit together after the steps
+            (A17, J3). ``before_adapters`` is not offered yet (ADR 0025).
+    """
+
+    id: str
+    version: int
+    params: type[BaseModel]
+    handler: Handler
+    steps: tuple[AdapterStep, ...] = ()
+    result: type[BaseModel] | None = None
+    idempotent: bool = False
+    finalization: Literal["after_adapters"] = "after_adapters"
+
+    def __post_init__(self) -> None:
+        if not _ID.match(self.id):
+            raise InvalidInput(f"action id {self.id!r} must be 1 to 200 characters of a-z, 0-9, '.', '_' and '-'")
+        if isinstance(self.version, bool) or not isinstance(self.version, int) or self.version < 1:
+            raise InvalidInput(f"action {self.id}: the version is an integer >= 1")
+        if not (isinstance(self.params, type) and issubclass(self.params, BaseModel)):
+            raise InvalidInput(f"action {self.id}: params must be a pydantic model class")
+        if self.result is not None and not (isinstance(self.result, type) and issubclass(self.result, BaseModel)):
+            raise InvalidInput(f"action {self.id}: result must be a pydantic model class")
+        object.__setattr__(self, "steps", tuple(self.steps))
+        names = [s.name for s in self.steps]
+        if len(set(names)) != len(names):
+            raise InvalidInput(f"action {self.id}: step names must be unique")
+        if self.finalization != "after_adapters":
+            raise InvalidInput(f"action {self.id}: only finalization='after_adapters' is supported (ADR 0025)")
+        if len(self.steps) > 64:
+            raise InvalidInput(f"action {self.id}: at most 64 steps")
+
+
+class ActionRegistry:
+    """The actions a host knows, by ``(id, version)`` (host-spec A1)."""
+
+    def __init__(self, actions: Iterable[Action] = ()) -> None:
+        self._actions: dict[tuple[str, int], Action] = {}
+        for action in actions:
+            self.register(action)
+
+    def register(self, action: Action) -> None:
+        """Add ``action``. Raises ``InvalidInput`` when its ``(id, version)`` is registered already."""
+        key = (action.id, action.version)
+        if key in self._actions:
+            raise InvalidInput(f"action {action.id} version {action.version} is already registered")
+        self._actions[key] = action
+
+    def resolve(self, action_id: str, version: int | None = None) -> Action:
+        """The action ``action_id`` at ``version`` (default: its highest registered version).
+
+        Raises:
+            NotFound: no such action or version (an unknown action, host-spec A18).
+        """
+        if version is not None:
+            found = self._actions.get((action_id, version))
+            if found is None:
+                raise NotFound(f"unknown action {action_id} version {version}")
+            return found
+        versions = [v for (a, v) in self._actions if a == action_id]
+        if not versions:
+            raise NotFound(f"unknown action {action_id}")
+        return self._actions[(action_id, max(versions))]
+
+    def __iter__(self) -> Any:
+        return iter(sorted(self._actions.values(), key=lambda a: (a.id, a.version)))

@@ -1,0 +1,492 @@
+"""One execution of an invocation under a lease: claim, recovery scan, handler, steps, finalization (host-spec
+A, C, E, F, G, J; ADR 0022).
+
+The order of work (host-spec §G; the budget check, H3, is the worker's, before ``handle`` runs):
+
+1. **Credentials first** (C3). The lease is the one the command was claimed (or inline-inserted) with, captured
+   in the ``CommandContext`` before the invocation is loaded; every write names it, never a token read back.
+2. **Claim unit** (``host.claim``): lock the invocation, confirm it is ``running`` under this lease (``pending``
+   -> ``running`` on a first claim) and read every step row: the checkpoints come before anything else.
+3. **Resolve the action**; **ambiguity scan and non-idempotent gates** (``fencepost.host.recovery``, G1-G8).
+4. **Handler** (``host.handler``): its domain writes commit in their own fenced unit, before any adapter (A17);
+   ``DecisionRequired`` ends ``reconciliation_required`` (A11); any other error is a handler failure (A9, A10).
+5. **Steps in order**. A ``succeeded`` checkpoint is reused, never called again (E7, G10, G13). Otherwise the
+   row is written ``running`` **before** the provider is called (E5), each retry is preceded by a preparation
+   write, the provider gets the stable ``adapter_invocation_id`` (E2, C5), and each reply is classified by
+   ``fencepost.host.outcome`` alone (F). A success is checkpointed and the loop goes on; a failure, an unknown
+   outcome or a handoff settles the invocation (``fencepost.host.finalization``).
+6. **Finalization** (``host.finalize``): repaired step events, declared events, the verdict and the command's
+   finish in one transaction, the fence last (J1, J3).
+
+Anything that cannot be recorded truthfully raises ``RecoverableFinalization`` and records nothing more: a lost
+lease (C8), a refused lease- or status-conditioned write (C4, C10), a store error (G15, J4). The lease is then
+left to expire and the next claim recovers the invocation (C11).
+
+Crash points (``FENCEPOST_CRASHPOINT``, host-spec §2.9): each named unit's ``<name>:before-commit`` and
+``:after-commit``, and per step ``host.step:<step>:after-row``, ``host.step:<step>:after-provider-call`` and
+``host.step:<step>:after-checkpoint``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from fencepost.core.canonical import canonical_json
+from fencepost.core.crashpoints import crashpoint
+from fencepost.core.errors import IntegrityViolation, LeaseLost, NotFound, RecoverableFinalization, StoreUnavailable
+from fencepost.core.statuses import AdapterStatus, CommandStatus, InvocationStatus, ReconciliationKind
+from fencepost.host.action import (
+    Action,
+    ActionRegistry,
+    AdapterStep,
+    DecisionRequired,
+    HandlerContext,
+    StepInputContext,
+)
+from fencepost.host.adapter import Adapter, AdapterCall
+from fencepost.host.finalization import SettlementRefused, Verdict, checkpoint, lock_running, settlement
+from fencepost.host.lifecycle import (
+    HANDOFF_ACCEPTED,
+    STARTED,
+    STEP_AMBIGUOUS,
+    STEP_FAILED,
+    STEP_SUCCEEDED,
+    adapter_invocation_id,
+    adapter_subject,
+    event_id,
+    invocation_event,
+    step_event,
+)
+from fencepost.host.outcome import StepOutcome, StepVerdict, classify_error, interpret_reply
+from fencepost.host.recovery import Proceed, Settle, applied_summary, scan
+from fencepost.outbox.context import CommandContext
+from fencepost.store.host_records import (
+    AdapterRecord,
+    AdapterScope,
+    AdapterWrite,
+    CreateAdapterRow,
+    InvocationRecord,
+    InvocationVerdict,
+    LeaseHeld,
+    NewAdapterRow,
+    NewEvent,
+    UpdateAdapterRow,
+)
+from fencepost.store.ports import FencedUnit
+
+MAX_ERROR_CHARS = 2000
+FINISH = CommandStatus.DELIVERED
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What an execution needs from its host: the actions, the adapters by ``type``, and a sleep for retries."""
+
+    actions: ActionRegistry
+    adapters: Mapping[str, Adapter]
+    sleep: Callable[[float], None] = time.sleep
+
+
+class _HandlerRaised(Exception):
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _text(value: str) -> str:
+    return value if len(value) <= MAX_ERROR_CHARS else value[:MAX_ERROR_CHARS - 1] + "…"
+
+
+def _json_object(value: Any, what: str) -> dict[str, Any]:
+    """``value`` as a plain JSON object (a pydantic model is dumped in JSON mode).
+
+    Raises:
+        TypeError: it is not one.
+    """
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{what} is not a mapping")
+    plain = dict(value)
+    canonical_json(plain)  # raises TypeError on anything that is not plain JSON
+    return plain
+
+
+def _handler_error(error: BaseException) -> BaseException | None:
+    """The handler's own exception when ``error`` is, or wraps, one raised inside the handler (A9)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, _HandlerRaised):
+            return current.error
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+class Execution:
+    """One execution of the invocation ``ctx.command.id`` under ``ctx.lease`` (see the module docstring).
+
+    Args:
+        runtime: actions and adapters. ctx: the command's context (its lease, heartbeat, stop signals).
+        fresh: True only for an inline caller's own first run: then a ``running`` invocation is not a reclaim.
+    """
+
+    def __init__(self, runtime: Runtime, ctx: CommandContext, *, fresh: bool = False) -> None:
+        self.runtime = runtime
+        self.ctx = ctx
+        self.fresh = fresh
+        self.lease = ctx.lease  # C3: the credentials, captured before the invocation is loaded
+        self.invocation_id = ctx.command.id
+
+    # ── the whole execution ──
+    def run(self) -> InvocationStatus:
+        """Execute until a verdict commits; returns it (the stored one when the invocation was already settled).
+
+        Raises:
+            RecoverableFinalization: nothing more could be recorded truthfully (lease lost, write refused, store
+                error); the lease is left to expire.
+            StopRequested, TimeLimitExceeded: from the context's safe points, for the worker to handle.
+        """
+        try:
+            return self._run()
+        except LeaseLost as error:
+            raise RecoverableFinalization(str(error), error) from error
+        except SettlementRefused as error:
+            raise RecoverableFinalization(str(error)) from error
+        except StoreUnavailable as error:
+            raise RecoverableFinalization(f"the store failed before the outcome was recorded: {error}",
+                                          error) from error
+
+    def _run(self) -> InvocationStatus:
+        claimed: tuple[InvocationRecord, bool, list[AdapterRecord]] = self.ctx.fenced(self._claim, name="host.claim")
+        invocation, was_running, rows = claimed
+        if invocation.status.terminal:
+            self.ctx.fenced(lambda tx: None, name="host.claim", finish=FINISH)
+            return invocation.status
+        reclaim = was_running and not self.fresh
+        try:
+            action = self.runtime.actions.resolve(invocation.action_id, invocation.action_version)
+        except NotFound:
+            return self._unresolved(invocation, rows)
+        decision = scan(rows, idempotent=action.idempotent, reclaim=reclaim)
+        if isinstance(decision, Settle):
+            return self._settle_scan(invocation, decision)
+        return self._proceed(invocation, action, decision, reclaim)
+
+    def _claim(self, tx: FencedUnit) -> tuple[InvocationRecord, bool, list[AdapterRecord]]:
+        invocation = tx.host.lock_invocation(self.invocation_id)
+        if invocation is None:
+            raise IntegrityViolation(f"command {self.invocation_id} has no invocation")
+        if invocation.status.terminal:
+            return invocation, False, []
+        was_running = invocation.status is InvocationStatus.RUNNING
+        if invocation.status is InvocationStatus.PENDING:
+            if not tx.host.update_leased_invocation(invocation.id, tx.lease, InvocationVerdict(
+                    InvocationStatus.RUNNING, expected=frozenset({InvocationStatus.PENDING}))):
+                raise SettlementRefused("Invocation is no longer pending")
+            tx.events.append_event_with_outbox(invocation_event(invocation, STARTED, {"mode": str(invocation.mode)}))
+        elif invocation.status is not InvocationStatus.RUNNING:
+            raise SettlementRefused(f"Invocation is {invocation.status}, not runnable")
+        return invocation, was_running, tx.host.list_adapter_invocations(invocation.id)
+
+    # ── settling without running anything ──
+    def _settle(self, invocation: InvocationRecord, verdict: Verdict, *, writes: tuple[AdapterWrite, ...] = (),
+                events: tuple[NewEvent, ...] = (), final: bool = False) -> InvocationStatus:
+        unit = settlement(invocation, verdict, writes=writes, events=events)
+        if final:
+            self.ctx.fenced(unit, name="host.finalize", finish=FINISH)
+        else:
+            self.ctx.fenced(unit, name="host.settle", finish=FINISH)
+        return verdict.status
+
+    def _scope(self, invocation: InvocationRecord) -> AdapterScope:
+        return AdapterScope(invocation.tenant_id, invocation.space_id, invocation.id)
+
+    def _unknown_writes(self, invocation: InvocationRecord, rows: tuple[AdapterRecord, ...],
+                        reason: str) -> tuple[tuple[AdapterWrite, ...], tuple[NewEvent, ...]]:
+        """Unknown-outcome settlement of ``running`` rows: checkpoint ``ambiguous`` with the reconciliation
+        metadata, then the ``AdapterInvocationAmbiguous`` event (K1 order, G7, E10)."""
+        writes, events = [], []
+        for row in rows:
+            meta = {"reason": reason, "external_reference": row.external_reference,
+                    "event_subject": {"subject_type": adapter_subject(row.id).subject_type, "subject_id": row.id}}
+            writes.append(AdapterWrite(self._scope(invocation), UpdateAdapterRow(
+                row.id, AdapterStatus.AMBIGUOUS, error=reason, reconciliation=meta), LeaseHeld(self.lease),
+                frozenset({AdapterStatus.RUNNING})))
+            events.append(step_event(invocation, row.id, STEP_AMBIGUOUS, {"step": row.step_name, "reason": reason}))
+        return tuple(writes), tuple(events)
+
+    def _settle_scan(self, invocation: InvocationRecord, decision: Settle) -> InvocationStatus:
+        writes, events = self._unknown_writes(invocation, decision.unknown,
+                                              "running step without handoff: outcome unknown")
+        evidence: dict[str, Any] = {}
+        if decision.reason_row is not None:
+            evidence = {"step": decision.reason_row.step_name, "adapter_invocation_id": decision.reason_row.id,
+                        **(decision.reason_row.reconciliation or {})}
+        if decision.unknown:
+            evidence["unknown_steps"] = [r.step_name for r in decision.unknown]
+        if decision.applied:
+            evidence["applied"] = [{"step": r.step_name, "adapter_invocation_id": r.id,
+                                    "external_reference": r.external_reference} for r in decision.applied]
+        return self._settle(invocation, Verdict(decision.status, _text(decision.error), kind=decision.kind,
+                                                evidence=evidence or None), writes=writes, events=events)
+
+    def _unresolved(self, invocation: InvocationRecord, rows: list[AdapterRecord]) -> InvocationStatus:
+        """The action no longer resolves (A18): recorded rows settle as for a non-idempotent reclaim, so nothing
+        recorded is called ``failed``; with no effect recorded the verdict is the unknown-action failure."""
+        decision = scan(rows, idempotent=False, reclaim=True)
+        if isinstance(decision, Settle) and decision.status is not InvocationStatus.FAILED:
+            return self._settle_scan(invocation, decision)
+        return self._settle(invocation, Verdict(InvocationStatus.FAILED, _text(
+            f"unknown action {invocation.action_id} version {invocation.action_version}")))
+
+    def _fail(self, invocation: InvocationRecord, error: str, applied: list[AdapterRecord], *,
+              writes: tuple[AdapterWrite, ...] = (), events: tuple[NewEvent, ...] = ()) -> InvocationStatus:
+        """A definite failure; earlier applied steps are named so ``failed`` is not read as "nothing happened"
+        (X1, G16)."""
+        evidence = None
+        if applied:
+            error = f"{error}; applied before it: {applied_summary(applied)}"
+            evidence = {"applied": [{"step": r.step_name, "adapter_invocation_id": r.id,
+                                     "external_reference": r.external_reference} for r in applied]}
+        return self._settle(invocation, Verdict(InvocationStatus.FAILED, _text(error), evidence=evidence),
+                            writes=writes, events=events)
+
+    # ── handler, steps, finalization ──
+    def _proceed(self, invocation: InvocationRecord, action: Action, decision: Proceed,
+                 reclaim: bool) -> InvocationStatus:
+        try:
+            params = action.params.model_validate(invocation.params)
+        except ValidationError as error:
+            return self._fail(invocation, _text(f"invalid params: {error.error_count()} error(s)"),
+                              [r for r in decision.rows.values() if r.status is AdapterStatus.SUCCEEDED])
+        handled = self._handler(invocation, action, params, reclaim)
+        if isinstance(handled, InvocationStatus):
+            return handled
+        handler_output, declared = handled
+        outputs: dict[str, dict[str, Any]] = {}
+        applied: list[AdapterRecord] = []
+        repaired: list[AdapterRecord] = []
+        for index, step in enumerate(action.steps):
+            self.ctx.check()
+            adapter_id = adapter_invocation_id(invocation.id, index, step.name)
+            row = decision.rows.get(index)
+            if row is not None and (row.id != adapter_id or row.step_name != step.name):
+                raise IntegrityViolation(f"step {index} of {invocation.id} is stored as {row.step_name}")
+            if row is not None and row.status is AdapterStatus.SUCCEEDED:  # E7, G10, G13: never called again
+                outputs[step.name] = dict(row.output or {})
+                applied.append(row)
+                repaired.append(row)
+                continue
+            done = self._step(invocation, step, index, adapter_id, row, params, handler_output, outputs, applied)
+            if isinstance(done, InvocationStatus):
+                return done
+            outputs[step.name] = dict(done.output or {})
+            applied.append(done)
+        return self._finalize(invocation, action, handler_output, outputs, declared, repaired, applied)
+
+    def _handler(self, invocation: InvocationRecord, action: Action, params: Any,
+                 reclaim: bool) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]] | InvocationStatus:
+        def unit(tx: FencedUnit) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+            lock_running(tx, invocation.id)
+            hctx = HandlerContext(invocation_id=invocation.id, tenant_id=invocation.tenant_id,
+                                  space_id=invocation.space_id, actor=invocation.actor,
+                                  attempt=self.lease.delivery, is_recovery=reclaim, tx=tx)
+            try:
+                output = _json_object(action.handler(hctx, params), "the handler's output")
+            except Exception as error:  # a handler outcome (A9): its writes roll back with this unit
+                raise _HandlerRaised(error) from error
+            return output, hctx.declared_events
+
+        try:
+            result: tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]] = self.ctx.fenced(unit, name="host.handler")
+            return result
+        except Exception as error:
+            raised = _handler_error(error)
+            if raised is None:
+                raise
+            if isinstance(raised, DecisionRequired):  # A11: an operator decides; no adapter, no retry
+                return self._settle(invocation, Verdict(
+                    InvocationStatus.RECONCILIATION_REQUIRED, _text(f"handler: {raised.reason}"),
+                    kind=ReconciliationKind.HANDLER_DECISION_REQUIRED))
+            text = f"handler: {type(raised).__name__}: {raised}" if str(raised) else f"handler: {type(raised).__name__}"
+            return self._fail(invocation, _text(text), [])
+
+    def _step(self, invocation: InvocationRecord, step: AdapterStep, index: int, adapter_id: str,
+              row: AdapterRecord | None, params: Any, handler_output: dict[str, Any],
+              outputs: dict[str, dict[str, Any]], applied: list[AdapterRecord]) -> AdapterRecord | InvocationStatus:
+        """Run one step; returns its succeeded row, or the verdict that settled the invocation."""
+        scope = self._scope(invocation)
+        adapter = self.runtime.adapters.get(step.adapter)
+        if row is None:
+            try:
+                if step.input is None:
+                    step_input = _json_object(params, "the params")
+                else:
+                    step_input = _json_object(step.input(StepInputContext(
+                        invocation.id, step.name, dict(handler_output), dict(outputs)), params), "the step input")
+            except Exception as error:  # before any call of this step: a definite failure (A12)
+                return self._fail(invocation, _text(f"step {step.name}: input failed: {type(error).__name__}: "
+                                                    f"{error}"), applied)
+            if adapter is None:  # F18: refused before any call
+                return self._fail(invocation, f"step {step.name}: no adapter {step.adapter!r} is registered", applied)
+            new = NewAdapterRow(id=adapter_id, step_index=index, step_name=step.name, adapter_type=adapter.type,
+                                operation=step.operation, vendor=adapter.vendor, input=step_input, attempts=1)
+            # E5: the row is durable `running` BEFORE the provider is called; it prepares attempt 1.
+            self.ctx.fenced(lambda tx: checkpoint(tx, AdapterWrite(scope, CreateAdapterRow(new), LeaseHeld(tx.lease))),
+                            name="host.step.row")
+            crashpoint(f"host.step:{step.name}:after-row")
+            attempts, call_input, from_status = 1, step_input, AdapterStatus.RUNNING
+            prepared = True
+        else:
+            if adapter is None:  # a recorded row whose adapter is gone: its outcome cannot be re-sent
+                writes, events = self._unknown_writes(invocation, (row,), "adapter no longer registered: "
+                                                      "outcome unknown") if row.status is AdapterStatus.RUNNING \
+                    else ((), ())
+                status = (InvocationStatus.RECONCILIATION_REQUIRED if row.status is AdapterStatus.RUNNING
+                          else InvocationStatus.FAILED)
+                return self._settle(invocation, Verdict(status, f"step {step.name}: no adapter {step.adapter!r}",
+                                                        kind=ReconciliationKind.ADAPTER_OUTCOME_AMBIGUOUS
+                                                        if status is InvocationStatus.RECONCILIATION_REQUIRED
+                                                        else None), writes=writes, events=events)
+            attempts, call_input, from_status = row.attempts, dict(row.input), row.status
+            prepared = False
+        outcome, attempts = self._call(invocation, step, adapter, adapter_id, call_input, attempts, prepared,
+                                       from_status)
+        return self._checkpoint(invocation, step, adapter, adapter_id, call_input, outcome, attempts, applied)
+
+    def _prepare(self, scope: AdapterScope, adapter_id: str, attempts: int, from_status: AdapterStatus) -> None:
+        """The attempt-preparation write before each call (E5): the row `running` with this attempt's number."""
+        write = AdapterWrite(scope, UpdateAdapterRow(adapter_id, AdapterStatus.RUNNING, attempts=attempts),
+                             LeaseHeld(self.lease), frozenset({from_status, AdapterStatus.RUNNING}))
+        self.ctx.fenced(lambda tx: checkpoint(tx, write), name="host.step.attempt")
+
+    def _call(self, invocation: InvocationRecord, step: AdapterStep, adapter: Adapter, adapter_id: str,
+              call_input: dict[str, Any], attempts: int, prepared: bool,
+              from_status: AdapterStatus) -> tuple[StepOutcome, int]:
+        """The retry helper (E8): calls until a non-RETRY outcome or the policy is spent; the step's deadline
+        spans its attempts, and an attempt it would start past the deadline is a failure without a call (F18)."""
+        scope = self._scope(invocation)
+        deadline = time.monotonic() + step.timeout.total_seconds() if step.timeout is not None else None
+        outcome = StepOutcome(StepVerdict.FAILED, reason="not called")
+        for call_number in range(1, step.retry.max_attempts + 1):
+            self.ctx.check()
+            if deadline is not None and time.monotonic() >= deadline:
+                return StepOutcome(StepVerdict.FAILED, reason="the step's deadline expired before the call"), attempts
+            if not prepared:
+                attempts += 1
+                self._prepare(scope, adapter_id, attempts, from_status)
+            prepared = False
+            call = AdapterCall(adapter_invocation_id=adapter_id, operation=step.operation, input=dict(call_input),
+                               attempt=call_number, deadline=deadline)
+            try:
+                outcome = interpret_reply(adapter.execute(call))
+            except Exception as error:
+                outcome = classify_error(error, deadline_fired=deadline is not None and time.monotonic() >= deadline)
+            crashpoint(f"host.step:{step.name}:after-provider-call")
+            if outcome.verdict is not StepVerdict.RETRY:
+                return outcome, attempts
+            if call_number < step.retry.max_attempts:
+                wait = outcome.retry_after if outcome.retry_after is not None else step.retry.wait_before(
+                    call_number + 1)
+                if deadline is not None:
+                    wait = min(wait, max(0.0, deadline - time.monotonic()))
+                self.runtime.sleep(wait)
+        reason = f"exhausted after {step.retry.max_attempts} attempt(s): {outcome.reason}"
+        return StepOutcome(StepVerdict.FAILED, reason=reason, outcome=outcome.outcome), attempts
+
+    def _checkpoint(self, invocation: InvocationRecord, step: AdapterStep, adapter: Adapter, adapter_id: str,
+                    call_input: dict[str, Any], outcome: StepOutcome, attempts: int,
+                    applied: list[AdapterRecord]) -> AdapterRecord | InvocationStatus:
+        scope = self._scope(invocation)
+        running = frozenset({AdapterStatus.RUNNING})
+        reason = _text(outcome.reason or "")
+        if outcome.verdict is StepVerdict.SUCCEEDED:
+            output = dict(outcome.output or {})
+            write = AdapterWrite(scope, UpdateAdapterRow(adapter_id, AdapterStatus.SUCCEEDED, output=output,
+                                                         attempts=attempts), LeaseHeld(self.lease), running)
+            event = step_event(invocation, adapter_id, STEP_SUCCEEDED, {
+                "step": step.name, "adapter_type": adapter.type, "operation": step.operation, "vendor": adapter.vendor,
+                "input": call_input, "output": output, "recovered": False})
+
+            def unit(tx: FencedUnit) -> AdapterRecord:
+                lock_running(tx, invocation.id)
+                checkpoint(tx, write)
+                tx.events.append_event_with_outbox(event)
+                stored = tx.host.get_adapter_invocation(adapter_id)
+                assert stored is not None
+                return stored
+
+            stored: AdapterRecord = self.ctx.fenced(unit, name="host.step.checkpoint")
+            crashpoint(f"host.step:{step.name}:after-checkpoint")
+            return stored
+        if outcome.verdict is StepVerdict.FAILED:  # the provider definitely did nothing (F12-F14, F18)
+            write = AdapterWrite(scope, UpdateAdapterRow(adapter_id, AdapterStatus.FAILED, error=reason,
+                                                         attempts=attempts), LeaseHeld(self.lease), running)
+            event = step_event(invocation, adapter_id, STEP_FAILED, {"step": step.name, "reason": reason})
+            return self._fail(invocation, f"step {step.name} failed: {reason}", applied, writes=(write,),
+                              events=(event,))
+        if outcome.verdict is StepVerdict.ACCEPTED:  # a handoff: recorded as an applied effect (ADR 0025)
+            write = AdapterWrite(scope, UpdateAdapterRow(
+                adapter_id, AdapterStatus.SUCCEEDED, output=dict(outcome.output or {}),
+                external_reference=outcome.external_reference, attempts=attempts), LeaseHeld(self.lease), running)
+            event = step_event(invocation, adapter_id, HANDOFF_ACCEPTED, {
+                "step": step.name, "external_reference": outcome.external_reference})
+            return self._settle(invocation, Verdict(
+                InvocationStatus.RECONCILIATION_REQUIRED,
+                _text(f"step {step.name} handed off ({outcome.external_reference}): external completions are not "
+                      "supported yet; an operator decides"), kind=ReconciliationKind.APPLIED_EFFECT,
+                evidence={"step": step.name, "adapter_invocation_id": adapter_id,
+                          "external_reference": outcome.external_reference}), writes=(write,), events=(event,))
+        # AMBIGUOUS: checkpoint -> event -> verdict, one unit (K1, F2-F11, F17)
+        meta = {"reason": reason, "external_reference": None,
+                "event_subject": {"subject_type": adapter_subject(adapter_id).subject_type, "subject_id": adapter_id}}
+        write = AdapterWrite(scope, UpdateAdapterRow(adapter_id, AdapterStatus.AMBIGUOUS, error=reason,
+                                                     reconciliation=meta, attempts=attempts),
+                             LeaseHeld(self.lease), running)
+        event = step_event(invocation, adapter_id, STEP_AMBIGUOUS, {"step": step.name, "reason": reason,
+                                                                    "outcome": outcome.outcome})
+        evidence: dict[str, Any] = {"step": step.name, "adapter_invocation_id": adapter_id, "reason": reason}
+        if applied:
+            evidence["applied"] = [{"step": r.step_name, "adapter_invocation_id": r.id,
+                                    "external_reference": r.external_reference} for r in applied]
+        return self._settle(invocation, Verdict(InvocationStatus.RECONCILIATION_REQUIRED,
+                                                _text(f"step {step.name}: {reason}"),
+                                                kind=ReconciliationKind.ADAPTER_OUTCOME_AMBIGUOUS, evidence=evidence),
+                            writes=(write,), events=(event,))
+
+    def _finalize(self, invocation: InvocationRecord, action: Action, handler_output: dict[str, Any],
+                  outputs: dict[str, dict[str, Any]], declared: list[tuple[str, dict[str, Any]]],
+                  repaired: list[AdapterRecord], applied: list[AdapterRecord]) -> InvocationStatus:
+        result: dict[str, Any] = {**handler_output, "steps": outputs}
+        if action.result is not None:
+            try:
+                result = action.result.model_validate(result).model_dump(mode="json")
+            except ValidationError as error:
+                text = f"the result does not match the action's result schema ({error.error_count()} error(s))"
+                if applied:
+                    return self._settle(invocation, Verdict(
+                        InvocationStatus.RECONCILIATION_REQUIRED, _text(f"{text} after applied effects: "
+                                                                        f"{applied_summary(applied)}"),
+                        kind=ReconciliationKind.APPLIED_EFFECT))
+                return self._fail(invocation, text, [])
+        # G11, G12: a success recorded before this execution is repaired from the stored row; its stable id keeps
+        # the first event if it was written, else this one (recovered) is.
+        events = [step_event(invocation, row.id, STEP_SUCCEEDED, {
+            "step": row.step_name, "adapter_type": row.adapter_type, "operation": row.operation, "vendor": row.vendor,
+            "input": row.input, "output": row.output or {}, "recovered": True}) for row in repaired]
+        events += [NewEvent(id=event_id(invocation.id, event_type, f"declared:{position}"),
+                            tenant_id=invocation.tenant_id, space_id=invocation.space_id,
+                            subject=invocation_event(invocation, event_type, {}).subject, type=event_type,
+                            payload=payload) for position, (event_type, payload) in enumerate(declared)]
+        return self._settle(invocation, Verdict(InvocationStatus.SUCCEEDED, result=result), events=tuple(events),
+                            final=True)
+

@@ -1,0 +1,86 @@
+"""The ``host.invoke`` command handler: a worker runs invocations with it (host-spec C, H; ADR 0022, ADR 0024).
+
+``handle(ctx)`` runs one ``Execution`` under the claimed lease. The worker's per-kind delivery budget is the
+recovery budget (``max_deliveries = recovery_max_attempts``): the claim after the last allowed one does not run
+``handle`` at all but ``on_budget_exhausted``, whose verdict is written under that claim's lease, first and
+before any evidence is read (H3-H5).
+"""
+
+from __future__ import annotations
+
+from fencepost.core.errors import RecoverableFinalization
+from fencepost.core.statuses import AdapterStatus, InvocationStatus, ReconciliationKind
+from fencepost.host.execution import Execution, Runtime
+from fencepost.host.lifecycle import VERDICT_EVENTS, invocation_event
+from fencepost.host.recovery import applied_summary
+from fencepost.outbox.context import CommandContext
+from fencepost.outbox.handlers import DeliveryBudget
+from fencepost.store.host_records import InvocationVerdict
+from fencepost.store.ports import FencedUnit
+
+#: The outbox command kind of an action invocation (ADR 0022).
+KIND = "host.invoke"
+_OPEN = frozenset({InvocationStatus.PENDING, InvocationStatus.RUNNING})
+
+
+def budget_error(budget: DeliveryBudget) -> str:
+    """``recovery attempts exhausted (n/max)``: ``n`` counts the claims the budget counts, this one included
+    (host-spec H4; every claim when none was given back by a graceful release, ADR 0024)."""
+    return f"recovery attempts exhausted ({budget.deliveries + 1}/{budget.max_deliveries})"
+
+
+class HostHandler:
+    """``Handler`` and ``BudgetAware`` for ``host.invoke`` commands (``fencepost.outbox.handlers``)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def handle(self, ctx: CommandContext) -> None:
+        """Run the invocation to its verdict (``Execution.run``); the verdict unit finishes the command.
+
+        Raises:
+            RecoverableFinalization: nothing more was recorded; the worker leaves the lease to expire (C11).
+        """
+        Execution(self.runtime, ctx).run()
+
+    def on_budget_exhausted(self, tx: FencedUnit, ctx: CommandContext, budget: DeliveryBudget) -> None:
+        """The budget verdict (H4, H5): ``reconciliation_required`` with ``recovery attempts exhausted (n/max)``,
+        written before the action is resolved or any adapter row is read, in the unit that fails the command.
+        Enrichment from the rows (H6-H8) is the verdict-first fallback's, issue 13.
+
+        Raises:
+            RecoverableFinalization: the verdict could not be written (H11); the unit rolls back.
+        """
+        invocation = tx.host.lock_invocation(ctx.command.id)
+        if invocation is None or invocation.status.terminal:
+            return
+        error = budget_error(budget)
+        tx.events.append_event_with_outbox(invocation_event(invocation, VERDICT_EVENTS[
+            InvocationStatus.RECONCILIATION_REQUIRED], {"status": "reconciliation_required", "error": error}))
+        if not tx.host.update_leased_invocation(invocation.id, tx.lease, InvocationVerdict(
+                InvocationStatus.RECONCILIATION_REQUIRED, error=error,
+                reconciliation={"kind": str(ReconciliationKind.RECOVERY_BUDGET_EXHAUSTED),
+                                "attempts": budget.deliveries + 1, "max": budget.max_deliveries},
+                expected=_OPEN)):
+            raise RecoverableFinalization("the budget verdict could not be written")
+
+    def on_failure(self, tx: FencedUnit, ctx: CommandContext, error: str) -> None:
+        """The worker fails the command (a time limit, an error the execution did not expect): the invocation's
+        verdict must not claim more than is known. With any step row that may have reached the provider
+        (``running``, ``succeeded``, ``ambiguous``) it is ``reconciliation_required``; with none, ``failed``."""
+        invocation = tx.host.lock_invocation(ctx.command.id)
+        if invocation is None or invocation.status.terminal:
+            return
+        rows = tx.host.list_adapter_invocations(invocation.id)
+        touched = [r for r in rows if r.status is not AdapterStatus.FAILED]
+        if touched:
+            status, kind = InvocationStatus.RECONCILIATION_REQUIRED, ReconciliationKind.ADAPTER_OUTCOME_AMBIGUOUS
+            text = f"{error}; steps that may have reached their provider: {applied_summary(touched)}"
+        else:
+            status, kind, text = InvocationStatus.FAILED, None, error
+        text = text[:2000]
+        tx.events.append_event_with_outbox(invocation_event(invocation, VERDICT_EVENTS[status],
+                                                            {"status": str(status), "error": text}))
+        if not tx.host.update_leased_invocation(invocation.id, tx.lease, InvocationVerdict(
+                status, error=text, reconciliation=None if kind is None else {"kind": str(kind)}, expected=_OPEN)):
+            raise RecoverableFinalization("the failure verdict could not be written")

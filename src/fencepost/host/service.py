@@ -1,0 +1,308 @@
+"""The action host: submit an action dispatched or inline, execute, read (host-spec A, B, H; §2.4; ADRs 0022-0024).
+
+``Host(store, actions=[...], adapters=[...], config=HostConfig())``:
+
+- ``submit(action_id, params, actor=, authority=, idempotency_key=, tenant=, space=, mode=Dispatch())`` validates
+  the params, binds the key (B), and in one transaction writes the invocation and its ``host.invoke`` command:
+  ``pending`` for workers (``Dispatch``), or ``running`` under a lease the caller holds (``Inline``), which it
+  then runs at once with a heartbeat (A2, A4). A replay of a key returns the existing invocation and runs
+  nothing again (B2).
+- ``execute(id)`` re-runs an inline invocation whose run raised ``RecoverableFinalization`` while this host
+  still holds its caller lease (A3, A6: the caller caps its own retries); a settled invocation is returned.
+- ``get(id)`` and ``list(...)`` read ``InvocationView``s; ``register(registry)`` serves ``host.invoke`` on a
+  worker with the recovery budget as the kind's delivery budget (H1, H12).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from fencepost.core.errors import Conflict, InvalidInput, NotFound, RecoverableFinalization
+from fencepost.core.statuses import AdapterStatus, InvocationMode, InvocationStatus
+from fencepost.host.action import Action, ActionRegistry
+from fencepost.host.adapter import Adapter
+from fencepost.host.execution import Execution, Runtime
+from fencepost.host.handler import KIND, HostHandler
+from fencepost.host.idempotency import binding_digest, check_replay, invocation_id, params_digest
+from fencepost.host.lifecycle import STARTED, invocation_event
+from fencepost.outbox.context import CommandContext
+from fencepost.outbox.handlers import HandlerRegistry
+from fencepost.outbox.heartbeat import Heartbeat
+from fencepost.store.base import Store
+from fencepost.store.host_records import AdapterRecord, InvocationRecord, NewInvocation
+from fencepost.store.ports import UnitOfWork
+from fencepost.store.records import ClaimedCommand
+
+DEFAULT_RECOVERY_MAX_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """Host settings.
+
+    Attributes:
+        recovery_max_attempts: claims an invocation gets; the claim after the last settles it
+            ``reconciliation_required`` with ``recovery attempts exhausted (n/max)`` (H1, H4). A positive int,
+            default 5 (the first run plus four recoveries, H12). Governance retries (D) are not offered yet, so
+            the seed's ``max(5, retryable_execution_max_attempts)`` reduces to 5.
+        lease_seconds: the inline caller's lease (seconds, 0.1..3600); workers use their own.
+    """
+
+    recovery_max_attempts: int = DEFAULT_RECOVERY_MAX_ATTEMPTS
+    lease_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        value = self.recovery_max_attempts
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
+            raise InvalidInput("recovery_max_attempts must be an integer between 1 and 1000")
+        if not (isinstance(self.lease_seconds, (int, float)) and math.isfinite(self.lease_seconds)
+                and 0.1 <= self.lease_seconds <= 3600):
+            raise InvalidInput("lease_seconds must be between 0.1 and 3600")
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """Submission mode: hand the invocation to workers (leased, counted, recoverable; host-spec A2)."""
+
+
+@dataclass(frozen=True)
+class Inline:
+    """Submission mode: run it now in this process under a caller lease that workers take over if this process
+    dies (host-spec A2, A4, A8; ADR 0022)."""
+
+
+@dataclass(frozen=True)
+class StepView:
+    """One adapter step of an invocation as an operator sees it."""
+
+    name: str
+    adapter_invocation_id: str
+    status: AdapterStatus
+    attempts: int
+    error: str | None
+    external_reference: str | None
+    output: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class InvocationView:
+    """What ``Host.get`` returns: the verdict, its evidence, the attempt count and the steps (never the token)."""
+
+    id: str
+    tenant_id: str
+    space_id: str
+    action_id: str
+    action_version: int
+    idempotency_key: str
+    actor: str
+    mode: InvocationMode
+    status: InvocationStatus
+    error: str | None
+    result: Any
+    reconciliation: dict[str, Any] | None
+    attempt_count: int
+    lease_owner: str | None
+    created_at: datetime
+    updated_at: datetime
+    steps: tuple[StepView, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        """Plain JSON (instants as ISO 8601 text)."""
+        return {"id": self.id, "tenant_id": self.tenant_id, "space_id": self.space_id, "action_id": self.action_id,
+                "action_version": self.action_version, "idempotency_key": self.idempotency_key, "actor": self.actor,
+                "mode": str(self.mode), "status": str(self.status), "error": self.error, "result": self.result,
+                "reconciliation": self.reconciliation, "attempt_count": self.attempt_count,
+                "lease_owner": self.lease_owner, "created_at": self.created_at.isoformat(),
+                "updated_at": self.updated_at.isoformat(),
+                "steps": [{"name": s.name, "adapter_invocation_id": s.adapter_invocation_id, "status": str(s.status),
+                           "attempts": s.attempts, "error": s.error, "external_reference": s.external_reference,
+                           "output": s.output} for s in self.steps]}
+
+
+def view(record: InvocationRecord, rows: Iterable[AdapterRecord]) -> InvocationView:
+    """An ``InvocationView`` of a stored invocation and its adapter rows."""
+    steps = tuple(StepView(r.step_name, r.id, r.status, r.attempts, r.error, r.external_reference, r.output)
+                  for r in sorted(rows, key=lambda r: r.step_index))
+    return InvocationView(id=record.id, tenant_id=record.tenant_id, space_id=record.space_id,
+                          action_id=record.action_id, action_version=record.action_version,
+                          idempotency_key=record.idempotency_key, actor=record.actor, mode=record.mode,
+                          status=record.status, error=record.error, result=record.result,
+                          reconciliation=record.reconciliation, attempt_count=record.attempt_count,
+                          lease_owner=record.lease_owner, created_at=record.created_at,
+                          updated_at=record.updated_at, steps=steps)
+
+
+class Host:
+    """The action host over one control store (see the module docstring).
+
+    Args:
+        store: a migrated store. actions: the ``Action`` definitions. adapters: adapter instances, by their
+            ``type`` (unique). config: ``HostConfig``.
+    Raises:
+        InvalidInput: two adapters with one type, or a duplicate action ``(id, version)``.
+    """
+
+    def __init__(self, store: Store, *, actions: Iterable[Action] = (), adapters: Iterable[Adapter] = (),
+                 config: HostConfig | None = None) -> None:
+        self.store = store
+        self.config = config or HostConfig()
+        self.actions = ActionRegistry(actions)
+        by_type: dict[str, Adapter] = {}
+        for adapter in adapters:
+            if adapter.type in by_type:
+                raise InvalidInput(f"two adapters of type {adapter.type!r}")
+            by_type[adapter.type] = adapter
+        self.runtime = Runtime(actions=self.actions, adapters=by_type)
+        self.owner = f"inline:{socket.gethostname()}:{os.getpid()}"
+        self._held: dict[str, CommandContext] = {}
+        self._lock = threading.Lock()
+
+    # ── workers ──
+    def handler(self) -> HostHandler:
+        """The ``host.invoke`` handler for a worker's ``HandlerRegistry``."""
+        return HostHandler(self.runtime)
+
+    def register(self, registry: HandlerRegistry) -> None:
+        """Serve ``host.invoke`` on ``registry`` with the recovery budget as its delivery budget (H1, H12)."""
+        registry.register(KIND, self.handler(), max_deliveries=self.config.recovery_max_attempts)
+
+    # ── submission ──
+    def submit(self, action_id: str, params: Any, *, actor: str, idempotency_key: str, authority: str = "",
+               tenant: str = "default", space: str = "default", version: int | None = None,
+               mode: Dispatch | Inline | None = None) -> InvocationView:
+        """Submit an action (host-spec A2, B1-B7).
+
+        Args:
+            action_id, version: the action (default: its highest registered version). params: validated by the
+                action's params model; what is stored and digested is ``model_dump(mode="json")`` (B6).
+            actor, authority: who submits, under which authority binding (B1). idempotency_key: 1..255 chars,
+                unique per tenant, space and action (B10). mode: ``Dispatch()`` (default) or ``Inline()``.
+        Returns:
+            The invocation: ``pending`` when dispatched; its verdict after an inline run; the existing one on a
+            replay of the key with the same binding (nothing runs again, B2).
+        Raises:
+            InvalidInput: unknown action, invalid params or arguments. IdempotencyConflict: the key is bound to
+            another action version, actor, authority or params (B3, B4). RecoverableFinalization: an inline run
+            could not record its outcome; ``execute(id)`` retries it while this host holds its lease (A3, A6).
+        """
+        try:
+            action = self.actions.resolve(action_id, version)
+        except NotFound as error:
+            raise InvalidInput(str(error)) from None
+        if not actor or len(actor) > 200 or len(authority) > 200:
+            raise InvalidInput("actor is 1 to 200 characters and authority at most 200")
+        if not idempotency_key or len(idempotency_key) > 255:
+            raise InvalidInput("an idempotency key is 1 to 255 characters")
+        if not tenant or not space or len(tenant) > 200 or len(space) > 200:
+            raise InvalidInput("tenant and space are 1 to 200 characters")
+        try:
+            validated = action.params.model_validate(params)
+        except ValidationError as error:
+            raise InvalidInput(f"invalid params for {action.id}: {error.error_count()} error(s): "
+                               + "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                                           for e in error.errors()[:5])) from None
+        plain = validated.model_dump(mode="json")
+        inline = isinstance(mode, Inline)
+        new = NewInvocation(
+            id=invocation_id(tenant, space, action.id, idempotency_key), tenant_id=tenant, space_id=space,
+            action_id=action.id, action_version=action.version, idempotency_key=idempotency_key, actor=actor,
+            authority=authority, binding_digest=binding_digest(action.version, actor, authority),
+            params_digest=params_digest(plain), params=plain,
+            mode=InvocationMode.INLINE if inline else InvocationMode.DISPATCH,
+            status=InvocationStatus.RUNNING if inline else InvocationStatus.PENDING)
+
+        def unit(tx: UnitOfWork) -> tuple[InvocationRecord, ClaimedCommand | None]:
+            existing = tx.host.find_invocation(tenant_id=tenant, space_id=space, action_id=action.id,
+                                               idempotency_key=idempotency_key)
+            if existing is None and tx.host.insert_invocation(new):
+                if inline:
+                    lease = tx.outbox.insert_leased(command_id=new.id, kind=KIND, payload={"invocation_id": new.id},
+                                                    owner=self.owner, lease_seconds=self.config.lease_seconds)
+                    stored = tx.host.get_invocation(new.id)
+                    assert stored is not None
+                    tx.events.append_event_with_outbox(invocation_event(stored, STARTED, {"mode": "inline"}))
+                    return stored, ClaimedCommand(new.id, KIND, {"invocation_id": new.id}, lease)
+                tx.outbox.insert(command_id=new.id, kind=KIND, payload={"invocation_id": new.id})
+                stored = tx.host.get_invocation(new.id)
+                assert stored is not None
+                return stored, None
+            winner = existing or tx.host.find_invocation(tenant_id=tenant, space_id=space, action_id=action.id,
+                                                         idempotency_key=idempotency_key)
+            if winner is None:  # pragma: no cover - the insert lost to a row this unit cannot see
+                raise Conflict("the idempotency key is being written concurrently; submit again")
+            check_replay(winner, action_version=action.version, actor=actor, authority=authority, params=plain)
+            return winner, None
+
+        record, claimed = self.store.transact(unit, name="host.submit")
+        if claimed is not None:
+            ctx = CommandContext(self.store, claimed, self.config.lease_seconds)
+            self._run_inline(ctx, fresh=True)
+        return self.get(record.id)
+
+    def _run_inline(self, ctx: CommandContext, *, fresh: bool) -> None:
+        heartbeat = Heartbeat(self.config.lease_seconds)
+        heartbeat.track(ctx)
+        heartbeat.start()
+        try:
+            Execution(self.runtime, ctx, fresh=fresh).run()
+        except RecoverableFinalization:
+            if not ctx.lost:
+                with self._lock:
+                    self._held[ctx.command.id] = ctx  # the caller may retry under its lease (A6)
+            raise
+        finally:
+            heartbeat.untrack(ctx)
+            heartbeat.stop()
+        with self._lock:
+            self._held.pop(ctx.command.id, None)
+
+    def execute(self, invocation_id: str) -> InvocationView:
+        """Direct execution (host-spec A3, A6): re-run an inline invocation whose run raised
+        ``RecoverableFinalization``, under the caller lease this host still holds. It counts no attempt (A4);
+        the caller caps its own retries. Once the lease is gone, a worker takes the invocation over (A8).
+
+        Returns:
+            The invocation after the run, or as stored when it is already settled.
+        Raises:
+            NotFound: no such invocation. Conflict: it is not settled and this host holds no lease on it (a
+            worker runs it). RecoverableFinalization: again nothing could be recorded.
+        """
+        with self._lock:
+            ctx = self._held.pop(invocation_id, None)
+        if ctx is not None:
+            self._run_inline(ctx, fresh=False)
+            return self.get(invocation_id)
+        current = self.get(invocation_id)
+        if current.status.terminal:
+            return current
+        raise Conflict(f"invocation {invocation_id} is {current.status} and held by no lease of this host; "
+                       "workers run it")
+
+    # ── reads ──
+    def get(self, invocation_id: str) -> InvocationView:
+        """The invocation with its steps. Raises ``NotFound``."""
+
+        def read(tx: UnitOfWork) -> InvocationView | None:
+            record = tx.host.get_invocation(invocation_id)
+            return None if record is None else view(record, tx.host.list_adapter_invocations(invocation_id))
+
+        found = self.store.read(read)
+        if found is None:
+            raise NotFound(f"no invocation {invocation_id}")
+        return found
+
+    def list(self, *, tenant: str | None = None, space: str | None = None, status: InvocationStatus | None = None,
+             action_id: str | None = None, limit: int = 100) -> list[InvocationView]:
+        """Invocations newest first (steps omitted), filtered by what is given."""
+        records = self.store.read(lambda tx: tx.host.list_invocations(
+            tenant_id=tenant, space_id=space, status=status, action_id=action_id, limit=limit))
+        return [view(r, ()) for r in records]

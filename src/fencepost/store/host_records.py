@@ -1,0 +1,281 @@
+"""Typed rows and write inputs of the action host's ports (``HostPort``, ``EventsPort``; host-spec §0.4, §I, T7).
+
+Frozen dataclasses; instants are aware UTC datetimes; JSON columns are plain dicts. No record carries a lease
+token: a lease-conditioned write takes the ``Lease`` itself (``LeaseHeld``), whose token stays private.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from fencepost.core.statuses import (
+    AdapterStatus,
+    CommandStatus,
+    EventOutboxStatus,
+    InvocationMode,
+    InvocationStatus,
+)
+from fencepost.store.records import Lease
+
+
+@dataclass(frozen=True)
+class NewInvocation:
+    """An invocation row to insert (host-spec B1: the key bound to version, actor/authority and a versioned
+    params digest, all NOT NULL).
+
+    Attributes:
+        id: the derived invocation id (ADR 0023). tenant_id, space_id: its scope.
+        action_id, action_version: the action definition (A1). idempotency_key: 1..255 chars.
+        actor, authority: who submits and under which authority binding; binding_digest covers both and the
+            action version. params_digest: ``<version>:<hex>`` (``cp1:...``, B5). params: the validated params.
+        mode: dispatch or inline (A2). status: ``pending`` (dispatch) or ``running`` (inline, leased by the caller).
+    """
+
+    id: str
+    tenant_id: str
+    space_id: str
+    action_id: str
+    action_version: int
+    idempotency_key: str
+    actor: str
+    authority: str
+    binding_digest: str
+    params_digest: str
+    params: dict[str, Any]
+    mode: InvocationMode
+    status: InvocationStatus
+
+
+@dataclass(frozen=True)
+class InvocationRecord:
+    """An invocation as stored, with what its command says about its lease.
+
+    Attributes:
+        attempt_count: the command's ``delivery_count`` (host-spec C1, H16): worker claims, including the first;
+            0 for an inline run that no worker took over (A4).
+        lease_owner: who holds the command's lease now (None when none does); the token never leaves the store.
+        lease_until: when that lease expires. command_status: the command's status (None without a command).
+        error, result, reconciliation, pending_completion: the verdict and its evidence (None until written).
+    """
+
+    id: str
+    tenant_id: str
+    space_id: str
+    action_id: str
+    action_version: int
+    idempotency_key: str
+    actor: str
+    authority: str
+    binding_digest: str
+    params_digest: str
+    params: dict[str, Any]
+    mode: InvocationMode
+    status: InvocationStatus
+    error: str | None
+    result: Any
+    reconciliation: dict[str, Any] | None
+    pending_completion: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+    attempt_count: int
+    lease_owner: str | None
+    lease_until: datetime | None
+    command_status: CommandStatus | None
+
+
+@dataclass(frozen=True)
+class InvocationVerdict:
+    """A lease-conditioned write of an invocation's status (host-spec C3, C4, J1): ``update_leased_invocation``.
+
+    Attributes:
+        status: the new status. error, result, reconciliation: its evidence (None stores NULL).
+        expected: the statuses the row may be in now (default: ``running`` only, C10).
+    """
+
+    status: InvocationStatus
+    error: str | None = None
+    result: Any = None
+    reconciliation: dict[str, Any] | None = None
+    expected: frozenset[InvocationStatus] = frozenset({InvocationStatus.RUNNING})
+
+
+@dataclass(frozen=True)
+class AdapterScope:
+    """Where an adapter row lives: its invocation and that invocation's tenant and space (host-spec I5)."""
+
+    tenant_id: str
+    space_id: str
+    invocation_id: str
+
+
+@dataclass(frozen=True)
+class NewAdapterRow:
+    """An adapter row to create, ``running`` before the provider is called (host-spec E5, E13).
+
+    Attributes:
+        id: the step's ``adapter_invocation_id`` (E2). step_index: from 0, in declared order. step_name,
+        adapter_type, operation, vendor: what is called. input: the (redacted) step input. attempts: provider
+        calls prepared so far (0 before the first).
+    """
+
+    id: str
+    step_index: int
+    step_name: str
+    adapter_type: str
+    operation: str
+    vendor: str
+    input: dict[str, Any]
+    status: AdapterStatus = AdapterStatus.RUNNING
+    attempts: int = 0
+    output: dict[str, Any] | None = None
+    error: str | None = None
+    external_reference: str | None = None
+    reconciliation: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class CreateAdapterRow:
+    """Mutation: insert ``row`` in the write's scope; a duplicate id is refused (host-spec I6)."""
+
+    row: NewAdapterRow
+
+
+@dataclass(frozen=True)
+class UpdateAdapterRow:
+    """Mutation: move row ``id`` to ``status`` with its evidence (host-spec E4).
+
+    ``error`` is written as given (None clears it: the error belongs to the status it explains);
+    ``output``, ``external_reference``, ``reconciliation`` and ``attempts`` keep their stored value when None.
+    """
+
+    id: str
+    status: AdapterStatus
+    error: str | None = None
+    output: dict[str, Any] | None = None
+    external_reference: str | None = None
+    reconciliation: dict[str, Any] | None = None
+    attempts: int | None = None
+
+
+@dataclass(frozen=True)
+class LeaseHeld:
+    """Condition: the parent is ``running`` and ``lease`` is its command's current lease (host-spec I2, C3).
+
+    The lease is the one the execution captured before it loaded the invocation, never one read back."""
+
+    lease: Lease
+
+
+@dataclass(frozen=True)
+class VerdictHeld:
+    """Condition: the parent still holds the verdict this execution wrote: exact ``status`` and ``error``, NULL-safe
+    (host-spec I3). For verdict-first fallbacks and budget enrichment (sections K, L, H17; issue 13). The
+    completion-digest guard (I4) needs the external-completion columns of issue 13: a non-None
+    ``completion_digest`` is refused with ``NotImplementedError`` until then."""
+
+    status: InvocationStatus
+    error: str | None
+    completion_digest: str | None = None
+    completion_adapter_invocation_id: str | None = None
+
+
+@dataclass(frozen=True)
+class AdapterWrite:
+    """One conditional adapter-row write: ``HostPort.write_adapter_invocation`` (host-spec §I, I1).
+
+    Attributes:
+        scope: the parent's scope; both parent and row must match it (I5).
+        mutation: ``CreateAdapterRow`` or ``UpdateAdapterRow``.
+        condition: ``LeaseHeld`` or ``VerdictHeld``.
+        expected_statuses: the row statuses an update may start from (None: any, still subject to I7).
+    """
+
+    scope: AdapterScope
+    mutation: CreateAdapterRow | UpdateAdapterRow
+    condition: LeaseHeld | VerdictHeld
+    expected_statuses: frozenset[AdapterStatus] | None = None
+
+
+@dataclass(frozen=True)
+class AdapterRecord:
+    """An adapter row as stored (host-spec E13)."""
+
+    id: str
+    tenant_id: str
+    space_id: str
+    invocation_id: str
+    step_index: int
+    step_name: str
+    adapter_type: str
+    operation: str
+    vendor: str
+    input: dict[str, Any]
+    output: dict[str, Any] | None
+    status: AdapterStatus
+    error: str | None
+    attempts: int
+    external_reference: str | None
+    reconciliation: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def scope(self) -> AdapterScope:
+        return AdapterScope(self.tenant_id, self.space_id, self.invocation_id)
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What an event is about (host-spec T7): e.g. ``("ActionInvocation", invocation_id)``."""
+
+    subject_type: str
+    subject_id: str
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event to append (host-spec T7). ``id`` is stable (derived): the first append of an id wins (T1, T4).
+
+    Attributes:
+        occurred_at: when it happened (default: the store's now at append). actor: an opt-in disclosure.
+    """
+
+    id: str
+    tenant_id: str
+    space_id: str
+    subject: Subject
+    type: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    occurred_at: datetime | None = None
+    actor: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """An event as stored: ``sequence`` per (tenant, space), assigned in the appending transaction (T7)."""
+
+    id: str
+    tenant_id: str
+    space_id: str
+    sequence: int
+    subject: Subject
+    type: str
+    occurred_at: datetime
+    recorded_at: datetime
+    payload: dict[str, Any]
+    actor: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class EventOutboxRecord:
+    """An event's publication row (host-spec T3, T8); the relay of issue 15 moves it."""
+
+    event_id: str
+    destination: str
+    headers: dict[str, Any]
+    status: EventOutboxStatus
+    attempts: int
+    available_at: datetime
+    created_at: datetime

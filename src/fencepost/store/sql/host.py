@@ -1,0 +1,177 @@
+"""``HostPort`` over SQL: invocations and the conditional adapter-row write of ``host.sql``, written once.
+
+Seed: platform-host-8.1-readme-excerpt.md; host-spec sections B, C, E and I. Every write the lease protects
+names the lease it was given (``LeaseHeld``: the credentials the execution captured before it loaded the
+invocation, C3), never a value read back from a row, and follows the host's lock order: the invocation row,
+then the adapter row, then the command, whose lease check comes last (ADR 0002, ADR 0022).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fencepost.core.canonical import canonical_json, parse_json
+from fencepost.core.errors import LeaseLost
+from fencepost.core.statuses import AdapterStatus, CommandStatus, InvocationMode, InvocationStatus
+from fencepost.store.host_records import (
+    AdapterRecord,
+    AdapterWrite,
+    CreateAdapterRow,
+    InvocationRecord,
+    InvocationVerdict,
+    LeaseHeld,
+    NewInvocation,
+    UpdateAdapterRow,
+    VerdictHeld,
+)
+from fencepost.store.records import Lease
+from fencepost.store.sql.executor import Statements
+from fencepost.store.sql.lease import lease_held, lease_params
+
+
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else canonical_json(value)
+
+
+def _parsed(raw: Any) -> Any:
+    return parse_json(raw) if isinstance(raw, str) else raw
+
+
+def _statuses(values: frozenset[Any]) -> str:
+    return json.dumps(sorted(str(v) for v in values))
+
+
+class SqlHost:
+    """The ``HostPort`` of one SQL unit of work."""
+
+    def __init__(self, unit: Statements) -> None:
+        self._unit = unit
+
+    # ── invocations ──
+    def insert_invocation(self, invocation: NewInvocation) -> bool:
+        params = {"id": invocation.id, "tenant_id": invocation.tenant_id, "space_id": invocation.space_id,
+                  "action_id": invocation.action_id, "action_version": invocation.action_version,
+                  "idempotency_key": invocation.idempotency_key, "actor": invocation.actor,
+                  "authority": invocation.authority, "binding_digest": invocation.binding_digest,
+                  "params_digest": invocation.params_digest, "params": canonical_json(invocation.params),
+                  "mode": str(invocation.mode), "status": str(invocation.status), "now": self._unit.now()}
+        return bool(self._unit.run("insert_invocation", params).rows)
+
+    def get_invocation(self, invocation_id: str) -> InvocationRecord | None:
+        rows = self._unit.run("get_invocation", {"id": invocation_id}).rows
+        return invocation_from_row(rows[0]) if rows else None
+
+    def lock_invocation(self, invocation_id: str) -> InvocationRecord | None:
+        rows = self._unit.run("lock_invocation", {"id": invocation_id}).rows
+        return invocation_from_row(rows[0]) if rows else None
+
+    def find_invocation(self, *, tenant_id: str, space_id: str, action_id: str,
+                        idempotency_key: str) -> InvocationRecord | None:
+        rows = self._unit.run("find_invocation_by_key", {
+            "tenant_id": tenant_id, "space_id": space_id, "action_id": action_id,
+            "idempotency_key": idempotency_key}).rows
+        return invocation_from_row(rows[0]) if rows else None
+
+    def list_invocations(self, *, tenant_id: str | None = None, space_id: str | None = None,
+                         status: InvocationStatus | None = None, action_id: str | None = None,
+                         limit: int = 100) -> list[InvocationRecord]:
+        if not 1 <= limit <= 10_000:
+            raise ValueError("limit must be between 1 and 10000")
+        rows = self._unit.run("list_invocations", {
+            "tenant_id": tenant_id, "space_id": space_id, "status": None if status is None else str(status),
+            "action_id": action_id, "limit": limit}).rows
+        return [invocation_from_row(r) for r in rows]
+
+    def update_leased_invocation(self, invocation_id: str, lease: Lease, verdict: InvocationVerdict) -> bool:
+        if lease.command_id != invocation_id:
+            return False  # an invocation's lease is its own command's (ADR 0022)
+        params = {"id": invocation_id, "status": str(verdict.status), "error": verdict.error,
+                  "result": _json_or_none(verdict.result), "reconciliation": _json_or_none(verdict.reconciliation),
+                  "expected": _statuses(verdict.expected), "now": self._unit.now(), **lease_params(lease)}
+        return self._unit.run("update_leased_invocation", params).rowcount == 1
+
+    # ── adapter rows ──
+    def write_adapter_invocation(self, write: AdapterWrite) -> bool:
+        scope, condition = write.scope, write.condition
+        parent = self._unit.run("lock_invocation_for_adapter_write", {
+            "invocation_id": scope.invocation_id, "tenant_id": scope.tenant_id, "space_id": scope.space_id}).rows
+        if not parent:
+            return False  # no parent in this scope (I5)
+        status, error = parent[0]["status"], parent[0]["error"]
+        if isinstance(condition, LeaseHeld):
+            if condition.lease.command_id != scope.invocation_id or status != InvocationStatus.RUNNING:
+                return False  # I2: a running parent under this invocation's own lease
+        elif isinstance(condition, VerdictHeld):
+            if condition.completion_digest is not None:
+                raise NotImplementedError("the completion-digest guard (host-spec I4) comes with issue 13")
+            if status != condition.status or error != condition.error:
+                return False  # I3: exact status and error, an absent error matching only an absent one
+        else:  # pragma: no cover - the type says so
+            raise TypeError(f"unknown condition {type(condition).__name__}")
+        now = self._unit.now()
+        mutation = write.mutation
+        if isinstance(mutation, CreateAdapterRow):
+            row = mutation.row
+            created = self._unit.run("insert_adapter_invocation", {
+                "id": row.id, "tenant_id": scope.tenant_id, "space_id": scope.space_id,
+                "invocation_id": scope.invocation_id, "step_index": row.step_index, "step_name": row.step_name,
+                "adapter_type": row.adapter_type, "operation": row.operation, "vendor": row.vendor,
+                "input": canonical_json(row.input), "output": _json_or_none(row.output), "status": str(row.status),
+                "error": row.error, "attempts": row.attempts, "external_reference": row.external_reference,
+                "reconciliation": _json_or_none(row.reconciliation), "now": now}).rows
+            if not created:
+                return False  # I6: a duplicate id keeps the first row
+        elif isinstance(mutation, UpdateAdapterRow):
+            expected = write.expected_statuses
+            if expected is not None and not expected:
+                return False
+            updated = self._unit.run("update_adapter_invocation", {
+                "id": mutation.id, "tenant_id": scope.tenant_id, "space_id": scope.space_id,
+                "invocation_id": scope.invocation_id, "status": str(mutation.status), "error": mutation.error,
+                "output": _json_or_none(mutation.output), "external_reference": mutation.external_reference,
+                "reconciliation": _json_or_none(mutation.reconciliation), "attempts": mutation.attempts,
+                "expected": None if expected is None else _statuses(expected), "now": now}).rows
+            if not updated:
+                return False  # scope, expected status or I7's no-regression rule refused it
+        else:  # pragma: no cover - the type says so
+            raise TypeError(f"unknown mutation {type(mutation).__name__}")
+        if isinstance(condition, LeaseHeld) and not lease_held(self._unit, condition.lease):
+            # Fence last (ADR 0002): the mutation above must not commit; the caller's unit rolls back.
+            lease = condition.lease
+            raise LeaseLost(f"lease on command {lease.command_id} (delivery {lease.delivery}) was lost")
+        return True
+
+    def get_adapter_invocation(self, adapter_invocation_id: str) -> AdapterRecord | None:
+        rows = self._unit.run("get_adapter_invocation", {"id": adapter_invocation_id}).rows
+        return adapter_from_row(rows[0]) if rows else None
+
+    def list_adapter_invocations(self, invocation_id: str) -> list[AdapterRecord]:
+        return [adapter_from_row(r) for r in
+                self._unit.run("list_adapter_invocations", {"invocation_id": invocation_id}).rows]
+
+
+def invocation_from_row(row: dict[str, Any]) -> InvocationRecord:
+    """An ``InvocationRecord`` from a row of the ``invocation_columns`` fragment."""
+    command_status = row["command_status"]
+    return InvocationRecord(
+        id=row["id"], tenant_id=row["tenant_id"], space_id=row["space_id"], action_id=row["action_id"],
+        action_version=int(row["action_version"]), idempotency_key=row["idempotency_key"], actor=row["actor"],
+        authority=row["authority"], binding_digest=row["binding_digest"], params_digest=row["params_digest"],
+        params=_parsed(row["params"]), mode=InvocationMode(row["mode"]), status=InvocationStatus(row["status"]),
+        error=row["error"], result=_parsed(row["result"]), reconciliation=_parsed(row["reconciliation"]),
+        pending_completion=_parsed(row["pending_completion"]), created_at=row["created_at"],
+        updated_at=row["updated_at"], attempt_count=int(row["attempt_count"]), lease_owner=row["lease_owner"],
+        lease_until=row["lease_until"],
+        command_status=None if command_status is None else CommandStatus(command_status))
+
+
+def adapter_from_row(row: dict[str, Any]) -> AdapterRecord:
+    """An ``AdapterRecord`` from a row of the ``adapter_columns`` fragment."""
+    return AdapterRecord(
+        id=row["id"], tenant_id=row["tenant_id"], space_id=row["space_id"], invocation_id=row["invocation_id"],
+        step_index=int(row["step_index"]), step_name=row["step_name"], adapter_type=row["adapter_type"],
+        operation=row["operation"], vendor=row["vendor"], input=_parsed(row["input"]),
+        output=_parsed(row["output"]), status=AdapterStatus(row["status"]), error=row["error"],
+        attempts=int(row["attempts"]), external_reference=row["external_reference"],
+        reconciliation=_parsed(row["reconciliation"]), created_at=row["created_at"], updated_at=row["updated_at"])

@@ -1,0 +1,117 @@
+-- The action host (host-spec sections A, B, C, E, I; ADRs 0022-0027): invocations and their adapter rows.
+-- Common to every dialect; blocks marked per-dialect are written in each <backend>/dialect.sql. Instants
+-- arrive as parameters read once per transaction from the store's clock (:now).
+--
+-- Lock order (ADR 0022): the invocation row, then its adapter row, then the command (the lease, last).
+
+-- name: insert_invocation
+-- A new invocation; an existing id (the derived id of the same tenant, space, action and key: ADR 0023) or
+-- the same key under another id inserts nothing, and the caller reads the winner (host-spec B7).
+INSERT INTO invocations (id, tenant_id, space_id, action_id, action_version, idempotency_key, actor, authority,
+                         binding_digest, params_digest, params, mode, status, created_at, updated_at)
+VALUES (:id, :tenant_id, :space_id, :action_id, :action_version, :idempotency_key, :actor, :authority,
+        :binding_digest, :params_digest, :params, :mode, :status, :now, :now)
+ON CONFLICT DO NOTHING
+RETURNING id;
+
+-- fragment: invocation_columns
+i.id, i.tenant_id, i.space_id, i.action_id, i.action_version, i.idempotency_key, i.actor, i.authority,
+i.binding_digest, i.params_digest, i.params, i.mode, i.status, i.error, i.result, i.reconciliation,
+i.pending_completion, i.created_at, i.updated_at, coalesce(c.delivery_count, 0) AS attempt_count,
+c.lease_owner, c.lease_until, c.status AS command_status
+
+-- name: get_invocation
+-- instants: created_at, updated_at, lease_until
+SELECT {{invocation_columns}}
+FROM invocations AS i LEFT JOIN commands AS c ON c.id = i.id
+WHERE i.id = :id;
+
+-- name: lock_invocation
+-- instants: created_at, updated_at, lease_until
+-- The first lock of the host's order: the invocation row (FOR UPDATE on PostgreSQL, host-spec I17), read
+-- with its command's public lease columns.
+SELECT {{invocation_columns}}
+FROM invocations AS i LEFT JOIN commands AS c ON c.id = i.id
+WHERE i.id = :id
+{{lock_invocation_row}};
+
+-- name: find_invocation_by_key
+-- instants: created_at, updated_at, lease_until
+SELECT {{invocation_columns}}
+FROM invocations AS i LEFT JOIN commands AS c ON c.id = i.id
+WHERE i.tenant_id = :tenant_id AND i.space_id = :space_id AND i.action_id = :action_id
+  AND i.idempotency_key = :idempotency_key;
+
+-- name: list_invocations
+-- instants: created_at, updated_at, lease_until
+-- Newest first; each filter applies only when given.
+SELECT {{invocation_columns}}
+FROM invocations AS i LEFT JOIN commands AS c ON c.id = i.id
+WHERE (CAST(:tenant_id AS TEXT) IS NULL OR i.tenant_id = :tenant_id)
+  AND (CAST(:space_id AS TEXT) IS NULL OR i.space_id = :space_id)
+  AND (CAST(:status AS TEXT) IS NULL OR i.status = :status)
+  AND (CAST(:action_id AS TEXT) IS NULL OR i.action_id = :action_id)
+ORDER BY i.created_at DESC, i.id DESC
+LIMIT :limit;
+
+-- name: update_leased_invocation
+-- The verdict or status of an invocation under its lease (host-spec C3, C4): changes the row only while it is
+-- in one of :expected (a JSON array of statuses) and the lease the execution captured is still its command's
+-- current one. The fenced unit's fence (renewal or finish of the command) still comes last.
+UPDATE invocations
+SET status = :status, error = :error, result = :result, reconciliation = :reconciliation, updated_at = :now
+WHERE id = :id AND status IN (SELECT value FROM {{json_text_array}})
+  AND {{lease_held}};
+
+-- name: lock_invocation_for_adapter_write
+-- The parent check of a conditional adapter write (host-spec I2, I3, I5): the row in the write's scope, in
+-- the same lock order as every host write.
+SELECT i.status, i.error FROM invocations AS i
+WHERE i.id = :invocation_id AND i.tenant_id = :tenant_id AND i.space_id = :space_id
+{{lock_invocation_row}};
+
+-- name: insert_adapter_invocation
+-- A new adapter row in its parent's scope; an existing id inserts nothing (host-spec I6).
+INSERT INTO adapter_invocations (id, tenant_id, space_id, invocation_id, step_index, step_name, adapter_type,
+                                 operation, vendor, input, output, status, error, attempts, external_reference,
+                                 reconciliation, created_at, updated_at)
+VALUES (:id, :tenant_id, :space_id, :invocation_id, :step_index, :step_name, :adapter_type, :operation, :vendor,
+        :input, :output, :status, :error, :attempts, :external_reference, :reconciliation, :now, :now)
+ON CONFLICT DO NOTHING
+RETURNING id;
+
+-- name: update_adapter_invocation
+-- A status transition of an adapter row with its evidence (host-spec E4), in the write's scope, from one of
+-- :expected (a JSON array; NULL: any), and never from succeeded or ambiguous to running or failed (I7; the
+-- trigger adapter_invocations_no_regression refuses it too, whatever writes it).
+UPDATE adapter_invocations
+SET status = :status, error = :error, output = coalesce(:output, output),
+    external_reference = coalesce(:external_reference, external_reference),
+    reconciliation = coalesce(:reconciliation, reconciliation), attempts = coalesce(:attempts, attempts),
+    updated_at = :now
+WHERE id = :id AND tenant_id = :tenant_id AND space_id = :space_id AND invocation_id = :invocation_id
+  AND (CAST(:expected AS TEXT) IS NULL OR status IN (SELECT value FROM {{json_text_array}}))
+  AND NOT (status IN ('succeeded', 'ambiguous') AND :status IN ('running', 'failed'))
+RETURNING id;
+
+-- fragment: adapter_columns
+id, tenant_id, space_id, invocation_id, step_index, step_name, adapter_type, operation, vendor, input, output,
+status, error, attempts, external_reference, reconciliation, created_at, updated_at
+
+-- name: get_adapter_invocation
+-- instants: created_at, updated_at
+SELECT {{adapter_columns}} FROM adapter_invocations WHERE id = :id;
+
+-- name: list_adapter_invocations
+-- instants: created_at, updated_at
+-- An invocation's adapter rows in step order.
+SELECT {{adapter_columns}} FROM adapter_invocations WHERE invocation_id = :invocation_id ORDER BY step_index;
+
+-- fragment: json_text_array
+-- per-dialect
+-- The strings of the JSON array :expected, as a relation with one column named value.
+
+-- fragment: lock_invocation_row
+-- per-dialect
+-- Ends a primary-key lookup of one invocation (alias i): locks it until the transaction ends on PostgreSQL
+-- (FOR UPDATE); SQLite's BEGIN IMMEDIATE already serializes every writer.

@@ -1,0 +1,554 @@
+"""The action host's store contract (``HostPort``, ``EventsPort``; host-spec sections B, C, E, I and T).
+
+``HostContract``: invocations bound to their idempotency key, the inline caller's lease at delivery 0, the
+lease-conditioned invocation write, and the conditional adapter-row write (scope, duplicate creates,
+expected statuses, the lease and verdict conditions, the no-regression rule also held by the database, the
+fence last) with the race of a takeover against a stale write (host-spec I17). ``EventsContract``: the
+first-write-wins event log across the whole store, sequences per space, and the outbox row only for an
+event stored now.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from fencepost.core.errors import Conflict, LeaseLost
+from fencepost.core.statuses import AdapterStatus, CommandStatus, EventOutboxStatus, InvocationMode, InvocationStatus
+from fencepost.store.base import Store
+from fencepost.store.host_records import (
+    AdapterRecord,
+    AdapterScope,
+    AdapterWrite,
+    CreateAdapterRow,
+    InvocationRecord,
+    InvocationVerdict,
+    LeaseHeld,
+    NewAdapterRow,
+    NewEvent,
+    NewInvocation,
+    Subject,
+    UpdateAdapterRow,
+    VerdictHeld,
+)
+from fencepost.store.ports import UnitOfWork
+from fencepost.store.records import Lease
+from fencepost.testing.backend import ContractHarness, StoreContract
+
+KIND = "host.invoke"
+TENANT, SPACE = "acme", "shop"
+
+
+def new_invocation(invocation_id: str, *, key: str | None = None, tenant: str = TENANT, space: str = SPACE,
+                   status: InvocationStatus = InvocationStatus.PENDING,
+                   mode: InvocationMode = InvocationMode.DISPATCH, **changes: Any) -> NewInvocation:
+    """A valid ``NewInvocation`` (key defaults to the id); ``changes`` override any field."""
+    fields: dict[str, Any] = dict(
+        id=invocation_id, tenant_id=tenant, space_id=space, action_id="shop.charge", action_version=1,
+        idempotency_key=key or invocation_id, actor="user:1", authority="role:cashier",
+        binding_digest="bd1:" + "0" * 64, params_digest="cp1:" + "1" * 64, params={"amount": 100},
+        mode=mode, status=status)
+    fields.update(changes)
+    return NewInvocation(**fields)
+
+
+def dispatched(store: Store, invocation_id: str, **changes: Any) -> None:
+    """Insert a pending dispatched invocation and its PENDING ``host.invoke`` command in one unit."""
+
+    def fn(tx: UnitOfWork) -> None:
+        assert tx.host.insert_invocation(new_invocation(invocation_id, **changes))
+        tx.outbox.insert(command_id=invocation_id, kind=KIND, payload={"invocation_id": invocation_id})
+
+    store.transact(fn)
+
+
+def running(store: Store, invocation_id: str, lease_seconds: float, owner: str = "w1", **changes: Any) -> Lease:
+    """A dispatched invocation claimed by ``owner`` and moved to ``running`` under that lease; the lease.
+
+    The claim takes every due ``host.invoke`` command: use it once per test (or before others are due)."""
+    dispatched(store, invocation_id, **changes)
+
+    def fn(tx: UnitOfWork) -> Lease:
+        claimed = [c for c in tx.outbox.claim(owner=owner, kinds=[KIND], limit=100, lease_seconds=lease_seconds)
+                   if c.id == invocation_id]
+        assert len(claimed) == 1
+        lease = claimed[0].lease
+        assert tx.host.update_leased_invocation(invocation_id, lease, InvocationVerdict(
+            InvocationStatus.RUNNING, expected=frozenset({InvocationStatus.PENDING})))
+        return lease
+
+    return store.transact(fn)
+
+
+def scope(invocation_id: str, tenant: str = TENANT, space: str = SPACE) -> AdapterScope:
+    return AdapterScope(tenant, space, invocation_id)
+
+
+def row(adapter_id: str, step_index: int = 0, **changes: Any) -> NewAdapterRow:
+    """A ``running`` adapter row of step ``step_index`` (name ``charge``)."""
+    fields: dict[str, Any] = dict(id=adapter_id, step_index=step_index, step_name="charge", adapter_type="http",
+                                  operation="create_charge", vendor="simpay", input={"amount": 100})
+    fields.update(changes)
+    return NewAdapterRow(**fields)
+
+
+def write(store: Store, w: AdapterWrite) -> bool:
+    """``write_adapter_invocation`` in its own unit."""
+    return store.transact(lambda tx: tx.host.write_adapter_invocation(w))
+
+
+def create(store: Store, invocation_id: str, lease: Lease, adapter_id: str, **changes: Any) -> bool:
+    return write(store, AdapterWrite(scope(invocation_id), CreateAdapterRow(row(adapter_id, **changes)),
+                                     LeaseHeld(lease)))
+
+
+def update(store: Store, invocation_id: str, lease: Lease, adapter_id: str, status: AdapterStatus,
+           expected: frozenset[AdapterStatus] | None = None, **changes: Any) -> bool:
+    return write(store, AdapterWrite(scope(invocation_id), UpdateAdapterRow(adapter_id, status, **changes),
+                                     LeaseHeld(lease), expected))
+
+
+def adapter(store: Store, adapter_id: str) -> AdapterRecord:
+    record = store.read(lambda tx: tx.host.get_adapter_invocation(adapter_id))
+    assert record is not None, f"no adapter row {adapter_id}"
+    return record
+
+
+def invocation(store: Store, invocation_id: str) -> InvocationRecord:
+    record = store.read(lambda tx: tx.host.get_invocation(invocation_id))
+    assert record is not None, f"no invocation {invocation_id}"
+    return record
+
+
+def force_status(backend: ContractHarness, store: Store, adapter_id: str, status: AdapterStatus) -> None:
+    """Put an adapter row into ``status`` below the ports (the trigger still applies)."""
+    store.transact(lambda tx: backend.inspect(
+        tx, f"UPDATE adapter_invocations SET status = '{status}' WHERE id = '{adapter_id}'"))
+
+
+def take_over(store: Store, backend: ContractHarness, owner: str = "w2") -> Lease:
+    """Expire every short lease and claim one ``host.invoke`` command as ``owner`` (a takeover); its lease."""
+    backend.expire()
+    claimed = store.transact(lambda tx: tx.outbox.claim(owner=owner, kinds=[KIND], limit=1,
+                                                         lease_seconds=backend.long_lease))
+    assert len(claimed) == 1
+    return claimed[0].lease
+
+
+class HostContract(StoreContract):
+    """``HostPort``: invocations, the caller lease, and the conditional adapter-row write (host-spec §I)."""
+
+    # ── invocations and their binding (B1, B7, B10) ──
+    def test_an_invocation_roundtrips_with_its_full_binding(self, store: Store) -> None:
+        dispatched(store, "inv_1")
+        got = invocation(store, "inv_1")
+        assert (got.tenant_id, got.space_id, got.action_id, got.action_version, got.idempotency_key) == (
+            TENANT, SPACE, "shop.charge", 1, "inv_1")
+        assert (got.actor, got.authority, got.binding_digest, got.params_digest, got.params) == (
+            "user:1", "role:cashier", "bd1:" + "0" * 64, "cp1:" + "1" * 64, {"amount": 100})
+        assert (got.status, got.mode, got.error, got.result, got.reconciliation) == (
+            InvocationStatus.PENDING, InvocationMode.DISPATCH, None, None, None)
+        assert got.attempt_count == 0 and got.lease_owner is None and got.command_status is CommandStatus.PENDING
+        assert got.created_at.tzinfo is not None
+
+    @pytest.mark.parametrize("field, value", [("params_digest", "0123456789abcdef"), ("binding_digest", None),
+                                              ("action_version", None), ("params_digest", None)])
+    def test_the_schema_refuses_a_missing_binding_or_an_unversioned_digest(self, store: Store, field: str,
+                                                                           value: Any) -> None:
+        with pytest.raises(Conflict):
+            store.transact(lambda tx: tx.host.insert_invocation(new_invocation("inv_1", **{field: value})))
+        assert store.read(lambda tx: tx.host.get_invocation("inv_1")) is None
+
+    def test_one_key_in_one_scope_is_one_invocation(self, store: Store) -> None:
+        dispatched(store, "inv_1", key="order-1")
+        assert not store.transact(lambda tx: tx.host.insert_invocation(new_invocation("inv_1", key="order-1")))
+        assert not store.transact(lambda tx: tx.host.insert_invocation(new_invocation("inv_2", key="order-1")))
+        # the same key in another space or under another action is another invocation (B10)
+        assert store.transact(lambda tx: tx.host.insert_invocation(new_invocation("inv_3", key="order-1",
+                                                                                   space="other")))
+        assert store.transact(lambda tx: tx.host.insert_invocation(new_invocation("inv_4", key="order-1",
+                                                                                   action_id="shop.refund")))
+        found = store.read(lambda tx: tx.host.find_invocation(tenant_id=TENANT, space_id=SPACE,
+                                                               action_id="shop.charge", idempotency_key="order-1"))
+        assert found is not None and found.id == "inv_1"
+        assert store.read(lambda tx: tx.host.get_invocation("inv_2")) is None
+
+    def test_list_filters_and_orders_newest_first(self, store: Store, backend: ContractHarness) -> None:
+        for i in range(3):
+            dispatched(store, f"inv_{i}", space="a" if i < 2 else "b")
+            backend.advance(0.01)
+        listed = store.read(lambda tx: tx.host.list_invocations(space_id="a"))
+        assert [r.id for r in listed] == ["inv_1", "inv_0"]
+        assert [r.id for r in store.read(lambda tx: tx.host.list_invocations(
+            status=InvocationStatus.RUNNING))] == []
+
+    # ── the caller lease (ADR 0022; A4, A8) ──
+    def test_an_inline_caller_holds_its_lease_at_delivery_zero_until_a_worker_takes_over(
+            self, store: Store, backend: ContractHarness) -> None:
+        def fn(tx: UnitOfWork) -> Lease:
+            assert tx.host.insert_invocation(new_invocation("inv_1", status=InvocationStatus.RUNNING,
+                                                            mode=InvocationMode.INLINE))
+            return tx.outbox.insert_leased(command_id="inv_1", kind=KIND, payload={"invocation_id": "inv_1"},
+                                           owner="caller", lease_seconds=backend.short_lease)
+
+        lease = store.transact(fn)
+        assert lease.delivery == 0
+        got = invocation(store, "inv_1")
+        assert (got.attempt_count, got.lease_owner, got.command_status) == (0, "caller", CommandStatus.PROCESSING)
+        assert store.transact(lambda tx: tx.outbox.claim(owner="w", kinds=[KIND], limit=5,
+                                                          lease_seconds=backend.long_lease)) == []
+        assert create(store, "inv_1", lease, "ai_1")  # the caller's lease conditions its writes
+        taken = take_over(store, backend)
+        assert taken.delivery == 1 and invocation(store, "inv_1").attempt_count == 1
+        assert not store.transact(lambda tx: tx.host.update_leased_invocation(
+            "inv_1", lease, InvocationVerdict(InvocationStatus.FAILED)))
+
+    def test_only_a_host_invocation_may_be_held_at_delivery_zero(self, store: Store,
+                                                                 backend: ContractHarness) -> None:
+        with pytest.raises(Conflict):
+            store.transact(lambda tx: tx.outbox.insert_leased(command_id="c1", kind="other", payload={},
+                                                              owner="caller", lease_seconds=backend.long_lease))
+
+    # ── the lease-conditioned invocation write (C3, C4, C10) ──
+    def test_update_leased_invocation_needs_the_current_lease_and_an_expected_status(
+            self, store: Store, backend: ContractHarness) -> None:
+        stale = running(store, "inv_1", backend.short_lease)
+        current = take_over(store, backend)
+        assert not store.transact(lambda tx: tx.host.update_leased_invocation(
+            "inv_1", stale, InvocationVerdict(InvocationStatus.FAILED, error="stale")))
+        assert invocation(store, "inv_1").status is InvocationStatus.RUNNING
+        done = InvocationVerdict(InvocationStatus.SUCCEEDED, result={"charge": "ch_1"})
+        assert store.transact(lambda tx: tx.host.update_leased_invocation("inv_1", current, done))
+        got = invocation(store, "inv_1")
+        assert (got.status, got.result, got.error) == (InvocationStatus.SUCCEEDED, {"charge": "ch_1"}, None)
+        # no longer running: a second verdict under the same lease changes nothing (C10)
+        assert not store.transact(lambda tx: tx.host.update_leased_invocation(
+            "inv_1", current, InvocationVerdict(InvocationStatus.FAILED, error="late")))
+        assert invocation(store, "inv_1").status is InvocationStatus.SUCCEEDED
+
+    # ── the conditional adapter write (I1-I7, I19) ──
+    def test_adapter_row_fields_roundtrip_with_the_reconciliation_checkpoint(
+            self, store: Store, backend: ContractHarness) -> None:
+        lease = running(store, "inv_1", backend.long_lease)
+        assert create(store, "inv_1", lease, "ai_1")
+        got = adapter(store, "ai_1")
+        assert (got.scope, got.step_index, got.step_name, got.adapter_type, got.operation, got.vendor) == (
+            scope("inv_1"), 0, "charge", "http", "create_charge", "simpay")
+        assert (got.input, got.output, got.status, got.error, got.attempts) == (
+            {"amount": 100}, None, AdapterStatus.RUNNING, None, 0)
+        checkpoint = {"reason": "read timed out", "external_reference": "ch_9",
+                      "event_subject": {"subject_type": "AdapterInvocation", "subject_id": "ai_1"}}
+        assert update(store, "inv_1", lease, "ai_1", AdapterStatus.AMBIGUOUS, error="read timed out",
+                      reconciliation=checkpoint, external_reference="ch_9", attempts=1)
+        got = adapter(store, "ai_1")
+        assert (got.status, got.error, got.reconciliation, got.external_reference, got.attempts) == (
+            AdapterStatus.AMBIGUOUS, "read timed out", checkpoint, "ch_9", 1)
+        assert got.updated_at >= got.created_at
+        listed = store.read(lambda tx: tx.host.list_adapter_invocations("inv_1"))
+        assert listed == [got]
+
+    def test_lease_condition_refuses_a_stale_token_and_a_parent_not_running(
+            self, store: Store, backend: ContractHarness) -> None:
+        stale = running(store, "inv_1", backend.short_lease)
+        assert create(store, "inv_1", stale, "ai_1")
+        current = take_over(store, backend)
+        before = adapter(store, "ai_1")
+        refused: list[bool] = []
+        attempts: list[Callable[[], bool]] = [
+            lambda: update(store, "inv_1", stale, "ai_1", AdapterStatus.FAILED, error="stale"),
+            lambda: create(store, "inv_1", stale, "ai_2", step_index=1)]
+        for attempt in attempts:
+            try:
+                refused.append(not attempt())
+            except LeaseLost:
+                refused.append(True)
+        assert refused == [True, True]
+        assert adapter(store, "ai_1") == before  # C7: the new owner's row is untouched
+        assert store.read(lambda tx: tx.host.get_adapter_invocation("ai_2")) is None
+        assert store.transact(lambda tx: tx.host.update_leased_invocation(
+            "inv_1", current, InvocationVerdict(InvocationStatus.FAILED, error="declined")))
+        # the right token, but the parent is no longer running (I2)
+        assert not update(store, "inv_1", current, "ai_1", AdapterStatus.FAILED)
+        assert adapter(store, "ai_1") == before
+
+    def test_a_stale_lease_found_at_the_fence_rolls_the_whole_unit_back(
+            self, store: Store, backend: ContractHarness) -> None:
+        stale = running(store, "inv_1", backend.short_lease)
+        assert create(store, "inv_1", stale, "ai_1")
+        take_over(store, backend)
+
+        def fn(tx: UnitOfWork) -> None:
+            tx.events.append_event(NewEvent("ev_1", TENANT, SPACE, Subject("ActionInvocation", "inv_1"), "X"))
+            tx.host.write_adapter_invocation(AdapterWrite(scope("inv_1"), UpdateAdapterRow(
+                "ai_1", AdapterStatus.SUCCEEDED, output={"charge": "ch_1"}), LeaseHeld(stale)))
+
+        with pytest.raises(LeaseLost):  # I19: zero rows at the fence -> LeaseLost -> rollback
+            store.transact(fn)
+        assert adapter(store, "ai_1").status is AdapterStatus.RUNNING
+        assert store.read(lambda tx: tx.events.get_event("ev_1")) is None
+
+    def test_scope_mismatch_refused(self, store: Store, backend: ContractHarness) -> None:
+        lease = running(store, "inv_1", backend.long_lease)
+        assert create(store, "inv_1", lease, "ai_1")
+        before = adapter(store, "ai_1")
+        for foreign in (scope("inv_1", space="other"), scope("inv_1", tenant="other")):
+            assert not write(store, AdapterWrite(foreign, UpdateAdapterRow("ai_1", AdapterStatus.FAILED),
+                                                 LeaseHeld(lease)))
+            assert not write(store, AdapterWrite(foreign, CreateAdapterRow(row("ai_2", 1)), LeaseHeld(lease)))
+        assert adapter(store, "ai_1") == before
+        assert store.read(lambda tx: tx.host.get_adapter_invocation("ai_2")) is None
+
+    def test_create_duplicate_refused(self, store: Store, backend: ContractHarness) -> None:
+        lease = running(store, "inv_1", backend.long_lease)
+        assert create(store, "inv_1", lease, "ai_1")
+        assert not create(store, "inv_1", lease, "ai_1", input={"amount": 999})
+        assert not create(store, "inv_1", lease, "ai_other")  # the same step index twice
+        assert adapter(store, "ai_1").input == {"amount": 100}
+
+    @pytest.mark.parametrize("start", [AdapterStatus.SUCCEEDED, AdapterStatus.AMBIGUOUS])
+    @pytest.mark.parametrize("target", [AdapterStatus.RUNNING, AdapterStatus.FAILED])
+    def test_no_regression_from_terminal_rows(self, store: Store, backend: ContractHarness,
+                                              start: AdapterStatus, target: AdapterStatus) -> None:
+        lease = running(store, "inv_1", backend.long_lease)
+        assert create(store, "inv_1", lease, "ai_1")
+        assert update(store, "inv_1", lease, "ai_1", start)
+        before = adapter(store, "ai_1")
+        assert not update(store, "inv_1", lease, "ai_1", target)  # expected_statuses omitted (I7)
+        assert not update(store, "inv_1", lease, "ai_1", target, expected=frozenset({start}))
+        with pytest.raises(Conflict):  # the database refuses it too, whatever writes it
+            force_status(backend, store, "ai_1", target)
+        assert adapter(store, "ai_1") == before
+
+    @pytest.mark.parametrize("start, target", [
+        (AdapterStatus.RUNNING, AdapterStatus.RUNNING), (AdapterStatus.RUNNING, AdapterStatus.SUCCEEDED),
+        (AdapterStatus.RUNNING, AdapterStatus.FAILED), (AdapterStatus.RUNNING, AdapterStatus.AMBIGUOUS),
+        (AdapterStatus.FAILED, AdapterStatus.RUNNING), (AdapterStatus.SUCCEEDED, AdapterStatus.SUCCEEDED),
+        (AdapterStatus.AMBIGUOUS, AdapterStatus.AMBIGUOUS)])
+    def test_adapter_transition_matrix_admits_the_allowed_moves(self, store: Store, backend: ContractHarness,
+                                                                start: AdapterStatus,
+                                                                target: AdapterStatus) -> None:
+        lease = running(store, "inv_1", backend.long_lease)
+        assert create(store, "inv_1", lease, "ai_1")
+        if start is not AdapterStatus.RUNNING:
+            assert update(store, "inv_1", lease, "ai_1", start)
+        assert update(store, "inv_1", lease, "ai_1", target, attempts=2)
+        assert (adapter(store, "ai_1").status, adapter(store, "ai_1").attempts) == (target, 2)
+
+    def test_expected_statuses_refuse_a_row_that_moved(self, store: Store, backend: ContractHarness) -> None:
+        lease = running(store, "inv_1", backend.long_lease)
+        assert create(store, "inv_1", lease, "ai_1")
+        assert not update(store, "inv_1", lease, "ai_1", AdapterStatus.SUCCEEDED,
+                          expected=frozenset({AdapterStatus.FAILED}))
+        assert not update(store, "inv_1", lease, "ai_1", AdapterStatus.SUCCEEDED, expected=frozenset())
+        assert adapter(store, "ai_1").status is AdapterStatus.RUNNING
+        assert update(store, "inv_1", lease, "ai_1", AdapterStatus.SUCCEEDED,
+                      expected=frozenset({AdapterStatus.RUNNING}))
+
+    def test_verdict_condition_null_safe(self, store: Store, backend: ContractHarness) -> None:
+        lease = running(store, "inv_1", backend.long_lease)
+        assert create(store, "inv_1", lease, "ai_1")
+        assert store.transact(lambda tx: tx.host.update_leased_invocation(
+            "inv_1", lease, InvocationVerdict(InvocationStatus.RECONCILIATION_REQUIRED, error="x")))
+
+        def settled(status: InvocationStatus, error: str | None) -> bool:
+            return write(store, AdapterWrite(scope("inv_1"), UpdateAdapterRow("ai_1", AdapterStatus.AMBIGUOUS),
+                                             VerdictHeld(status, error)))
+
+        assert not settled(InvocationStatus.RECONCILIATION_REQUIRED, None)
+        assert not settled(InvocationStatus.FAILED, "x")
+        assert adapter(store, "ai_1").status is AdapterStatus.RUNNING
+        assert settled(InvocationStatus.RECONCILIATION_REQUIRED, "x")
+        assert adapter(store, "ai_1").status is AdapterStatus.AMBIGUOUS
+
+    def test_verdict_condition_with_an_absent_error_matches_only_an_absent_error(
+            self, store: Store, backend: ContractHarness) -> None:
+        lease = running(store, "inv_1", backend.long_lease)
+        assert create(store, "inv_1", lease, "ai_1")
+        assert store.transact(lambda tx: tx.host.update_leased_invocation(
+            "inv_1", lease, InvocationVerdict(InvocationStatus.SUCCEEDED)))
+        w = AdapterWrite(scope("inv_1"), UpdateAdapterRow("ai_1", AdapterStatus.SUCCEEDED),
+                         VerdictHeld(InvocationStatus.SUCCEEDED, None))
+        assert write(store, w)
+        assert not write(store, AdapterWrite(w.scope, w.mutation, VerdictHeld(InvocationStatus.SUCCEEDED, "")))
+
+    # ── the race (I17) ──
+    def test_conditional_write_race(self, store: Store, backend: ContractHarness) -> None:
+        """Two threads: takeovers (each followed by the new owner's write) against stale writes of the old
+        owner. A stale write may land only before its takeover, where the new owner's write overwrites it:
+        every row must end as its new owner wrote it. ``FENCEPOST_RACE_ITERATIONS`` iterations (default 500)."""
+        iterations = int(os.environ.get("FENCEPOST_RACE_ITERATIONS", "500"))
+        for i in range(iterations):
+            dispatched(store, f"inv_{i}")
+
+        def claim_all(tx: UnitOfWork) -> dict[str, Lease]:
+            leases = {c.id: c.lease for c in tx.outbox.claim(owner="old", kinds=[KIND], limit=iterations,
+                                                             lease_seconds=backend.short_lease)}
+            for invocation_id, lease in leases.items():
+                assert tx.host.update_leased_invocation(invocation_id, lease, InvocationVerdict(
+                    InvocationStatus.RUNNING, expected=frozenset({InvocationStatus.PENDING})))
+                assert tx.host.write_adapter_invocation(AdapterWrite(
+                    scope(invocation_id), CreateAdapterRow(row(invocation_id.replace("inv_", "ai_"))),
+                    LeaseHeld(lease)))
+            return leases
+
+        stale = store.transact(claim_all)
+        assert len(stale) == iterations
+        backend.expire()
+        taker, writer = backend.migrated(), backend.migrated()
+        new_owner: dict[str, str] = {}
+        barrier = threading.Barrier(2)
+        errors: list[BaseException] = []
+
+        def takeovers() -> None:
+            barrier.wait()
+            for _ in range(iterations):
+                lease = taker.transact(lambda tx: tx.outbox.claim(
+                    owner="new", kinds=[KIND], limit=1, lease_seconds=backend.long_lease))[0].lease
+                number = lease.command_id.removeprefix("inv_")
+                assert update(taker, lease.command_id, lease, f"ai_{number}", AdapterStatus.RUNNING,
+                              error="new owner", attempts=1)
+                new_owner[lease.command_id] = lease.owner
+
+        def stale_writes() -> None:
+            barrier.wait()
+            for i in range(iterations):
+                with contextlib.suppress(LeaseLost):
+                    update(writer, f"inv_{i}", stale[f"inv_{i}"], f"ai_{i}", AdapterStatus.RUNNING,
+                           error="stale owner", attempts=99)
+
+        def guarded(fn: Callable[[], None]) -> Callable[[], None]:
+            def body() -> None:
+                try:
+                    fn()
+                except BaseException as error:  # reported below
+                    errors.append(error)
+            return body
+
+        threads = [threading.Thread(target=guarded(takeovers)), threading.Thread(target=guarded(stale_writes))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(300)
+        assert not errors, errors
+        assert len(new_owner) == iterations
+        landed = [i for i in range(iterations) if adapter(store, f"ai_{i}").error != "new owner"]
+        assert landed == [], f"stale writes landed after their takeover: {landed}"
+        assert {invocation(store, f"inv_{i}").attempt_count for i in range(iterations)} == {2}
+
+
+def event(event_id: str, *, tenant: str = TENANT, space: str = SPACE, payload: dict[str, Any] | None = None,
+          type_: str = "AdapterInvocationSucceeded", subject: str = "inv_1") -> NewEvent:
+    return NewEvent(id=event_id, tenant_id=tenant, space_id=space, subject=Subject("ActionInvocation", subject),
+                    type=type_, payload=payload if payload is not None else {"n": 1},
+                    occurred_at=datetime(2026, 1, 2, 3, 4, 5, 600000, tzinfo=UTC))
+
+
+class EventsContract(StoreContract):
+    """``EventsPort``: first-write-wins across the store, sequences per space, the outbox only when stored."""
+
+    def test_envelope_roundtrip(self, store: Store) -> None:
+        e = NewEvent(id="ev_1", tenant_id=TENANT, space_id=SPACE, subject=Subject("ActionInvocation", "inv_1"),
+                     type="StateTransitioned", payload={"to": "charged", "n": [1, 2]},
+                     occurred_at=datetime(2026, 1, 2, 3, 4, 5, 600000, tzinfo=UTC), actor={"id": "user:1"})
+        assert store.transact(lambda tx: tx.events.append_event(e))
+        got = store.read(lambda tx: tx.events.get_event("ev_1"))
+        assert got is not None
+        assert (got.id, got.tenant_id, got.space_id, got.subject, got.type, got.payload, got.actor) == (
+            e.id, e.tenant_id, e.space_id, e.subject, e.type, e.payload, e.actor)
+        assert got.occurred_at == e.occurred_at and got.sequence == 1 and got.recorded_at.tzinfo is not None
+
+    def test_sequence_increases_per_space_inside_the_transaction(self, store: Store) -> None:
+        def fn(tx: UnitOfWork) -> None:
+            for i in range(3):
+                assert tx.events.append_event(event(f"a_{i}"))
+            assert tx.events.append_event(event("b_0", space="other"))
+
+        store.transact(fn)
+        assert store.transact(lambda tx: tx.events.append_event(event("a_3")))
+        listed = store.read(lambda tx: tx.events.list_events(tenant_id=TENANT, space_id=SPACE))
+        assert [(e.id, e.sequence) for e in listed] == [("a_0", 1), ("a_1", 2), ("a_2", 3), ("a_3", 4)]
+        other = store.read(lambda tx: tx.events.list_events(tenant_id=TENANT, space_id="other"))
+        assert [(e.id, e.sequence) for e in other] == [("b_0", 1)]
+        after = store.read(lambda tx: tx.events.list_events(tenant_id=TENANT, space_id=SPACE, after=2, limit=1))
+        assert [e.id for e in after] == ["a_2"]
+
+    def test_append_event_first_write_wins(self, store: Store) -> None:
+        assert store.transact(lambda tx: tx.events.append_event(event("ev_1", payload={"v": "A"})))
+        assert not store.transact(lambda tx: tx.events.append_event(event("ev_1", payload={"v": "B"},
+                                                                          type_="Other")))
+        listed = store.read(lambda tx: tx.events.list_events(tenant_id=TENANT, space_id=SPACE))
+        assert [(e.id, e.payload, e.type) for e in listed] == [("ev_1", {"v": "A"}, "AdapterInvocationSucceeded")]
+
+    def test_reappend_with_new_sequence_keeps_first(self, store: Store, backend: ContractHarness) -> None:
+        store.transact(lambda tx: tx.events.append_event(event("ev_1")))
+        first = store.read(lambda tx: tx.events.get_event("ev_1"))
+        backend.advance(1.0)
+        store.transact(lambda tx: tx.events.append_event(event("ev_2")))
+        assert not store.transact(lambda tx: tx.events.append_event(event("ev_1", payload={"n": 2})))
+        assert store.read(lambda tx: tx.events.get_event("ev_1")) == first
+
+    def test_a_duplicate_buffered_in_the_same_unit_is_a_no_op(self, store: Store) -> None:
+        def fn(tx: UnitOfWork) -> list[bool]:
+            return [tx.events.append_event_with_outbox(event("ev_1", payload={"v": "A"})),
+                    tx.events.append_event_with_outbox(event("ev_1", payload={"v": "B"}))]
+
+        assert store.transact(fn) == [True, False]
+        got = store.read(lambda tx: tx.events.get_event("ev_1"))
+        assert got is not None and got.payload == {"v": "A"}
+
+    def test_outbox_after_plain_adds_no_row(self, store: Store) -> None:
+        assert store.transact(lambda tx: tx.events.append_event(event("ev_1")))
+        assert not store.transact(lambda tx: tx.events.append_event_with_outbox(event("ev_1")))
+        assert store.read(lambda tx: tx.events.get_event_outbox("ev_1")) is None
+
+    def test_outbox_row_only_for_the_first_append(self, store: Store) -> None:
+        assert store.transact(lambda tx: tx.events.append_event_with_outbox(
+            event("ev_1"), destination="webhooks", headers={"h": "1"}))
+        row = store.read(lambda tx: tx.events.get_event_outbox("ev_1"))
+        assert row is not None
+        assert (row.destination, row.headers, row.status, row.attempts) == (
+            "webhooks", {"h": "1"}, EventOutboxStatus.PENDING, 0)
+        assert not store.transact(lambda tx: tx.events.append_event_with_outbox(event("ev_1"), destination="x"))
+        assert store.read(lambda tx: tx.events.get_event_outbox("ev_1")) == row
+
+    def test_event_id_unique_across_tenants(self, store: Store) -> None:
+        assert store.transact(lambda tx: tx.events.append_event(event("ev_1", tenant="a")))
+        assert not store.transact(lambda tx: tx.events.append_event(event("ev_1", tenant="b")))
+        assert not store.transact(lambda tx: tx.events.append_event(event("ev_1", tenant="a", space="s2")))
+        assert store.read(lambda tx: tx.events.list_events(tenant_id="b", space_id=SPACE)) == []
+
+    def test_concurrent_appends_get_distinct_sequences_and_one_winner_per_id(self, backend: ContractHarness) -> None:
+        backend.migrated()
+        stores = [backend.migrated() for _ in range(4)]
+        barrier = threading.Barrier(4)
+        outcomes: list[list[bool]] = [[] for _ in stores]
+        errors: list[BaseException] = []
+
+        def appender(e: NewEvent) -> Callable[[UnitOfWork], bool]:
+            return lambda tx: tx.events.append_event(e)
+
+        def body(index: int) -> None:
+            try:
+                barrier.wait()
+                for i in range(10):
+                    outcomes[index].append(stores[index].transact(appender(event(f"ev_{i}", payload={"by": index}))))
+            except BaseException as error:
+                errors.append(error)
+
+        threads = [threading.Thread(target=body, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert not errors, errors
+        assert [sum(o[i] for o in outcomes) for i in range(10)] == [1] * 10
+        listed = stores[0].read(lambda tx: tx.events.list_events(tenant_id=TENANT, space_id=SPACE))
+        assert sorted(e.id for e in listed) == sorted(f"ev_{i}" for i in range(10))
+        sequences = [e.sequence for e in listed]
+        assert sequences == sorted(set(sequences))

@@ -1,0 +1,103 @@
+"""``fencepost host submit|show|list`` and ``fencepost worker --app`` through the real CLI (subprocesses), with a
+user's app module in the working directory (issue 12)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fencepost.core.statuses import InvocationStatus
+from fencepost.store import open_store
+from helpers.processes import run_cli, start, subprocess_env
+from helpers.waiting import wait_until
+
+APP = textwrap.dedent('''
+    from pydantic import BaseModel
+    from fencepost.host import Action, AdapterStep, Host, Succeeded
+
+    class Params(BaseModel):
+        order_id: str
+
+    class Echo:
+        type, vendor = "echo", "local"
+        def execute(self, call):
+            return Succeeded({"key": call.adapter_invocation_id[:6], "order": call.input["order_id"]})
+
+    ACTION = Action(id="shop.echo", version=1, params=Params, handler=lambda ctx, p: {"order": p.order_id},
+                    steps=(AdapterStep(name="echo", adapter="echo", operation="echo"),))
+
+    def make(store):
+        return Host(store, actions=[ACTION], adapters=[Echo()])
+''')
+
+
+@pytest.fixture
+def app_dir(tmp_path: Path) -> Path:
+    (tmp_path / "shopapp.py").write_text(APP, encoding="utf-8")
+    url = f"sqlite:///{tmp_path / 'fp.db'}"
+    assert run_cli(["migrate", "-d", url], cwd=tmp_path).returncode == 0
+    return tmp_path
+
+
+def test_submit_inline_show_and_list_print_the_verdict(app_dir: Path) -> None:
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    ran = run_cli(["host", "submit", "shop.echo", "--app", "shopapp:make", "--params", '{"order_id": "o-1"}',
+                   "--key", "k1", "--inline", "--json", "-d", url], cwd=app_dir)
+    assert ran.returncode == 0, ran.describe()
+    view = json.loads(ran.stdout)
+    assert view["status"] == "succeeded" and view["attempt_count"] == 0
+    assert view["result"]["steps"]["echo"]["order"] == "o-1"
+    shown = run_cli(["host", "show", view["id"], "--json", "-d", url], cwd=app_dir)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["steps"][0]["status"] == "succeeded"
+    listed = run_cli(["host", "list", "--json", "-d", url], cwd=app_dir)
+    assert [v["id"] for v in json.loads(listed.stdout)["invocations"]] == [view["id"]]
+    text = run_cli(["host", "show", view["id"], "-d", url], cwd=app_dir)
+    assert "succeeded" in text.stdout and "step echo" in text.stdout
+
+
+def test_a_conflicting_replay_exits_3_naming_the_field(app_dir: Path) -> None:
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    base = ["host", "submit", "shop.echo", "--app", "shopapp:make", "--key", "k1", "-d", url]
+    assert run_cli([*base, "--params", '{"order_id": "secret-1"}'], cwd=app_dir).returncode == 0
+    again = run_cli([*base, "--params", '{"order_id": "other"}'], cwd=app_dir)
+    assert again.returncode == 3 and "parameters" in again.stderr and "secret-1" not in again.stderr
+
+
+def test_worker_app_serves_host_invocations(app_dir: Path) -> None:
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    queued = run_cli(["host", "submit", "shop.echo", "--app", "shopapp:make", "--params", '{"order_id": "o-2"}',
+                      "--key", "k2", "--json", "-d", url], cwd=app_dir)
+    assert queued.returncode == 0, queued.describe()
+    invocation_id = json.loads(queued.stdout)["id"]
+    worker = start(["worker", "-d", url, "--app", "shopapp:make", "--work-dir", str(app_dir / "work"),
+                    "--poll-interval", "0.05", "--lease-seconds", "5"], name="worker",
+                   stdout_path=app_dir / "worker.log", cwd=app_dir, env=subprocess_env())
+    store = open_store(url, create=False)
+    try:
+        def settled() -> bool:
+            record = store.read(lambda tx: tx.host.get_invocation(invocation_id))
+            return record is not None and record.status is InvocationStatus.SUCCEEDED
+        wait_until(settled, 30, "the worker to run the invocation")
+        record = store.read(lambda tx: tx.host.get_invocation(invocation_id))
+        assert record is not None and record.attempt_count == 1
+    finally:
+        worker.stop_cleanly()
+        store.close()
+
+
+def test_a_bad_app_spec_is_refused_in_one_line(app_dir: Path) -> None:
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    bad = run_cli(["host", "submit", "shop.echo", "--app", "nosuchmodule:make", "--key", "k", "-d", url],
+                  cwd=app_dir)
+    assert bad.returncode == 2 and "cannot import nosuchmodule" in bad.stderr
+
+
+def test_docs_warn_against_secrets_in_params() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "host.md").read_text(encoding="utf-8")
+    assert "## Secrets never belong in params" in text  # A20
+    assert "you must cap your own retries" in text  # A6
+    for status in ("succeeded", "failed", "reconciliation_required", "recovery attempts exhausted (n/max)"):
+        assert status in text

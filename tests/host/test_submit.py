@@ -1,0 +1,143 @@
+"""Submission and idempotency keys (host-spec A2, A4, B1-B7; ADRs 0022, 0023), on every backend."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from fencepost.core.errors import Conflict, IdempotencyConflict, InvalidInput
+from fencepost.core.statuses import CommandStatus, InvocationMode, InvocationStatus
+from fencepost.host import Dispatch, Inline, idempotency
+from fencepost.store.base import Store
+from helpers.store_backends import StoreBackend
+from host.kit import PARAMS, Ledger, Scripted, Spy, charge_action, make_host
+
+
+def test_submit_dispatch_creates_command_and_inline_runs_now(store: Store, ledger: Ledger) -> None:
+    spy = Spy()
+    host = make_host(store, charge_action(spy), Scripted(ledger))
+    queued = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k1", mode=Dispatch())
+    assert (queued.status, queued.mode, spy.calls) == (InvocationStatus.PENDING, InvocationMode.DISPATCH, 0)
+    command = store.read(lambda tx: tx.outbox.get(queued.id))
+    assert command is not None and command.kind == "host.invoke" and command.status is CommandStatus.PENDING
+    ran = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k2", mode=Inline())
+    assert (ran.status, spy.calls, len(ledger.charges)) == (InvocationStatus.SUCCEEDED, 1, 1)
+    inline_command = store.read(lambda tx: tx.outbox.get(ran.id))
+    assert inline_command is not None and inline_command.status is CommandStatus.DELIVERED  # nothing claimable
+    assert ran.result == {"reserved": "o-1", "steps": {"charge": {"charge_id": "ch_1"}}}
+
+
+def test_inline_does_not_count_attempts(store: Store, ledger: Ledger) -> None:
+    host = make_host(store, charge_action(Spy()), Scripted(ledger))
+    ran = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k", mode=Inline())
+    assert ran.status is InvocationStatus.SUCCEEDED and ran.attempt_count == 0
+
+
+def test_new_row_stores_full_binding(store: Store, ledger: Ledger) -> None:
+    host = make_host(store, charge_action(Spy(), version=3), Scripted(ledger))
+    queued = host.submit("shop.charge", PARAMS, actor="u1", authority="role:cashier", idempotency_key="k")
+    record = store.read(lambda tx: tx.host.get_invocation(queued.id))
+    assert record is not None
+    assert record.action_version == 3 and record.binding_digest.startswith("bd1:")
+    assert record.params_digest.startswith("cp1:") and record.params == PARAMS
+    assert queued.id == idempotency.invocation_id("default", "default", "shop.charge", "k")
+
+
+def test_same_key_same_binding_returns_existing(store: Store, ledger: Ledger) -> None:
+    spy = Spy()
+    host = make_host(store, charge_action(spy), Scripted(ledger))
+    first = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k", mode=Inline())
+    again = host.submit("shop.charge", dict(PARAMS), actor="u1", idempotency_key="k", mode=Inline())
+    dispatched_again = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k", mode=Dispatch())
+    assert first.id == again.id == dispatched_again.id and spy.calls == 1 and len(ledger.requests) == 1
+    assert len(host.list()) == 1
+
+
+@pytest.mark.parametrize("field, change", [("actor", {"actor": "u2"}), ("authority", {"authority": "role:x"})])
+def test_same_key_other_actor_conflicts(store: Store, ledger: Ledger, field: str, change: dict[str, str]) -> None:
+    spy = Spy()
+    host = make_host(store, charge_action(spy), Scripted(ledger))
+    host.submit("shop.charge", PARAMS, actor="u1", authority="role:cashier", idempotency_key="k")
+    arguments = {"actor": "u1", "authority": "role:cashier", **change}
+    with pytest.raises(IdempotencyConflict) as raised:
+        host.submit("shop.charge", PARAMS, idempotency_key="k", mode=Inline(), **arguments)
+    assert raised.value.field == field and spy.calls == 0
+
+
+def test_same_key_other_action_version_conflicts(store: Store, ledger: Ledger) -> None:
+    old, new = charge_action(Spy(), version=1), charge_action(Spy(), version=2)
+    host = make_host(store, old, Scripted(ledger))
+    host.actions.register(new)
+    host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k", version=1)
+    with pytest.raises(IdempotencyConflict) as raised:
+        host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k")  # the newest version, 2
+    assert raised.value.field == "action_version"
+
+
+def test_same_key_other_params_conflicts(store: Store, ledger: Ledger) -> None:
+    host = make_host(store, charge_action(Spy()), Scripted(ledger))
+    host.submit("shop.charge", {"order_id": "o-1", "amount_cents": 4711}, actor="u1", idempotency_key="k")
+    with pytest.raises(IdempotencyConflict) as raised:
+        host.submit("shop.charge", {"order_id": "o-1", "amount_cents": 200}, actor="u1", idempotency_key="k")
+    assert raised.value.field == "parameters" and "4711" not in str(raised.value)
+
+
+def test_param_key_order_irrelevant(store: Store, ledger: Ledger) -> None:
+    host = make_host(store, charge_action(Spy()), Scripted(ledger))
+    a = host.submit("shop.charge", {"order_id": "o-1", "amount_cents": 5}, actor="u1", idempotency_key="k")
+    b = host.submit("shop.charge", {"amount_cents": 5, "order_id": "o-1"}, actor="u1", idempotency_key="k")
+    assert a.id == b.id
+
+
+def test_digest_version_is_respected(store: Store, ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    host = make_host(store, charge_action(Spy()), Scripted(ledger))
+    first = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k")
+    monkeypatch.setitem(idempotency.DIGESTS, "cp2", lambda params: "cp2:" + "f" * 64)
+    monkeypatch.setattr(idempotency, "PARAMS_DIGEST_VERSION", "cp2")
+    assert host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k").id == first.id  # compared by cp1
+    fresh = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k2")
+    record = store.read(lambda tx: tx.host.get_invocation(fresh.id))
+    assert record is not None and record.params_digest == "cp2:" + "f" * 64
+
+
+def test_invalid_params_are_refused_before_anything_is_stored(store: Store, ledger: Ledger) -> None:
+    host = make_host(store, charge_action(Spy()), Scripted(ledger))
+    with pytest.raises(InvalidInput):
+        host.submit("shop.charge", {"order_id": "o-1", "amount_cents": -1}, actor="u1", idempotency_key="k")
+    with pytest.raises(InvalidInput):
+        host.submit("shop.unknown", PARAMS, actor="u1", idempotency_key="k")
+    assert host.list() == []
+
+
+def test_concurrent_same_key_single_invocation(backend: StoreBackend, ledger: Ledger) -> None:
+    backend.migrated()
+    hosts = [make_host(backend.migrated(), charge_action(Spy()), Scripted(ledger)) for _ in range(8)]
+    barrier = threading.Barrier(8)
+    ids: list[str] = []
+    errors: list[BaseException] = []
+
+    def body(index: int) -> None:
+        try:
+            barrier.wait()
+            ids.append(hosts[index].submit("shop.charge", PARAMS, actor="u1", idempotency_key="same").id)
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors, errors
+    assert len(set(ids)) == 1 and len(ids) == 8
+    assert len(hosts[0].list()) == 1
+    counts = hosts[0].store.read(lambda tx: tx.outbox.count_by_status())
+    assert counts == {CommandStatus.PENDING: 1}
+
+
+def test_execute_of_an_invocation_this_host_does_not_hold_is_refused(store: Store, ledger: Ledger) -> None:
+    host = make_host(store, charge_action(Spy()), Scripted(ledger))
+    queued = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k")
+    with pytest.raises(Conflict):
+        host.execute(queued.id)
