@@ -76,7 +76,9 @@ class IdempotencyConflict(Conflict):
     """
 
     def __init__(self, field: str) -> None:
-        super().__init__(f"idempotency key already used with a different {field.replace('_', ' ')}")
+        other = {"action_version": "another action version", "actor": "another actor",
+                 "authority": "another authority", "parameters": "other parameters"}.get(field, f"another {field}")
+        super().__init__(f"idempotency key already used with {other}")
         self.field = field
 
 

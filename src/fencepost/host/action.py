@@ -111,7 +111,8 @@ class AdapterStep:
         name: unique within the action (1..100 chars of ``[a-z0-9_-]``); names its crash points.
         adapter: the adapter's ``type`` (resolved when the step runs, G10). operation: what it asks for.
         input: builds the step's input from the params (default: the params as JSON). timeout: the step's
-            deadline for each call (None: none). retry: the retry helper's bounds.
+            deadline, counted from its first call and spanning the retry helper's attempts and waits (None: none);
+            a retry that would start past it fails with no call (F18). retry: the retry helper's bounds.
     """
 
     name: str
