@@ -1,5 +1,5 @@
 """Small adapters, actions and helpers of the host tests (``conftest.py`` holds their fixtures): a recording
-provider ledger, scripted adapters that count their calls, a worker that runs ``host.invoke`` once, and a
+provider ledger, scripted adapters that count their calls, a worker that runs host invocations once, and a
 crash that nothing catches."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from fencepost.host import Action, AdapterCall, AdapterStep, Host, HostConfig, RetryPolicy, Succeeded
 from fencepost.host.action import HandlerContext
+from fencepost.host.handler import kind_of
 from fencepost.outbox.handlers import HandlerRegistry
 from fencepost.outbox.worker import Worker, WorkerConfig
 from fencepost.store.base import Store
@@ -102,10 +103,16 @@ def make_host(store: Store, action: Action, *adapters: Any, recovery: int = 5, l
                 config=HostConfig(recovery_max_attempts=recovery, lease_seconds=lease))
 
 
-def run_worker(host: Host, backend: StoreBackend, store: Store | None = None) -> int:
-    """One claim of ``host.invoke`` commands by a fresh worker, handled to their end; how many it claimed."""
+def run_worker(host: Host, backend: StoreBackend, store: Store | None = None, *,
+               serve: tuple[str, int] | None = None) -> int:
+    """One claim of host invocation commands by a fresh worker, handled to their end; how many it claimed.
+
+    ``serve``: also serve this ``(action id, version)`` with the host's handler even though the host does not
+    define it (a worker whose registration outlived its action: the unknown-action and budget paths)."""
     registry = HandlerRegistry()
     host.register(registry)
+    if serve is not None:
+        registry.register(kind_of(*serve), host.handler(), max_deliveries=host.config.recovery_max_attempts)
     worker = Worker(store or host.store, registry, WorkerConfig(poll_interval=0.01, lease_seconds=backend.short_lease,
                                                                 grace_seconds=0))
     try:

@@ -16,7 +16,7 @@ from helpers.waiting import wait_until
 
 APP = textwrap.dedent('''
     from pydantic import BaseModel
-    from fencepost.host import Action, AdapterStep, Host, Succeeded
+    from fencepost.host import Action, AdapterStep, Host, PermanentFailure, Succeeded
 
     class Params(BaseModel):
         order_id: str
@@ -24,6 +24,8 @@ APP = textwrap.dedent('''
     class Echo:
         type, vendor = "echo", "local"
         def execute(self, call):
+            if call.input["order_id"] == "decline":
+                return PermanentFailure("card declined")
             return Succeeded({"key": call.adapter_invocation_id[:6], "order": call.input["order_id"]})
 
     ACTION = Action(id="shop.echo", version=1, params=Params, handler=lambda ctx, p: {"order": p.order_id},
@@ -101,3 +103,35 @@ def test_docs_warn_against_secrets_in_params() -> None:
     assert "you must cap your own retries" in text  # A6
     for status in ("succeeded", "failed", "reconciliation_required", "recovery attempts exhausted (n/max)"):
         assert status in text
+
+
+def test_show_names_what_was_submitted_the_provider_key_and_the_events(app_dir: Path) -> None:
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    ran = run_cli(["host", "submit", "shop.echo", "--app", "shopapp:make", "--params", '{"order_id": "o-9"}',
+                   "--key", "k9", "--authority", "role:cashier", "--inline", "--json", "-d", url], cwd=app_dir)
+    view = json.loads(ran.stdout)
+    shown = json.loads(run_cli(["host", "show", view["id"], "--json", "-d", url], cwd=app_dir).stdout)
+    assert shown["params"] == {"order_id": "o-9"} and shown["authority"] == "role:cashier"
+    assert shown["params_digest"].startswith("cp1:")
+    assert [e["type"] for e in shown["events"]] == ["ActionInvocationStarted", "AdapterInvocationSucceeded",
+                                                    "ActionInvocationSucceeded"]
+    text = run_cli(["host", "show", view["id"], "-d", url], cwd=app_dir).stdout
+    key = shown["steps"][0]["adapter_invocation_id"]
+    assert f"provider key {key}" in text and "role:cashier" in text and "ActionInvocationSucceeded" in text
+
+
+def test_an_inline_run_that_did_not_succeed_exits_1(app_dir: Path) -> None:
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    ran = run_cli(["host", "submit", "shop.echo", "--app", "shopapp:make", "--params", '{"order_id": "decline"}',
+                   "--key", "kd", "--inline", "--json", "-d", url], cwd=app_dir)
+    assert ran.returncode == 1, ran.describe()
+    assert json.loads(ran.stdout)["status"] == "failed"
+
+
+def test_list_never_cuts_an_id_or_a_verdict_in_a_narrow_terminal(app_dir: Path) -> None:
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    ran = run_cli(["host", "submit", "shop.echo", "--app", "shopapp:make", "--params", '{"order_id": "decline"}',
+                   "--key", "kn", "--inline", "--json", "-d", url], cwd=app_dir)
+    invocation_id = json.loads(ran.stdout)["id"]
+    listed = run_cli(["host", "list", "-d", url], cwd=app_dir, env={**subprocess_env(), "COLUMNS": "60"})
+    assert invocation_id in listed.stdout and "failed" in listed.stdout, listed.stdout

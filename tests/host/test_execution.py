@@ -18,6 +18,7 @@ from fencepost.host import (
     TransientFailure,
 )
 from fencepost.host.adapter import AdapterCall
+from fencepost.host.handler import kind_of
 from fencepost.store.base import Store
 from fencepost.store.faults import FaultInjectingStore
 from helpers.store_backends import StoreBackend
@@ -145,7 +146,8 @@ def test_stale_worker_cannot_borrow_new_token(store: Store, backend: StoreBacken
     def take_over(call: AdapterCall) -> None:
         if not taken:
             backend.expire()
-            taken.extend(store.transact(lambda tx: tx.outbox.claim(owner="B", kinds=["host.invoke"], limit=1,
+            kinds = [kind_of("shop.charge", 1)]
+            taken.extend(store.transact(lambda tx: tx.outbox.claim(owner="B", kinds=kinds, limit=1,
                                                                     lease_seconds=backend.short_lease)))
 
     adapter = Scripted(ledger, before=take_over)

@@ -12,6 +12,7 @@ import pytest
 from fencepost.core.statuses import AdapterStatus, InvocationStatus
 from fencepost.host import Ambiguous, Host
 from fencepost.host.action import StepInputContext
+from fencepost.host.handler import kind_of
 from fencepost.store.base import Store
 from helpers.store_backends import StoreBackend
 from host.kit import PARAMS, Crash, Ledger, Scripted, Spy, charge_action, events_of, make_host, run_worker
@@ -128,7 +129,7 @@ def test_budget_check_precedes_resolution(store: Store, backend: StoreBackend, l
     run_worker(host, backend)
     backend.expire()
     bare = Host(store, actions=[], adapters=[], config=host.config)
-    run_worker(bare, backend)
+    run_worker(bare, backend, serve=("shop.charge", 1))
     done = host.get(queued.id)
     assert done.status is InvocationStatus.RECONCILIATION_REQUIRED and done.error == "recovery attempts exhausted (2/1)"
 
@@ -137,7 +138,7 @@ def test_unknown_action_on_recovery_fails_only_without_recorded_effects(store: S
                                                                         ledger: Ledger) -> None:
     host, _, _, invocation_id = interrupted(store, backend, ledger, "none", idempotent=True)
     bare = Host(store, actions=[], adapters=[], config=host.config)
-    run_worker(bare, backend)
+    run_worker(bare, backend, serve=("shop.charge", 1))
     done = host.get(invocation_id)
     assert done.status is InvocationStatus.FAILED and done.error == "unknown action shop.charge version 1"  # A18
 
@@ -157,7 +158,7 @@ def test_killed_claims_consume_budget(store: Store, backend: StoreBackend, ledge
     host = make_host(store, charge_action(Spy(), idempotent=True), adapter, recovery=2)
     queued = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k")
     for _ in range(2):  # a claim, then nothing: the worker died before reaching anything
-        claimed = store.transact(lambda tx: tx.outbox.claim(owner="dies", kinds=["host.invoke"], limit=1,
+        claimed = store.transact(lambda tx: tx.outbox.claim(owner="dies", kinds=[kind_of("shop.charge", 1)], limit=1,
                                                              lease_seconds=backend.short_lease))
         assert len(claimed) == 1
         backend.expire()

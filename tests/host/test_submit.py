@@ -11,7 +11,7 @@ from fencepost.core.statuses import CommandStatus, InvocationMode, InvocationSta
 from fencepost.host import Dispatch, Inline, idempotency
 from fencepost.store.base import Store
 from helpers.store_backends import StoreBackend
-from host.kit import PARAMS, Ledger, Scripted, Spy, charge_action, make_host
+from host.kit import PARAMS, Ledger, Scripted, Spy, charge_action, make_host, run_worker
 
 
 def test_submit_dispatch_creates_command_and_inline_runs_now(store: Store, ledger: Ledger) -> None:
@@ -20,7 +20,8 @@ def test_submit_dispatch_creates_command_and_inline_runs_now(store: Store, ledge
     queued = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k1", mode=Dispatch())
     assert (queued.status, queued.mode, spy.calls) == (InvocationStatus.PENDING, InvocationMode.DISPATCH, 0)
     command = store.read(lambda tx: tx.outbox.get(queued.id))
-    assert command is not None and command.kind == "host.invoke" and command.status is CommandStatus.PENDING
+    assert command is not None and command.status is CommandStatus.PENDING
+    assert command.kind == "host.invoke:shop.charge@1"  # one kind per action version (ADR 0022)
     ran = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k2", mode=Inline())
     assert (ran.status, spy.calls, len(ledger.charges)) == (InvocationStatus.SUCCEEDED, 1, 1)
     inline_command = store.read(lambda tx: tx.outbox.get(ran.id))
@@ -141,3 +142,17 @@ def test_execute_of_an_invocation_this_host_does_not_hold_is_refused(store: Stor
     queued = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k")
     with pytest.raises(Conflict):
         host.execute(queued.id)
+
+
+def test_a_worker_never_claims_an_action_version_its_host_does_not_define(store: Store, backend: StoreBackend,
+                                                                          ledger: Ledger) -> None:
+    """A deploy moved to version 2 (or another team's worker shares the database): its workers leave version 1's
+    invocations pending instead of failing them as unknown; a worker that defines version 1 then runs them."""
+    old = make_host(store, charge_action(Spy(), version=1), Scripted(ledger))
+    queued = old.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k")
+    newer = make_host(store, charge_action(Spy(), version=2), Scripted(ledger))
+    for _ in range(3):
+        assert run_worker(newer, backend) == 0
+    assert old.get(queued.id).status is InvocationStatus.PENDING and old.get(queued.id).attempt_count == 0
+    assert run_worker(old, backend) == 1
+    assert old.get(queued.id).status is InvocationStatus.SUCCEEDED and len(ledger.charges) == 1

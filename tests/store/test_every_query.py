@@ -159,7 +159,7 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
     assert [w.id for w in store.transact(lambda tx: tx.workers.expire(0))] == ["every-query-2"]
     # The action host and its event log (ADR 0022): a dispatched and an inline invocation, adapter rows, events.
     lease = host_contract.running(store, "inv-every-query", 30)
-    store.transact(lambda tx: tx.outbox.insert_leased(command_id="inv-inline", kind="host.invoke", payload={},
+    store.transact(lambda tx: tx.outbox.insert_leased(command_id="inv-inline", kind=host_contract.KIND, payload={},
                                                       owner="caller", lease_seconds=30))
     assert host_contract.create(store, "inv-every-query", lease, "ai-every-query")
     assert host_contract.update(store, "inv-every-query", lease, "ai-every-query", AdapterStatus.SUCCEEDED,

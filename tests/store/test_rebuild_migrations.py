@@ -390,7 +390,7 @@ def test_shipped_0004_rebuilds_commands_keeping_every_row_and_admits_delivery_ze
     assert store.read(lambda tx: raw(tx, "PRAGMA foreign_key_check")) == [] and store.physical_checks() == []
     assert pragma(store, "foreign_keys") == 1
     assert_references_enforced(store)
-    store.transact(lambda tx: tx.outbox.insert_leased(command_id="inv_1", kind="host.invoke", payload={},
+    store.transact(lambda tx: tx.outbox.insert_leased(command_id="inv_1", kind="host.invoke:shop.charge@1", payload={},
                                                       owner="caller", lease_seconds=30))
     with pytest.raises(Conflict, match="CHECK"):
         store.transact(lambda tx: tx.outbox.insert_leased(command_id="c_1", kind="other", payload={},

@@ -65,16 +65,35 @@ def _view_json(view: InvocationView) -> dict[str, Any]:
     return view.as_json()
 
 
-def _show_text(view: InvocationView) -> None:
-    render.console.print(f"{view.id}  {view.action_id} v{view.action_version}  {render.styled(str(view.status))}"
-                         f"  attempts {view.attempt_count}  key {view.idempotency_key}")
+def _events(store: Store, view: InvocationView) -> list[dict[str, Any]]:
+    """The lifecycle events recorded about the invocation and its steps, in sequence order."""
+    subjects = {view.id, *(step.adapter_invocation_id for step in view.steps)}
+    events = store.read(lambda tx: tx.events.list_events(tenant_id=view.tenant_id, space_id=view.space_id))
+    return [{"id": e.id, "sequence": e.sequence, "type": e.type, "subject": e.subject.subject_id,
+             "occurred_at": e.occurred_at.isoformat()} for e in events if e.subject.subject_id in subjects]
+
+
+def _show_text(view: InvocationView, events: list[dict[str, Any]] | None = None) -> None:
+    print_ = render.console.print
+    print_(f"{view.id}  {view.action_id} v{view.action_version}  {render.styled(str(view.status))}"
+           f"  attempts {view.attempt_count}  key {view.idempotency_key}")
+    print_(f"  submitted by {view.actor}" + (f" under {view.authority}" if view.authority else "")
+           + f", {view.mode}, {view.created_at.isoformat()}", markup=False)
+    print_(f"  params {jsonlib.dumps(view.params, sort_keys=True)}  ({view.params_digest})", markup=False)
     if view.error:
-        render.console.print(f"  error: {view.error}")
+        print_(f"  error: {view.error}", markup=False)
     if view.reconciliation:
-        render.console.print(f"  reconciliation: {jsonlib.dumps(view.reconciliation, sort_keys=True)}")
+        print_(f"  reconciliation: {jsonlib.dumps(view.reconciliation, sort_keys=True)}", markup=False)
     for step in view.steps:
-        ref = f"  ext {step.external_reference}" if step.external_reference else ""
-        render.console.print(f"  step {step.name:<16} {step.status:<10} attempts {step.attempts}{ref}")
+        ref = f"  external reference {step.external_reference}" if step.external_reference else ""
+        print_(f"  step {step.name} {step.status}  attempts {step.attempts}  provider key "
+               f"{step.adapter_invocation_id}{ref}", markup=False)
+        if step.output:
+            print_(f"    output {jsonlib.dumps(step.output, sort_keys=True)}", markup=False)
+        if step.error:
+            print_(f"    error {step.error}", markup=False)
+    for event in events or []:
+        print_(f"  event {event['sequence']:>4} {event['type']}  {event['occurred_at']}", markup=False)
 
 
 @app.command("submit")
@@ -92,7 +111,14 @@ def submit(
     database: DatabaseOpt = DEFAULT_URL,
     json: JsonOpt = False,
 ) -> None:
-    """Submit ACTION with --params under --key; print the invocation (pending, or its verdict with --inline)."""
+    """Submit ACTION with --params under --key (required); print the invocation.
+
+    Dispatched (the default), the invocation is pending until a worker serving this action runs it. With
+    --inline it runs now and its verdict is printed. Exit 0: submitted, or succeeded inline (also for a
+    replay of the key, which returns the existing invocation); 1: an inline run ended failed or
+    reconciliation_required; 2: bad input; 3: the key is bound to other params, actor, authority or action
+    version.
+    """
     with opened(database) as store, handled():
         try:
             parsed = jsonlib.loads(params)
@@ -106,15 +132,19 @@ def submit(
         view = host.submit(action, parsed, actor=actor, authority=authority, idempotency_key=key, tenant=tenant,
                            space=space, mode=Inline() if inline else Dispatch())
     emit(json, _view_json(view), lambda: _show_text(view))
+    if inline and view.status in (InvocationStatus.FAILED, InvocationStatus.RECONCILIATION_REQUIRED):
+        raise typer.Exit(1)
 
 
 @app.command("show")
 def show(invocation_id: Annotated[str, typer.Argument(help="The invocation id.")],
          database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
-    """Show one invocation: its verdict, evidence, attempt count and steps."""
+    """Show one invocation: who submitted what (params, authority), its verdict and evidence, its attempt count,
+    its steps with the provider key to look each one up at the provider, and its lifecycle events."""
     with opened(database) as store, handled():
         view = Host(store).get(invocation_id)
-    emit(json, _view_json(view), lambda: _show_text(view))
+        events = _events(store, view)
+    emit(json, {**_view_json(view), "events": events}, lambda: _show_text(view, events))
 
 
 @app.command("list")
@@ -138,8 +168,10 @@ def list_invocations(
 
     def text() -> None:
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-        for column in ("id", "action", "status", "attempts", "key", "error"):
-            table.add_column(column)
+        for column in ("id", "action", "status"):  # never cut: an operator copies the id, reads the verdict
+            table.add_column(column, no_wrap=True, overflow="ignore")
+        for column in ("attempts", "key", "error"):
+            table.add_column(column, overflow="fold")
         for v in views:
             table.add_row(v.id, f"{v.action_id} v{v.action_version}", render.styled(str(v.status)),
                           str(v.attempt_count), v.idempotency_key, (v.error or "")[:60])

@@ -18,11 +18,11 @@ from fencepost.host.adapter import (
     TimedOut,
     TransientFailure,
 )
-from fencepost.host.handler import KIND
+from fencepost.host.handler import KIND_PREFIX, kind_of
 from fencepost.host.service import Dispatch, Host, HostConfig, Inline, InvocationView, StepView
 
 __all__ = [
-    "KIND",
+    "KIND_PREFIX",
     "Accepted",
     "Action",
     "Adapter",
@@ -45,4 +45,5 @@ __all__ = [
     "Succeeded",
     "TimedOut",
     "TransientFailure",
+    "kind_of",
 ]

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from fencepost.core.errors import InvalidInput, NotFound
 
-_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,199}$")
+_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,79}$")  # with the version, the command kind fits 100 chars
 _STEP = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
 
 
@@ -136,7 +136,7 @@ class Action:
     """An action definition (host-spec A1).
 
     Attributes:
-        id: ``[a-z0-9._-]``, 1..200 chars. version: >= 1; a changed definition is a new version.
+        id: ``[a-z0-9._-]``, 1..80 chars. version: 1..999999; a changed definition is a new version.
         params: the pydantic model that validates submitted params (validated params are what is digested and
             stored, B6). result: an optional model the final result must satisfy.
         handler: ``handler(ctx, params) -> mapping | model | None``; raise ``DecisionRequired`` to ask an operator.
@@ -157,9 +157,9 @@ class Action:
 
     def __post_init__(self) -> None:
         if not _ID.match(self.id):
-            raise InvalidInput(f"action id {self.id!r} must be 1 to 200 characters of a-z, 0-9, '.', '_' and '-'")
-        if isinstance(self.version, bool) or not isinstance(self.version, int) or self.version < 1:
-            raise InvalidInput(f"action {self.id}: the version is an integer >= 1")
+            raise InvalidInput(f"action id {self.id!r} must be 1 to 80 characters of a-z, 0-9, '.', '_' and '-'")
+        if isinstance(self.version, bool) or not isinstance(self.version, int) or not 1 <= self.version <= 999_999:
+            raise InvalidInput(f"action {self.id}: the version is an integer from 1 to 999999")
         if not (isinstance(self.params, type) and issubclass(self.params, BaseModel)):
             raise InvalidInput(f"action {self.id}: params must be a pydantic model class")
         if self.result is not None and not (isinstance(self.result, type) and issubclass(self.result, BaseModel)):

@@ -18,8 +18,19 @@ from fencepost.outbox.handlers import DeliveryBudget
 from fencepost.store.host_records import InvocationVerdict
 from fencepost.store.ports import FencedUnit
 
-#: The outbox command kind of an action invocation (ADR 0022).
-KIND = "host.invoke"
+#: Every action invocation's outbox command kind starts so (ADR 0022): ``host.invoke:<action id>@<version>``.
+KIND_PREFIX = "host.invoke:"
+
+
+def kind_of(action_id: str, version: int) -> str:
+    """The outbox command kind of invocations of ``action_id`` at ``version`` (ADR 0022).
+
+    One kind per action version, so a worker claims only invocations it can run: a worker whose host does not
+    define an action (another team's app, a deploy that moved to version 2) never claims them, and they stay
+    ``pending`` for a worker that does, as a task queue routes by type. At most 100 characters (the
+    ``commands.kind`` bound), which the action id and version limits keep.
+    """
+    return f"{KIND_PREFIX}{action_id}@{version}"
 _OPEN = frozenset({InvocationStatus.PENDING, InvocationStatus.RUNNING})
 
 
@@ -30,7 +41,7 @@ def budget_error(budget: DeliveryBudget) -> str:
 
 
 class HostHandler:
-    """``Handler`` and ``BudgetAware`` for ``host.invoke`` commands (``fencepost.outbox.handlers``)."""
+    """``Handler`` and ``BudgetAware`` for ``host.invoke:*`` commands (``fencepost.outbox.handlers``)."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime

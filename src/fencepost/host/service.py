@@ -31,7 +31,7 @@ from fencepost.core.statuses import AdapterStatus, InvocationMode, InvocationSta
 from fencepost.host.action import Action, ActionRegistry
 from fencepost.host.adapter import Adapter
 from fencepost.host.execution import Execution, Runtime
-from fencepost.host.handler import KIND, HostHandler
+from fencepost.host.handler import HostHandler, kind_of
 from fencepost.host.idempotency import binding_digest, check_replay, invocation_id, params_digest
 from fencepost.host.lifecycle import STARTED, invocation_event
 from fencepost.outbox.context import CommandContext
@@ -104,6 +104,9 @@ class InvocationView:
     action_version: int
     idempotency_key: str
     actor: str
+    authority: str
+    params: dict[str, Any]
+    params_digest: str
     mode: InvocationMode
     status: InvocationStatus
     error: str | None
@@ -119,6 +122,7 @@ class InvocationView:
         """Plain JSON (instants as ISO 8601 text)."""
         return {"id": self.id, "tenant_id": self.tenant_id, "space_id": self.space_id, "action_id": self.action_id,
                 "action_version": self.action_version, "idempotency_key": self.idempotency_key, "actor": self.actor,
+                "authority": self.authority, "params": self.params, "params_digest": self.params_digest,
                 "mode": str(self.mode), "status": str(self.status), "error": self.error, "result": self.result,
                 "reconciliation": self.reconciliation, "attempt_count": self.attempt_count,
                 "lease_owner": self.lease_owner, "created_at": self.created_at.isoformat(),
@@ -134,7 +138,8 @@ def view(record: InvocationRecord, rows: Iterable[AdapterRecord]) -> InvocationV
                   for r in sorted(rows, key=lambda r: r.step_index))
     return InvocationView(id=record.id, tenant_id=record.tenant_id, space_id=record.space_id,
                           action_id=record.action_id, action_version=record.action_version,
-                          idempotency_key=record.idempotency_key, actor=record.actor, mode=record.mode,
+                          idempotency_key=record.idempotency_key, actor=record.actor, authority=record.authority,
+                          params=record.params, params_digest=record.params_digest, mode=record.mode,
                           status=record.status, error=record.error, result=record.result,
                           reconciliation=record.reconciliation, attempt_count=record.attempt_count,
                           lease_owner=record.lease_owner, created_at=record.created_at,
@@ -172,8 +177,12 @@ class Host:
         return HostHandler(self.runtime)
 
     def register(self, registry: HandlerRegistry) -> None:
-        """Serve ``host.invoke`` on ``registry`` with the recovery budget as its delivery budget (H1, H12)."""
-        registry.register(KIND, self.handler(), max_deliveries=self.config.recovery_max_attempts)
+        """Serve the invocations of every action version of this host on ``registry`` (one command kind each,
+        ``kind_of``), with the recovery budget as their delivery budget (H1, H12)."""
+        handler = self.handler()
+        for action in self.actions:
+            registry.register(kind_of(action.id, action.version), handler,
+                              max_deliveries=self.config.recovery_max_attempts)
 
     # ── submission ──
     def submit(self, action_id: str, params: Any, *, actor: str, idempotency_key: str, authority: str = "",
@@ -220,18 +229,20 @@ class Host:
             mode=InvocationMode.INLINE if inline else InvocationMode.DISPATCH,
             status=InvocationStatus.RUNNING if inline else InvocationStatus.PENDING)
 
+        kind = kind_of(action.id, action.version)
+
         def unit(tx: UnitOfWork) -> tuple[InvocationRecord, ClaimedCommand | None]:
             existing = tx.host.find_invocation(tenant_id=tenant, space_id=space, action_id=action.id,
                                                idempotency_key=idempotency_key)
             if existing is None and tx.host.insert_invocation(new):
                 if inline:
-                    lease = tx.outbox.insert_leased(command_id=new.id, kind=KIND, payload={"invocation_id": new.id},
+                    lease = tx.outbox.insert_leased(command_id=new.id, kind=kind, payload={"invocation_id": new.id},
                                                     owner=self.owner, lease_seconds=self.config.lease_seconds)
                     stored = tx.host.get_invocation(new.id)
                     assert stored is not None
                     tx.events.append_event_with_outbox(invocation_event(stored, STARTED, {"mode": "inline"}))
-                    return stored, ClaimedCommand(new.id, KIND, {"invocation_id": new.id}, lease)
-                tx.outbox.insert(command_id=new.id, kind=KIND, payload={"invocation_id": new.id})
+                    return stored, ClaimedCommand(new.id, kind, {"invocation_id": new.id}, lease)
+                tx.outbox.insert(command_id=new.id, kind=kind, payload={"invocation_id": new.id})
                 stored = tx.host.get_invocation(new.id)
                 assert stored is not None
                 return stored, None

@@ -41,7 +41,7 @@ from fencepost.store.ports import UnitOfWork
 from fencepost.store.records import Lease
 from fencepost.testing.backend import ContractHarness, StoreContract
 
-KIND = "host.invoke"
+KIND = "host.invoke:shop.charge@1"  # the command kind of one action version (fencepost.host.kind_of)
 TENANT, SPACE = "acme", "shop"
 
 

@@ -40,7 +40,7 @@ CREATE TABLE commands (
         CHECK ((status IN ('DELIVERED', 'FAILED', 'ABORTED')) = (finished_at IS NOT NULL)),
     -- A host invocation's command may be held by its inline caller at delivery 0 (migration 0004, ADR 0022).
     CONSTRAINT commands_delivered_once
-        CHECK (status = 'PENDING' OR delivery_count >= 1 OR status = 'ABORTED' OR kind = 'host.invoke')
+        CHECK (status = 'PENDING' OR delivery_count >= 1 OR status = 'ABORTED' OR kind LIKE 'host.invoke:%')
 );
 
 -- Claim scans are index-driven: due PENDING rows by available_at, expired PROCESSING rows by lease_until.

@@ -23,7 +23,7 @@ CREATE TABLE "commands" (
     CHECK ((status IN ('DELIVERED', 'FAILED', 'ABORTED')) = (finished_at IS NOT NULL)),
     -- Claimed at least once unless PENDING or ABORTED; a host invocation's command may be held by its
     -- inline caller at delivery 0 (migration 0004, ADR 0022: attempt_count counts worker claims only).
-    CHECK (status = 'PENDING' OR delivery_count >= 1 OR status = 'ABORTED' OR kind = 'host.invoke')
+    CHECK (status = 'PENDING' OR delivery_count >= 1 OR status = 'ABORTED' OR kind LIKE 'host.invoke:%')
 );
 
 -- Claim scans are index-driven: due PENDING rows by available_at, expired PROCESSING rows by lease_until.

@@ -135,4 +135,4 @@ CREATE INDEX host_event_outbox_due ON host_event_outbox (status, available_at);
 -- delivery 0, held by the caller that runs it now; every other kind still needs a claim first.
 ALTER TABLE commands DROP CONSTRAINT commands_delivered_once,
     ADD CONSTRAINT commands_delivered_once
-        CHECK (status = 'PENDING' OR delivery_count >= 1 OR status = 'ABORTED' OR kind = 'host.invoke');
+        CHECK (status = 'PENDING' OR delivery_count >= 1 OR status = 'ABORTED' OR kind LIKE 'host.invoke:%');

@@ -138,7 +138,7 @@ CREATE TABLE new_commands (
     CHECK ((status IN ('DELIVERED', 'FAILED', 'ABORTED')) = (finished_at IS NOT NULL)),
     -- Claimed at least once unless PENDING or ABORTED; a host invocation's command may be held by its
     -- inline caller at delivery 0 (migration 0004, ADR 0022: attempt_count counts worker claims only).
-    CHECK (status = 'PENDING' OR delivery_count >= 1 OR status = 'ABORTED' OR kind = 'host.invoke')
+    CHECK (status = 'PENDING' OR delivery_count >= 1 OR status = 'ABORTED' OR kind LIKE 'host.invoke:%')
 );
 INSERT INTO new_commands (id, kind, payload, status, available_at, created_at, updated_at, lease_owner, lease_token, lease_until, last_heartbeat_at, delivery_count, finished_at, last_error)
 SELECT id, kind, payload, status, available_at, created_at, updated_at, lease_owner, lease_token, lease_until, last_heartbeat_at, delivery_count, finished_at, last_error FROM commands;
