@@ -245,3 +245,15 @@ def test_fencepost_workers_shows_two_live_workers_then_one_after_a_sigkill(migra
     assert [w["id"] for w in listed["expired"]] == ["worker-b"]
     first.stop_cleanly()
     assert migrated.cli("workers", "--json").json()["live"] == [], "a stopped worker removes its row"
+
+
+def test_a_burst_of_sigterms_stops_the_worker_and_never_hangs_it(migrated: Env) -> None:
+    """From the break-it trial: eight SIGTERMs back to back once deadlocked a worker for good (a signal handler
+    re-entered the lock an earlier handler held). It must end promptly every time: 0 when its graceful stop
+    (nothing in flight) finished before it saw the second signal, 130 when the second signal cut it short."""
+    for attempt in range(6):
+        worker = migrated.start_worker(f"burst-{attempt}")
+        wait_until(lambda w=worker: w.events("worker_started"), 30, what="the worker to start")
+        for _ in range(8):
+            worker.send(signal.SIGTERM)
+        assert worker.wait_exit(timeout=15) in (0, 130), worker.describe()

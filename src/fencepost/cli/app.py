@@ -172,26 +172,40 @@ def parse_time_limits(values: list[str]) -> dict[str, float]:
     return limits
 
 
-def stop_on_signals(w: Worker, *, exit_now: Callable[[], None]) -> None:
-    """The first SIGTERM or SIGINT stops ``w`` gracefully; the second interrupts it at once and calls
-    ``exit_now`` (the process exits 130 without waiting for anything that hangs)."""
+class StopSignals:
+    """SIGTERM and SIGINT, counted. The handler only counts: it runs on the main thread between any two
+    bytecodes, possibly while that thread holds a lock (inside ``threading.Event.set`` of an earlier stop), so
+    a handler that itself stopped the worker could deadlock on that lock (a burst of SIGTERMs did). The main
+    thread's wait loop (``run_until_stopped``) acts on the count instead: the first signal stops the worker
+    gracefully, the second interrupts it at once and calls ``exit_now``."""
 
-    def second(signum: int, frame: FrameType | None) -> None:
-        w.interrupt_now()
-        exit_now()
+    def __init__(self, exit_now: Callable[[], None]) -> None:
+        self.exit_now = exit_now
+        self.count = 0
+        self._acted = 0
 
-    def first(signum: int, frame: FrameType | None) -> None:
-        w.request_stop()
-        signal.signal(signal.SIGTERM, second)
-        signal.signal(signal.SIGINT, second)
+    def install(self) -> StopSignals:
+        signal.signal(signal.SIGTERM, self._count)
+        signal.signal(signal.SIGINT, self._count)
+        return self
 
-    signal.signal(signal.SIGTERM, first)
-    signal.signal(signal.SIGINT, first)
+    def _count(self, signum: int, frame: FrameType | None) -> None:
+        self.count += 1
+
+    def act(self, w: Worker) -> None:
+        """On the main thread, outside any handler: do what the signals received so far ask for, once each."""
+        if self.count >= 1 and self._acted < 1:
+            self._acted = 1
+            w.request_stop()
+        if self.count >= 2 and self._acted < 2:
+            self._acted = 2
+            w.interrupt_now()
+            self.exit_now()
 
 
-def run_until_stopped(w: Worker) -> None:
-    """Run ``w`` on its own thread while this (main) thread only waits: the signal handlers then run on a
-    thread that holds none of the worker's locks, so a stop never deadlocks with the loop it stops."""
+def run_until_stopped(w: Worker, signals: StopSignals | None = None) -> None:
+    """Run ``w`` on its own thread while this (main) thread only waits and acts on ``signals``: a stop then
+    runs on a thread that holds none of the worker's locks, so it never deadlocks with the loop it stops."""
     failure: list[BaseException] = []
 
     def body() -> None:
@@ -206,7 +220,9 @@ def run_until_stopped(w: Worker) -> None:
     thread.start()
     give_up: float | None = None
     while thread.is_alive():
-        thread.join(0.2)
+        thread.join(0.1)
+        if signals is not None:
+            signals.act(w)
         if w.stopping and give_up is None:
             give_up = time.monotonic() + w.config.grace_seconds + INTERRUPT_WAIT_SECONDS + 5.0
         if give_up is not None and time.monotonic() > give_up and thread.is_alive():
@@ -303,8 +319,7 @@ def worker(
             interrupted.set()
             last_resort()
 
-        stop_on_signals(w, exit_now=exit_now)
-        run_until_stopped(w)
+        run_until_stopped(w, StopSignals(exit_now).install())
     if interrupted.is_set():
         raise typer.Exit(130)
 
@@ -385,8 +400,14 @@ def rehearse(
         unfinished: str | None = None  # why rehearse stopped waiting: exit 1, like a blocked gate
         interrupted = threading.Event()
 
+        handled_signal = [False]
+
         def stop(signum: int, frame: FrameType | None) -> None:
-            # rehearse is interactive: Ctrl-C interrupts at once (nothing is recorded, the lease is released)
+            # rehearse is interactive: Ctrl-C interrupts at once (nothing is recorded, the lease is released).
+            # Once only: a second signal arriving inside this handler must not re-enter the locks it holds.
+            if handled_signal[0]:
+                return
+            handled_signal[0] = True
             interrupted.set()
             w.interrupt_now()
             exit_soon(130, 2.0)()

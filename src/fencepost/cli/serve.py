@@ -154,9 +154,10 @@ def serve(
 
         def stop_workers(signum: int, frame: FrameType | None) -> None:
             # uvicorn handles the signal itself, then re-raises it after its shutdown with the handlers it found:
-            # these, so the process goes on to stop the workers instead of dying with their leases held.
-            for w in pool:
-                w.request_stop(0.0)
+            # this one, so the process goes on to the ``finally`` below, which stops the workers, instead of
+            # dying with their leases held. It does nothing itself: a handler that took a lock could deadlock
+            # with the main thread it interrupted (StopSignals in cli/app.py).
+            return None
 
         signal.signal(signal.SIGTERM, stop_workers)
         signal.signal(signal.SIGINT, stop_workers)
