@@ -25,9 +25,9 @@ from helpers.store_backends import StoreBackend
 from host.kit import PARAMS, Ledger, Scripted, Spy, charge_action, events_of, make_host, run_worker
 
 
-def submit_and_run(store: Store, backend: StoreBackend, action: Any, adapter: Any) -> Any:
+def submit_and_run(store: Store, backend: StoreBackend, action: Any, adapter: Any, key: str = "k") -> Any:
     host = make_host(store, action, adapter)
-    queued = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k")
+    queued = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key=key)
     assert run_worker(host, backend) == 1
     return host.get(queued.id)
 
@@ -248,3 +248,26 @@ def test_wrapped_handler_error_is_handler_failure(backend: StoreBackend, ledger:
     done = submit_and_run(store, backend, charge_action(Spy(raises=ValueError("bad order"))), adapter)
     assert done.status is InvocationStatus.FAILED and done.error == "handler: ValueError: bad order"  # A9
     assert adapter.calls == []
+
+
+def test_a_charged_step_whose_output_cannot_be_stored_settles_at_once(store: Store, backend: StoreBackend,
+                                                                     ledger: Ledger) -> None:
+    """From the break-it trial: the provider charged, but the reply's output is not plain JSON. It is an
+    unreadable reply (F10): reconciliation_required at once, never a traceback and a row left running."""
+    adapter = Scripted(ledger, lambda call: Succeeded({"charge_id": {"ch_1"}}))
+    done = submit_and_run(store, backend, charge_action(Spy()), adapter)
+    assert done.status is InvocationStatus.RECONCILIATION_REQUIRED and "not plain JSON" in (done.error or "")
+    assert done.steps[0].status is AdapterStatus.AMBIGUOUS and len(ledger.charges) == 1
+
+
+def test_odd_errors_from_adapters_and_handlers_are_classified(store: Store, backend: StoreBackend,
+                                                             ledger: Ledger) -> None:
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no message")
+
+    failed = submit_and_run(store, backend, charge_action(Spy(raises=Unprintable())), Scripted(ledger))
+    assert failed.status is InvocationStatus.FAILED and failed.error == "handler: Unprintable"
+    refused = submit_and_run(store, backend, charge_action(Spy()), Scripted(ledger, GeneratorExit(), charges=False),
+                             key="k-gen")
+    assert refused.status is InvocationStatus.FAILED and "GeneratorExit" in (refused.error or "")

@@ -162,3 +162,22 @@ def test_an_error_whose_message_raises_is_still_classified() -> None:
             raise RuntimeError("no message")
 
     assert classify_error(Odd()).verdict is R
+
+
+@pytest.mark.parametrize("output", [{"x": {1, 2}}, {"x": b"raw"}, {"x": float("nan")}, {"x": object()}],
+                         ids=["set", "bytes", "nan", "object"])
+def test_a_success_whose_output_is_not_plain_json_is_unreadable(output: dict[str, Any]) -> None:
+    """From the break-it trial: such an output used to fail later, at the checkpoint write, with a traceback."""
+    for reply in (Succeeded(output), {"outcome": "success", "success": True, "output": output},
+                  Accepted("po_1", output)):
+        got = interpret_reply(reply)
+        assert got.verdict is U and "not plain JSON" in (got.reason or "")
+
+
+def test_an_output_nested_too_deep_to_store_is_unreadable() -> None:
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(100_000):
+        node["x"] = {}
+        node = node["x"]
+    assert interpret_reply(Succeeded(deep)).verdict is U

@@ -62,7 +62,7 @@ from fencepost.host.lifecycle import (
     invocation_event,
     step_event,
 )
-from fencepost.host.outcome import StepOutcome, StepVerdict, classify_error, interpret_reply
+from fencepost.host.outcome import StepOutcome, StepVerdict, classify_error, describe_error, interpret_reply
 from fencepost.host.recovery import Proceed, Settle, applied_summary, scan
 from fencepost.outbox.context import CommandContext
 from fencepost.store.host_records import (
@@ -94,7 +94,7 @@ class Runtime:
 
 class _HandlerRaised(Exception):
     def __init__(self, error: BaseException) -> None:
-        super().__init__(str(error))
+        super().__init__(describe_error(error))
         self.error = error
 
 
@@ -317,7 +317,7 @@ class Execution:
                 return self._settle(invocation, Verdict(
                     InvocationStatus.RECONCILIATION_REQUIRED, _text(f"handler: {raised.reason}"),
                     kind=ReconciliationKind.HANDLER_DECISION_REQUIRED))
-            text = f"handler: {type(raised).__name__}: {raised}" if str(raised) else f"handler: {type(raised).__name__}"
+            text = f"handler: {describe_error(raised)}"
             return self._fail(invocation, _text(text), [])
 
     def _step(self, invocation: InvocationRecord, step: AdapterStep, index: int, adapter_id: str,
@@ -389,7 +389,7 @@ class Execution:
                                attempt=call_number, deadline=deadline)
             try:
                 outcome = interpret_reply(adapter.execute(call))
-            except Exception as error:
+            except (Exception, GeneratorExit) as error:  # GeneratorExit: not the caller's to receive
                 outcome = classify_error(error, deadline_fired=deadline is not None and time.monotonic() >= deadline)
             crashpoint(f"host.step:{step.name}:after-provider-call")
             if outcome.verdict is not StepVerdict.RETRY:

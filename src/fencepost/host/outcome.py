@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from fencepost.core.canonical import canonical_json
 from fencepost.core.statuses import Outcome
 from fencepost.host.adapter import Accepted, Ambiguous, PermanentFailure, Succeeded, TimedOut, TransientFailure
 
@@ -157,12 +158,26 @@ def interpret_reply(reply: object) -> StepOutcome:
         output = {}
     if not isinstance(output, Mapping):
         return _unknown("uninterpretable reply: output is not an object", outcome)
+    try:
+        canonical_json(dict(output))  # what the checkpoint will store: plain JSON, or the reply is unreadable
+    except Exception as error:  # a set, bytes, NaN, an object, nesting too deep to store (RecursionError)
+        return _unknown(f"unreadable reply: its output is not plain JSON data ({type(error).__name__})", outcome)
     if outcome == ACCEPTED:
         reference = _text(fields.get("external_reference"))
         if reference is None:
             return _unknown("uninterpretable reply: a handoff without an external reference", outcome)
         return StepOutcome(StepVerdict.ACCEPTED, outcome=outcome, output=dict(output), external_reference=reference)
     return StepOutcome(StepVerdict.SUCCEEDED, outcome=outcome, output=dict(output))
+
+
+def describe_error(error: BaseException) -> str:
+    """``"Type: message"`` for the evidence, or ``"Type"`` when the message is empty or cannot be read (a
+    ``__str__`` that raises). Never raises."""
+    try:
+        message = str(error)
+    except Exception:
+        message = ""
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
 def classify_error(error: BaseException, *, deadline_fired: bool = False) -> StepOutcome:
@@ -179,11 +194,8 @@ def classify_error(error: BaseException, *, deadline_fired: bool = False) -> Ste
         deadline_fired: whether the step's deadline passed while the call ran (expiry *before* a call is a
             failure with no call, host-spec F18, decided by the caller).
     """
-    try:
-        message = str(error)
-    except Exception:
-        message = ""
-    described = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    described = describe_error(error)
+    message = described.partition(": ")[2]
     if deadline_fired:
         return _unknown(f"timed out: the step's deadline passed during the call ({described})", Outcome.TIMEOUT)
     if isinstance(error, TimeoutError) or TIMEOUT_MESSAGE.search(message) or TIMEOUT_MESSAGE.search(
