@@ -4,11 +4,11 @@ Why the database clock: workers run on many machines whose clocks drift. A lease
 clock decides when it expires, and the one clock every worker shares is the server's. Each transaction
 reads ``clock_timestamp()`` once (``PostgresExecutor.now``) and every statement of that decision uses
 that instant, so the rows it writes and the lease events it records agree, exactly as on SQLite; lease
-deadlines are computed by the server (``:now + make_interval(secs => :lease_seconds)``). A write
-transaction reads the instant in the same round trip as its BEGIN (ADR 0018), a read-only one at its first
-``now()``; so a statement that later waits on a row lock judges expiry by a slightly earlier instant: it
-can only see a lease as *less* expired (and a deadline it computes is only nearer), never steal an active
-one.
+deadlines are computed by the server (``:now + make_interval(secs => :lease_seconds)``). The hot outbox
+units (``EAGER_CLOCK_UNITS``) read the instant in the same round trip as their BEGIN (ADR 0018), every other
+unit at its first ``now()``, after the locks it takes first. So a statement that later waits on a row lock
+judges expiry by a slightly earlier instant: it can only see a lease as *less* expired (and a deadline it
+computes is only nearer), never steal an active one.
 
 Why READ COMMITTED plus explicit row locks for writes: every decision is a conditional statement that
 re-checks its condition on the newest row version after any lock wait (claims lock with
@@ -61,6 +61,12 @@ _URL_IN_TEXT = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 
 #: A write unit's BEGIN together with the store clock's read (``store_now``'s clock_timestamp()).
 _BEGIN_WRITE = b"BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; SELECT clock_timestamp()"
+_BEGIN_WRITE_LAZY = b"BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE"
+#: The units whose instant is read with BEGIN (one round trip less on the hot path, ADR 0018): they take no
+#: lock before deciding by the instant, so reading it earlier can only make a lease look less expired. Every
+#: other unit reads it at its first use, after the locks it takes first (the package lock of an admission or
+#: a guard change), so that recorded instants follow the order in which the units serialized.
+EAGER_CLOCK_UNITS = frozenset({"outbox.claim", "outbox.deliver", "outbox.heartbeat", "outbox.enqueue"})
 _MIGRATION_LOCK = b"SELECT pg_advisory_xact_lock(%s, hashtext(coalesce(current_schema(), '')))"
 _CREATE_SCHEMA_TABLE = """
 CREATE TABLE IF NOT EXISTS fencepost_schema (
@@ -315,9 +321,10 @@ class PostgresStore(Store):
                 executor = PostgresExecutor(conn, self)
                 tx = SqlUnitOfWork(executor, self.queries, self.claim_rotation)
                 try:
-                    if write:
-                        # BEGIN and the clock read in one round trip (one simple-protocol message): every
-                        # write unit needs the instant, so it is read here rather than at the first now().
+                    if write and name not in EAGER_CLOCK_UNITS:
+                        conn.execute(_BEGIN_WRITE_LAZY)
+                    elif write:
+                        # BEGIN and the clock read in one round trip (one simple-protocol message).
                         with conn.cursor() as cursor:
                             cursor.execute(_BEGIN_WRITE)
                             cursor.nextset()
