@@ -11,7 +11,8 @@ bench.fp_host worker``), each running the real ``fencepost.outbox.Worker`` with 
 ``HandlerRegistry`` (``Host.register``), heartbeat thread included.
 
 ``count_commits`` runs a small in-process submission and worker and counts every transaction the store
-opens, by name and by read/write: the commits per invocation of the host path.
+opens, by name and by read/write (the commits per invocation of the host path), and the worker's named
+statements.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from fencepost.host import KIND, Action, AdapterCall, AdapterStep, Dispatch, Hos
 from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
 from fencepost.store.base import Store
 from fencepost.store.open import open_store
+from fencepost.store.sql.unit import SqlUnitOfWork
 
 ACTION = "bench.noop"
 DEFAULT_BATCH = 100
@@ -204,11 +206,15 @@ def run_host(url: str, n: int, workers: int, *, batch: int = DEFAULT_BATCH, conc
 # ── commits per invocation ──
 
 @contextmanager
-def counting(store: Store) -> Iterator[Counter[tuple[str, bool]]]:
+def counting(store: Store) -> Iterator[tuple[Counter[tuple[str, bool]], Counter[str]]]:
     """Count every transaction ``store`` opens (its ``transaction`` method, which ``transact``, ``read`` and
-    ``fenced`` all go through), keyed by ``(name, write)``; a unit retried on busy counts each try."""
+    ``fenced`` all go through), keyed by ``(name, write)``, and every named statement a unit of work runs
+    (``SqlUnitOfWork.run``, patched for the duration: only one store may be counted at a time), keyed by the
+    statement's name; a unit retried on busy counts each try."""
     seen: Counter[tuple[str, bool]] = Counter()
+    statements: Counter[str] = Counter()
     original = store.transaction
+    original_run = SqlUnitOfWork.run
     lock = threading.Lock()
 
     def transaction(*, write: bool = True, name: str | None = None) -> Any:
@@ -216,10 +222,17 @@ def counting(store: Store) -> Iterator[Counter[tuple[str, bool]]]:
             seen[(name or "(unnamed)", write)] += 1
         return original(write=write, name=name)
 
+    def run(self: SqlUnitOfWork, name: str, params: Any) -> Any:
+        with lock:
+            statements[name] += 1
+        return original_run(self, name, params)
+
     store.transaction = transaction  # type: ignore[method-assign]
+    SqlUnitOfWork.run = run  # type: ignore[method-assign]
     try:
-        yield seen
+        yield seen, statements
     finally:
+        SqlUnitOfWork.run = original_run  # type: ignore[method-assign]
         del store.transaction  # back to the class's method
 
 
@@ -229,17 +242,19 @@ def count_commits(url: str, n: int = 100, *, batch: int = DEFAULT_BATCH,
 
     Returns:
         ``{"submit": {name: count}, "worker": {name: count}, "reads": {...}, "per_invocation": {...},
-        "verified": ...}``: write transactions by name for each phase, read transactions, and the write
-        transactions per invocation (submit, worker, total).
+        "worker_statements": {name: count}, "verified": ...}``: write transactions by name for each phase, read
+        transactions, the worker's named statements (BEGIN, COMMIT and the server clock read not included), and
+        per invocation the write transactions (submit, worker, total) and the worker's statements.
     """
     store = migrated(url)
     try:
-        with counting(store) as seen_submit:
+        with counting(store) as (seen_submit, _):
             submit(store, n)
         submit_counts = dict(seen_submit)
-        with counting(store) as seen_worker:
+        with counting(store) as (seen_worker, statements):
             process_in_process(store, batch=batch, concurrency=concurrency)
         worker_counts = dict(seen_worker)
+        worker_statements = dict(statements.most_common())
         verified = verify(store, n)
     finally:
         store.close()
@@ -254,8 +269,9 @@ def count_commits(url: str, n: int = 100, *, batch: int = DEFAULT_BATCH,
     return {"n": n, "submit": w_submit, "worker": w_worker,
             "reads": {"submit": reads(submit_counts), "worker": reads(worker_counts)},
             "per_invocation": {"submit": sum(w_submit.values()) / n, "worker": sum(w_worker.values()) / n,
-                               "total": (sum(w_submit.values()) + sum(w_worker.values())) / n},
-            "verified": verified}
+                               "total": (sum(w_submit.values()) + sum(w_worker.values())) / n,
+                               "worker_statements": sum(worker_statements.values()) / n},
+            "worker_statements": worker_statements, "verified": verified}
 
 
 def main(argv: list[str] | None = None) -> None:
