@@ -40,8 +40,9 @@ from fencepost.store.sql.unit import SqlUnitOfWork
 
 ACTION = "bench.noop"
 DEFAULT_BATCH = 100
-#: Execution slots per worker process. Every invocation runs five transactions of its own on a slot thread,
-#: so slots beyond a handful only queue on the GIL and (SQLite) the write lock; measured best of 1/10/100 here.
+#: Execution slots per worker process. Every invocation runs five transactions of its own on a slot thread, so
+#: more slots mostly queue on the GIL and the write lock (SQLite) or the event sequence row (PostgreSQL). In a
+#: trial of 1, 10 and 100 here, 10 did best on PostgreSQL with one worker, 1 on SQLite; one setting for both.
 DEFAULT_CONCURRENCY = 10
 DEFAULT_LEASE = 30.0
 
