@@ -1,6 +1,6 @@
 """Run the benchmark suite: ``python -m bench [--quick] [--reps R] [--n N] [name ...]`` (``bash bench/run``).
 
-Names: throughput, peers, latency, takeover, size, rehearsal (default: all). Every figure is printed as it
+Names: throughput, peers, host, latency, takeover, size, rehearsal (default: all). Every figure is printed as it
 is measured; the run ends with a markdown report in bench/results/<UTC date-time>.md. Repetitions are
 interleaved (fencepost, then each peer, then the next repetition) and every ratio is taken within one
 repetition, then the median of those ratios is reported.
@@ -18,7 +18,7 @@ from typing import Any
 
 from bench.common import ROOT, Row, database, drop_stale_pg_databases, fmt, median, scratch_dir
 
-NAMES = ("throughput", "peers", "latency", "takeover", "size", "rehearsal")
+NAMES = ("throughput", "peers", "host", "latency", "takeover", "size", "rehearsal")
 BACKENDS = ("sqlite", "postgres")
 # Peer worker counts: pgqueuer (a target at 1 and 4) and Huey at both; the slow peers at one worker.
 PEERS = {"sqlite": [("huey", [1, 4]), ("dbos", [1])],
@@ -208,6 +208,116 @@ def _run_peer(peer: str, backend: str, n: int, workers: int) -> Any:
         return fn(url, n, workers)
 
 
+# ─────────────────────────────── the action host ───────────────────────────────
+
+#: DBOS runs its one-step workflows at these worker counts per backend.
+HOST_DBOS_WORKERS = {"sqlite": [1, 4], "postgres": [1, 4]}
+
+
+def bench_host(rep: Report, args: argparse.Namespace) -> None:
+    """Dispatched host invocations with one no-op adapter step against DBOS one-step workflows and the plain
+    outbox's no-op commands, 1 and 4 worker processes, both backends, ratios within each repetition."""
+    from bench import fp_host, fp_outbox, peers
+
+    n = args.n
+    dbos_n = args.dbos_n or n
+    series: dict[str, list[float]] = {}
+
+    def put(key: str, value: float) -> None:
+        series.setdefault(key, []).append(value)
+
+    for i in range(args.reps):
+        print(f"host repetition {i + 1}/{args.reps}", flush=True)
+        for backend in BACKENDS:
+            for workers in (1, 4):
+                with database(backend, f"host{workers}") as url:
+                    got = fp_host.run_host(url, n, workers)
+                if not got.verified["ok"]:
+                    raise RuntimeError(f"host {backend} x{workers}: not every invocation succeeded with one attempt "
+                                       f"and one adapter row: {got.verified}")
+                put(f"{backend}/host-submit/{workers}", got.enqueue_per_s)
+                put(f"{backend}/host/{workers}", got.process_per_s)
+                with database(backend, f"plain{workers}") as url:
+                    plain = fp_outbox.run_throughput(url, n, workers, batch=args.batch)
+                if not plain.verified["ok"]:
+                    raise RuntimeError(f"plain outbox {backend} x{workers}: {plain.verified}")
+                put(f"{backend}/raw/{workers}", plain.raw_per_s)
+                put(f"{backend}/plain/{workers}", plain.process_per_s)
+                put(f"ratio/{backend}/plain/{workers}", got.process_per_s / plain.process_per_s)
+                print(f"  {backend} x{workers}: host submit {got.enqueue_per_s:,.0f}/s, process "
+                      f"{got.process_per_s:,.0f}/s; plain outbox {plain.process_per_s:,.0f}/s; raw commits "
+                      f"{plain.raw_per_s:,.0f}/s", flush=True)
+            for workers in HOST_DBOS_WORKERS[backend]:
+                try:
+                    if backend == "sqlite":
+                        with scratch_dir("dbos-step") as d:
+                            target = str(d / "queue.db")
+                            got_peer = peers.dbos_step_run(target, dbos_n, workers)
+                            counts = peers.dbos_step_counts(target)
+                    else:
+                        with database("postgres", "dbos_step") as target:
+                            got_peer = peers.dbos_step_run(target, dbos_n, workers)
+                            counts = peers.dbos_step_counts(target)
+                except Exception as error:  # a peer that cannot run here is reported, never faked
+                    rep.failures.append(f"dbos (one step) on {backend} x{workers}: {type(error).__name__}: {error}")
+                    traceback.print_exc()
+                    continue
+                want = {"workflows SUCCESS": dbos_n, "step rows": dbos_n}
+                if got_peer.processed != dbos_n or counts != want:
+                    rep.failures.append(f"dbos (one step) on {backend} x{workers}: processed {got_peer.processed} "
+                                        f"of {dbos_n}; system database: {counts}")
+                put(f"{backend}/dbos/{workers}", got_peer.process_per_s)
+                put(f"{backend}/dbos-enqueue/{workers}", got_peer.enqueue_per_s)
+                put(f"ratio/{backend}/dbos/{workers}", series[f"{backend}/host/{workers}"][-1] / got_peer.process_per_s)
+                print(f"  dbos (one step) {backend} x{workers}: enqueue {got_peer.enqueue_per_s:,.0f}/s, process "
+                      f"{got_peer.process_per_s:,.0f}/s ({dbos_n} workflows)", flush=True)
+
+    label = {"sqlite": "SQLite WAL/FULL", "postgres": "PostgreSQL"}
+    dbos_note = (f"DBOSClient enqueue; queue polling {peers.DBOS_POLLING_INTERVAL * 1000:.0f} ms, worker_concurrency "
+                 f"{peers.DBOS_WORKER_CONCURRENCY}, unique executor_id per process; {dbos_n:,} workflows")
+    for backend in BACKENDS:
+        for workers in (1, 4):
+            rep.add(Row("host", f"{label[backend]} host submit (Dispatch), {workers} worker run",
+                        series[f"{backend}/host-submit/{workers}"], "invocations/s",
+                        "Host.submit: 1 write transaction + 1 read each"))
+            rep.add(Row("host", f"{label[backend]} host processing, {workers} worker(s)",
+                        series[f"{backend}/host/{workers}"], "invocations/s",
+                        f"one no-op adapter step; batch {fp_host.DEFAULT_BATCH}, {fp_host.DEFAULT_CONCURRENCY} slots"))
+            rep.add(Row("host", f"{label[backend]} plain outbox processing, {workers} worker(s)",
+                        series[f"{backend}/plain/{workers}"], "cmds/s", f"no-op command, batch {args.batch}"))
+            rep.add(Row("host", f"{label[backend]} raw single-row commits (x{workers} run)",
+                        series[f"{backend}/raw/{workers}"], "commits/s", "1 connection, 1 INSERT per transaction"))
+            if f"{backend}/dbos/{workers}" in series:
+                rep.add(Row("host", f"DBOS one-step workflows on {label[backend]}, {workers} worker(s)",
+                            series[f"{backend}/dbos/{workers}"], "workflows/s", dbos_note))
+    for backend in BACKENDS:
+        for workers in (1, 4):
+            rep.ratio(Row("host", f"{label[backend]} host / plain outbox, x{workers}",
+                          series[f"ratio/{backend}/plain/{workers}"], "x"))
+            if f"ratio/{backend}/dbos/{workers}" in series:
+                rep.ratio(Row("host", f"{label[backend]} host / DBOS one-step workflows, x{workers}",
+                              series[f"ratio/{backend}/dbos/{workers}"], "x"))
+    for backend in BACKENDS:
+        for workers in (1, 4):
+            key = f"ratio/{backend}/dbos/{workers}"
+            name = f"{label[backend]}, {workers} worker(s): host processing >= 10x DBOS one-step workflows"
+            if key not in series:
+                rep.target(name, ">= 10x", "not measured", "MISSED (DBOS did not run)")
+                continue
+            value = median(series[key])
+            rep.target(name, ">= 10x", f"{value:.2f}x", _verdict(value >= 10.0, f"{value / 10:.2f}x the target"))
+    with database("sqlite", "hostcommits") as url:
+        commits = fp_host.count_commits(url, 100)
+    per = commits["per_invocation"]
+    rep.notes.append(f"host commits per invocation (100 invocations, one in-process worker, SQLite; every "
+                     f"Store.transaction counted by name): submit {per['submit']:.2f} + worker {per['worker']:.2f} "
+                     f"= {per['total']:.2f} write transactions; submit also reads the invocation back once "
+                     f"({commits['reads']['submit']} reads); worker write transactions by name: {commits['worker']}; "
+                     f"worker statements per invocation (named, besides BEGIN/COMMIT): "
+                     f"{per['worker_statements']:.1f}, by name: {commits['worker_statements']}")
+    print(f"  host commits per invocation: {per}", flush=True)
+
+
 # ─────────────────────────── latency and takeover ───────────────────────────
 
 def bench_latency(rep: Report, args: argparse.Namespace) -> None:
@@ -325,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, help="repetitions (default 3; 1 with --quick)")
     parser.add_argument("--n", type=int, help="commands per throughput run (default 10,000; 1,000 with --quick)")
     parser.add_argument("--batch", type=int, default=100, help="fencepost worker batch size (default 100)")
+    parser.add_argument("--dbos-n", type=int, help="workflows per DBOS run of `host` (default: --n); rates compare")
     args = parser.parse_args(argv)
     args.reps = args.reps or (1 if args.quick else 3)
     args.n = args.n or (1_000 if args.quick else 10_000)
@@ -339,8 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     if "throughput" in names or "peers" in names:
         steps.append(("throughput" + (" and peers" if "peers" in names else ""),
                       lambda: bench_throughput(rep, args, "peers" in names)))
-    for name, fn in (("latency", bench_latency), ("takeover", bench_takeover), ("size", bench_size),
-                     ("rehearsal", bench_rehearsal)):
+    for name, fn in (("host", bench_host), ("latency", bench_latency), ("takeover", bench_takeover),
+                     ("size", bench_size), ("rehearsal", bench_rehearsal)):
         if name in names:
             steps.append((name, lambda fn=fn: fn(rep, args)))
     for title, step in steps:

@@ -39,8 +39,17 @@ def _done() -> None:
     LAST = time.time()
 
 
+FIRST = 0.0  # wall-clock time the first job started in this process (set only by the peers that record it)
+
+
+def _started() -> None:
+    global FIRST
+    if not FIRST:
+        FIRST = time.time()
+
+
 def _report() -> None:
-    print(json.dumps({"jobs": JOBS, "last_active": LAST}), flush=True)
+    print(json.dumps({"jobs": JOBS, "last_active": LAST, "first_active": FIRST}), flush=True)
 
 
 def _ready_and_wait() -> None:
@@ -57,8 +66,12 @@ class PeerResult:
     processed: int
 
 
-def _drive(peer: str, target: str, workers: int, n: int, extra: list[str] | None = None) -> tuple[float, int]:
-    """Start ``workers`` worker processes, release them together, wait; returns (seconds, jobs done)."""
+def _drive(peer: str, target: str, workers: int, n: int, extra: list[str] | None = None, *,
+           from_first_job: bool = False) -> tuple[float, int]:
+    """Start ``workers`` worker processes, release them together, wait; returns (seconds, jobs done).
+
+    The time runs from the go signal, or with ``from_first_job`` from the first job any worker started (for
+    a peer that launches after go, so that its start-up is not counted), to the last completion."""
     procs = [subprocess.Popen([sys.executable, "-m", "bench.peer_worker", "worker", peer, target, *(extra or [])],
                               cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=LOG, text=True)
              for _ in range(workers)]
@@ -81,6 +94,9 @@ def _drive(peer: str, target: str, workers: int, n: int, extra: list[str] | None
             raise RuntimeError(f"{peer} worker exited with {proc.returncode}")
         reports.append(json.loads(out.strip().splitlines()[-1]))
     done = sum(r["jobs"] for r in reports)
+    if from_first_job:
+        firsts = [r["first_active"] for r in reports if r.get("first_active")]
+        go = min(firsts) if firsts else go
     return max(r["last_active"] for r in reports) - go, done
 
 
@@ -289,11 +305,103 @@ def dbos_worker(target: str) -> None:
     threading.Event().wait()
 
 
+# ─────────────────────── DBOS: a workflow with one step ───────────────────────
+
+#: Per-process dequeue limit of the step benchmark's DBOS queue (``worker_concurrency``, default 100, 0 for none;
+#: ``FENCEPOST_BENCH_DBOS_WORKER_CONCURRENCY``). DBOS's docs ask for a unique ``executor_id`` per process when it
+#: is set, which each worker below gets. 100 measured at least as fast as 10 or none here (N = 300, 1 worker).
+DBOS_WORKER_CONCURRENCY = int(os.environ.get("FENCEPOST_BENCH_DBOS_WORKER_CONCURRENCY", "100")) or None
+#: How often each DBOS worker polls its queue (DBOS's default is 1 s; fencepost's benchmark workers poll every
+#: 10 ms, and every DBOS process polls by itself).
+DBOS_POLLING_INTERVAL = 0.01
+
+
+def dbos_step_run(target: str, n: int, workers: int) -> PeerResult:
+    """``n`` DBOS workflows of one no-op step each, enqueued on queue ``bench-step`` by a ``DBOSClient`` (the
+    first ENQUEUE_SAMPLE one at a time and timed, the rest in bulk), then run by ``workers`` DBOS processes."""
+    from dbos import DBOSClient
+
+    _drive("dbos-step", target, 1, 0)  # creates and migrates the system database, then exits idle
+    import sqlalchemy
+
+    client = DBOSClient(system_database_url=_dbos_url(target))
+    options: Any = {"queue_name": "bench-step", "workflow_name": "noop_step"}
+    sample = min(n, ENQUEUE_SAMPLE)
+    start = time.perf_counter()
+    for _ in range(sample):
+        client.enqueue(options)
+    enq = time.perf_counter() - start
+    engine = sqlalchemy.create_engine(_dbos_url(target))
+    for left in range(n - sample, 0, -1000):
+        with engine.begin() as conn:
+            for _ in range(min(1000, left)):
+                client.enqueue_in_transaction(conn, options)
+    engine.dispose()
+    client.destroy()
+    took, done = _drive("dbos-step", target, workers, n, from_first_job=True)
+    return PeerResult(sample / enq, n / took, done)
+
+
+def dbos_step_counts(target: str) -> dict[str, int]:
+    """Workflows by status and step rows (``operation_outputs``) in the DBOS system database at ``target`` (a
+    SQLite path or a PostgreSQL URL, as ``dbos_step_run`` takes), for the check."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(_dbos_url(target))
+    schema = "dbos." if target.startswith("postgresql") else ""  # DBOS's schema on PostgreSQL
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(sqlalchemy.text(
+                f"SELECT status, count(*) FROM {schema}workflow_status WHERE name = 'noop_step' GROUP BY status"))
+            found = {f"workflows {s}": int(c) for s, c in rows}
+            steps = conn.execute(sqlalchemy.text(
+                f"SELECT count(*) FROM {schema}operation_outputs WHERE function_name = 'noop_one_step'")).scalar()
+            found["step rows"] = int(steps or 0)
+    finally:
+        engine.dispose()
+    return found
+
+
+def dbos_step_worker(target: str) -> None:
+    import uuid
+
+    from dbos import DBOS
+
+    logging.getLogger("dbos").setLevel(logging.ERROR)
+    DBOS(config={"name": "fencepost-bench", "system_database_url": _dbos_url(target), "log_level": "ERROR",
+                 "run_admin_server": False,
+                 "executor_id": f"bench-{os.getpid()}-{uuid.uuid4().hex[:6]}"})  # type: ignore[typeddict-unknown-key]
+
+    @DBOS.step(name="noop_one_step")
+    def noop_one_step() -> None:
+        return None
+
+    @DBOS.workflow(name="noop_step")
+    def noop_step() -> None:
+        _started()
+        noop_one_step()
+        _done()
+
+    # Launch only after go: once the queue is registered in the system database (by the first, idle run) a
+    # launched process dequeues at once, so launching before go would start work before the clock. Its
+    # start-up is not counted instead: the time runs from the first workflow any process started.
+    _ready_and_wait()
+    DBOS.launch()
+    DBOS.register_queue("bench-step", polling_interval_sec=DBOS_POLLING_INTERVAL,
+                        worker_concurrency=DBOS_WORKER_CONCURRENCY)
+
+    def empty() -> bool:
+        return not DBOS.list_queued_workflows(queue_name="bench-step")
+
+    _stop_when_idle(empty)
+    threading.Event().wait()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench.peers")
     sub = parser.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("worker")
-    w.add_argument("peer", choices=["huey", "procrastinate", "pgqueuer", "dbos"])
+    w.add_argument("peer", choices=["huey", "procrastinate", "pgqueuer", "dbos", "dbos-step"])
     w.add_argument("target")
     w.add_argument("--batch", type=int, default=PGQ_BATCH)
     args = parser.parse_args(argv)
@@ -303,6 +411,8 @@ def main(argv: list[str] | None = None) -> None:
         procrastinate_worker(args.target)
     elif args.peer == "pgqueuer":
         pgqueuer_worker(args.target, args.batch)
+    elif args.peer == "dbos-step":
+        dbos_step_worker(args.target)
     else:
         dbos_worker(args.target)
 

@@ -1,7 +1,9 @@
-"""Smoke test of the benchmark suite: the fencepost-only throughput benchmark, small, in this process.
+"""Smoke test of the benchmark suite: the fencepost-only throughput and host benchmarks, small, in this process.
 
 It proves the benchmark code runs against the current fencepost and that its workload is correct (every
-command DELIVERED exactly once, one claim and one deliver event each). It never asserts on speed.
+command DELIVERED exactly once, one claim and one deliver event each; every host invocation succeeded on its
+first attempt with exactly one adapter row, and the commit counter sees the host path's named transactions).
+It never asserts on speed.
 """
 
 from __future__ import annotations
@@ -26,3 +28,18 @@ def test_quick_sqlite_throughput_delivers_every_command_exactly_once() -> None:
     assert result.verified["commands"] == {"DELIVERED/1": N}
     assert result.verified["events"] == {"claim": N, "deliver": N}
     assert result.enqueue_per_s > 0 and result.process_per_s > 0 and result.raw_per_s > 0
+
+
+def test_quick_sqlite_host_invocations_each_succeed_once_with_one_adapter_row() -> None:
+    from bench.fp_host import count_commits, run_host
+
+    with database("sqlite", "smoke-host") as url:
+        result = run_host(url, 20, 1, batch=10, concurrency=2, in_process=True)
+    assert result.verified["ok"], result.verified
+    assert result.verified["invocations"] == {"succeeded/DELIVERED/attempt 1/rows 1/succeeded rows 1": 20}
+    with database("sqlite", "smoke-commits") as url:
+        commits = count_commits(url, 10, batch=10, concurrency=2)
+    assert commits["verified"]["ok"], commits["verified"]
+    assert commits["submit"] == {"host.submit": 10}
+    for name in ("host.claim", "host.handler", "host.step.row", "host.step.checkpoint", "host.finalize"):
+        assert commits["worker"][name] == 10, commits["worker"]

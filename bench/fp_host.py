@@ -1,0 +1,298 @@
+"""The action host under load: N dispatched invocations of an action with one no-op adapter step.
+
+Imports only the standard library, pydantic and fencepost (the smoke test runs it in the project venv).
+
+Submission is ``Host.submit(..., mode=Dispatch())``, one call per invocation as an application makes it (its
+transaction writes the invocation and its ``host.invoke`` command; the call then reads the invocation back).
+Processing starts when every invocation is submitted and every worker process has opened its store and said it
+is ready; it ends at the last ``handle`` any worker returned from (the handler's finalization commits the
+verdict and finishes the command in one transaction). Workers are separate OS processes (``python -m
+bench.fp_host worker``), each running the real ``fencepost.outbox.Worker`` with the host registered on its
+``HandlerRegistry`` (``Host.register``), heartbeat thread included.
+
+``count_commits`` runs a small in-process submission and worker and counts every transaction the store
+opens, by name and by read/write (the commits per invocation of the host path), and the worker's named
+statements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from bench.common import ROOT
+from fencepost.host import KIND, Action, AdapterCall, AdapterStep, Dispatch, Host, HostConfig, Succeeded
+from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
+from fencepost.store.base import Store
+from fencepost.store.open import open_store
+from fencepost.store.sql.unit import SqlUnitOfWork
+
+ACTION = "bench.noop"
+DEFAULT_BATCH = 100
+#: Execution slots per worker process. Every invocation runs five transactions of its own on a slot thread, so
+#: more slots mostly queue on the GIL and the write lock (SQLite) or the event sequence row (PostgreSQL). In a
+#: trial of 1, 10 and 100 here, 10 did best on PostgreSQL with one worker, 1 on SQLite; one setting for both.
+DEFAULT_CONCURRENCY = 10
+DEFAULT_LEASE = 30.0
+
+
+class NoopParams(BaseModel):
+    i: int
+
+
+class NoopAdapter:
+    """An adapter whose ``execute`` returns ``Succeeded({})`` at once: the provider costs nothing."""
+
+    type = "noop"
+    vendor = "bench"
+
+    def execute(self, call: AdapterCall) -> object:
+        return Succeeded({})
+
+
+def noop_handler(ctx: Any, params: NoopParams) -> None:
+    return None
+
+
+def make_host(store: Store) -> Host:
+    """The benchmark's host: one action, ``bench.noop`` v1, with one step ``noop`` on the no-op adapter."""
+    action = Action(id=ACTION, version=1, params=NoopParams, handler=noop_handler,
+                    steps=(AdapterStep(name="noop", adapter="noop", operation="noop"),))
+    return Host(store, actions=[action], adapters=[NoopAdapter()], config=HostConfig(lease_seconds=DEFAULT_LEASE))
+
+
+def migrated(url: str) -> Store:
+    store = open_store(url)
+    store.migrate()
+    return store
+
+
+def submit(store: Store, n: int, *, start: int = 0) -> float:
+    """Submit ``n`` dispatched invocations, one ``Host.submit`` each. Returns elapsed seconds."""
+    host = make_host(store)
+    began = time.perf_counter()
+    for i in range(start, start + n):
+        host.submit(ACTION, {"i": i}, actor="bench", idempotency_key=f"k{i}", mode=Dispatch())
+    return time.perf_counter() - began
+
+
+class TimedWorker(Worker):
+    """A ``Worker`` serving the host that remembers when its last ``host.invoke`` handler returned."""
+
+    last_active: float = 0.0
+
+
+def make_worker(store: Store, *, batch: int, concurrency: int, lease: float, poll: float = 0.01) -> TimedWorker:
+    """A worker with ``make_host(store)`` registered (``Host.register``); its handler is timed, not changed."""
+    registry = HandlerRegistry()
+    make_host(store).register(registry)
+    worker = TimedWorker(store, registry, WorkerConfig(poll_interval=poll, batch_size=batch,
+                                                       concurrency=concurrency, lease_seconds=lease))
+    handler = registry.get(KIND)
+    handle = handler.handle
+
+    def timed(ctx: Any) -> None:
+        try:
+            handle(ctx)
+        finally:
+            worker.last_active = max(worker.last_active, time.time())
+
+    handler.handle = timed  # type: ignore[method-assign]
+    return worker
+
+
+def worker_main(url: str, batch: int, concurrency: int, lease: float, idle_polls: int) -> None:
+    """Subprocess body: open the store, say ready, wait for go, work until idle, report."""
+    store = open_store(url)
+    store.require_schema()
+    worker = make_worker(store, batch=batch, concurrency=concurrency, lease=lease)
+    print(json.dumps({"ready": True}), flush=True)
+    sys.stdin.readline()
+    stats = worker.run(max_idle_polls=idle_polls)
+    print(json.dumps({"last_active": worker.last_active, "delivered": stats.delivered, "claimed": stats.claimed,
+                      "failed": stats.failed, "lost": stats.lost}), flush=True)
+    store.close()
+
+
+def process(url: str, workers: int, *, batch: int = DEFAULT_BATCH, concurrency: int = DEFAULT_CONCURRENCY,
+            lease: float = DEFAULT_LEASE, idle_polls: int = 30) -> float:
+    """Run ``workers`` worker processes over the submitted invocations. Returns seconds from go to the last
+    handler return."""
+    procs = [subprocess.Popen([sys.executable, "-m", "bench.fp_host", "worker", url, "--batch", str(batch),
+                               "--concurrency", str(concurrency), "--lease", str(lease),
+                               "--idle-polls", str(idle_polls)],
+                              cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for _ in range(workers)]
+    for proc in procs:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line or not json.loads(line).get("ready"):
+            for p in procs:
+                p.kill()
+            raise RuntimeError("a host benchmark worker failed to start")
+    go = time.time()
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    reports = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=3600)
+        if proc.returncode != 0:
+            raise RuntimeError(f"a host benchmark worker exited with {proc.returncode}")
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    return float(max(r["last_active"] for r in reports)) - go
+
+
+def process_in_process(store: Store, *, batch: int = DEFAULT_BATCH, concurrency: int = DEFAULT_CONCURRENCY,
+                       lease: float = DEFAULT_LEASE) -> float:
+    """One worker in a thread of this process (smoke test, commit count). Returns seconds to the last handler."""
+    worker = make_worker(store, batch=batch, concurrency=concurrency, lease=lease)
+    go = time.time()
+    thread = threading.Thread(target=worker.run, kwargs={"max_idle_polls": 3})
+    thread.start()
+    thread.join(timeout=600)
+    return float(worker.last_active - go)
+
+
+def verify(store: Store, n: int) -> dict[str, Any]:
+    """Every invocation ``succeeded`` with ``attempt_count`` 1 (its command's ``delivery_count``), its command
+    DELIVERED, and exactly one adapter row, ``succeeded``."""
+    def unit(tx: Any) -> dict[str, Any]:
+        rows = tx.execute_raw(
+            "SELECT i.status, c.status, c.delivery_count, "
+            "(SELECT count(*) FROM adapter_invocations a WHERE a.invocation_id = i.id), "
+            "(SELECT count(*) FROM adapter_invocations a WHERE a.invocation_id = i.id AND a.status = 'succeeded'), "
+            "count(*) FROM invocations i JOIN commands c ON c.id = i.id GROUP BY 1, 2, 3, 4, 5")
+        return {"invocations": {f"{s}/{cs}/attempt {d}/rows {r}/succeeded rows {ok}": int(k)
+                                for s, cs, d, r, ok, k in rows}}
+
+    found = store.read(unit)
+    ok = found["invocations"] == {"succeeded/DELIVERED/attempt 1/rows 1/succeeded rows 1": n}
+    return {"ok": ok, **found}
+
+
+@dataclass
+class HostResult:
+    enqueue_per_s: float
+    process_per_s: float
+    verified: dict[str, Any]
+
+
+def run_host(url: str, n: int, workers: int, *, batch: int = DEFAULT_BATCH, concurrency: int = DEFAULT_CONCURRENCY,
+             in_process: bool = False) -> HostResult:
+    """One repetition on a fresh database ``url``: submit, process, verify."""
+    store = migrated(url)
+    try:
+        took_submit = submit(store, n)
+        took = (process_in_process(store, batch=batch, concurrency=concurrency) if in_process
+                else process(url, workers, batch=batch, concurrency=concurrency))
+        verified = verify(store, n)
+    finally:
+        store.close()
+    return HostResult(enqueue_per_s=n / took_submit, process_per_s=n / took, verified=verified)
+
+
+# ── commits per invocation ──
+
+@contextmanager
+def counting(store: Store) -> Iterator[tuple[Counter[tuple[str, bool]], Counter[str]]]:
+    """Count every transaction ``store`` opens (its ``transaction`` method, which ``transact``, ``read`` and
+    ``fenced`` all go through), keyed by ``(name, write)``, and every named statement a unit of work runs
+    (``SqlUnitOfWork.run``, patched for the duration: only one store may be counted at a time), keyed by the
+    statement's name; a unit retried on busy counts each try."""
+    seen: Counter[tuple[str, bool]] = Counter()
+    statements: Counter[str] = Counter()
+    original = store.transaction
+    original_run = SqlUnitOfWork.run
+    lock = threading.Lock()
+
+    def transaction(*, write: bool = True, name: str | None = None) -> Any:
+        with lock:
+            seen[(name or "(unnamed)", write)] += 1
+        return original(write=write, name=name)
+
+    def run(self: SqlUnitOfWork, name: str, params: Any) -> Any:
+        with lock:
+            statements[name] += 1
+        return original_run(self, name, params)
+
+    store.transaction = transaction  # type: ignore[method-assign]
+    SqlUnitOfWork.run = run  # type: ignore[method-assign]
+    try:
+        yield seen, statements
+    finally:
+        SqlUnitOfWork.run = original_run  # type: ignore[method-assign]
+        del store.transaction  # back to the class's method
+
+
+def count_commits(url: str, n: int = 100, *, batch: int = DEFAULT_BATCH,
+                  concurrency: int = DEFAULT_CONCURRENCY) -> dict[str, Any]:
+    """Submit ``n`` invocations and run one in-process worker over them, counting transactions.
+
+    Returns:
+        ``{"submit": {name: count}, "worker": {name: count}, "reads": {...}, "per_invocation": {...},
+        "worker_statements": {name: count}, "verified": ...}``: write transactions by name for each phase, read
+        transactions, the worker's named statements (BEGIN, COMMIT and the server clock read not included), and
+        per invocation the write transactions (submit, worker, total) and the worker's statements.
+    """
+    store = migrated(url)
+    try:
+        with counting(store) as (seen_submit, _):
+            submit(store, n)
+        submit_counts = dict(seen_submit)
+        with counting(store) as (seen_worker, statements):
+            process_in_process(store, batch=batch, concurrency=concurrency)
+        worker_counts = dict(seen_worker)
+        worker_statements = dict(statements.most_common())
+        verified = verify(store, n)
+    finally:
+        store.close()
+
+    def writes(counts: dict[tuple[str, bool], int]) -> dict[str, int]:
+        return {name: c for (name, write), c in sorted(counts.items()) if write}
+
+    def reads(counts: dict[tuple[str, bool], int]) -> int:
+        return sum(c for (_, write), c in counts.items() if not write)
+
+    w_submit, w_worker = writes(submit_counts), writes(worker_counts)
+    return {"n": n, "submit": w_submit, "worker": w_worker,
+            "reads": {"submit": reads(submit_counts), "worker": reads(worker_counts)},
+            "per_invocation": {"submit": sum(w_submit.values()) / n, "worker": sum(w_worker.values()) / n,
+                               "total": (sum(w_submit.values()) + sum(w_worker.values())) / n,
+                               "worker_statements": sum(worker_statements.values()) / n},
+            "worker_statements": worker_statements, "verified": verified}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="bench.fp_host")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    w = sub.add_parser("worker")
+    w.add_argument("url")
+    w.add_argument("--batch", type=int, default=DEFAULT_BATCH)
+    w.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY)
+    w.add_argument("--lease", type=float, default=DEFAULT_LEASE)
+    w.add_argument("--idle-polls", type=int, default=30)
+    c = sub.add_parser("commits", help="count the transactions of the host path (prints JSON)")
+    c.add_argument("url")
+    c.add_argument("--n", type=int, default=100)
+    args = parser.parse_args(argv)
+    if args.cmd == "worker":
+        worker_main(args.url, args.batch, args.concurrency, args.lease, args.idle_polls)
+    else:
+        print(json.dumps(count_commits(args.url, args.n), indent=2))
+
+
+if __name__ == "__main__":
+    main()
