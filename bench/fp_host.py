@@ -32,7 +32,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from bench.common import ROOT
-from fencepost.host import KIND, Action, AdapterCall, AdapterStep, Dispatch, Host, HostConfig, Succeeded
+from fencepost.host import Action, AdapterCall, AdapterStep, Dispatch, Host, HostConfig, Succeeded
+from fencepost.host.handler import kind_of
 from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
 from fencepost.store.base import Store
 from fencepost.store.open import open_store
@@ -99,7 +100,7 @@ def make_worker(store: Store, *, batch: int, concurrency: int, lease: float, pol
     make_host(store).register(registry)
     worker = TimedWorker(store, registry, WorkerConfig(poll_interval=poll, batch_size=batch,
                                                        concurrency=concurrency, lease_seconds=lease))
-    handler = registry.get(KIND)
+    handler = registry.get(kind_of(ACTION, 1))
     handle = handler.handle
 
     def timed(ctx: Any) -> None:
