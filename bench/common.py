@@ -6,15 +6,18 @@ Only the standard library, psycopg and fencepost are imported here, so the fence
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
 import statistics
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -143,3 +146,24 @@ def fmt(value: float) -> str:
     if abs(value) >= 10:
         return f"{value:.1f}"
     return f"{value:.3g}" if abs(value) < 1 else f"{value:.2f}"
+
+
+def release_and_collect(procs: list[Any], what: str) -> tuple[float, list[dict[str, Any]]]:
+    """Release ready worker processes together (``go`` on each one's stdin) and collect the JSON report each
+    prints last. Returns the wall-clock instant of the release and the reports.
+
+    Raises:
+        RuntimeError: a worker exited non-zero (``what`` names it).
+    """
+    go = time.time()
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    reports = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=3600)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    return go, reports

@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from bench.common import ROOT
+from bench.common import ROOT, release_and_collect
 from fencepost.host import Action, AdapterCall, AdapterStep, Dispatch, Host, HostConfig, Succeeded
 from fencepost.host.handler import kind_of
 from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
@@ -142,17 +142,7 @@ def process(url: str, workers: int, *, batch: int = DEFAULT_BATCH, concurrency: 
             for p in procs:
                 p.kill()
             raise RuntimeError("a host benchmark worker failed to start")
-    go = time.time()
-    for proc in procs:
-        assert proc.stdin is not None
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-    reports = []
-    for proc in procs:
-        out, _ = proc.communicate(timeout=3600)
-        if proc.returncode != 0:
-            raise RuntimeError(f"a host benchmark worker exited with {proc.returncode}")
-        reports.append(json.loads(out.strip().splitlines()[-1]))
+    go, reports = release_and_collect(procs, "a host benchmark worker")
     return float(max(r["last_active"] for r in reports)) - go
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import psycopg
 
-from bench.common import ROOT, sqlite_path
+from bench.common import ROOT, release_and_collect, sqlite_path
 from fencepost.core.ids import new_id
 from fencepost.outbox import FunctionHandler, HandlerRegistry, Worker, WorkerConfig
 from fencepost.outbox.context import CommandContext
@@ -124,17 +124,7 @@ def spawn_workers(url: str, count: int, *, batch: int, lease: float, idle_polls:
 def process(url: str, workers: int, *, batch: int = DEFAULT_BATCH, lease: float = DEFAULT_LEASE) -> float:
     """Run ``workers`` worker processes over the enqueued commands. Returns seconds from go to last completion."""
     procs = spawn_workers(url, workers, batch=batch, lease=lease)
-    go = time.time()
-    for proc in procs:
-        assert proc.stdin is not None
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-    reports = []
-    for proc in procs:
-        out, _ = proc.communicate(timeout=3600)
-        if proc.returncode != 0:
-            raise RuntimeError(f"a benchmark worker exited with {proc.returncode}")
-        reports.append(json.loads(out.strip().splitlines()[-1]))
+    go, reports = release_and_collect(procs, "a benchmark worker")
     return max(r["last_active"] for r in reports) - go
 
 

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from bench.common import ROOT
+from bench.common import ROOT, release_and_collect
 
 JOBS = 0  # completions in this worker process
 LAST = 0.0  # wall-clock time of the last completion in this process
@@ -82,17 +82,7 @@ def _drive(peer: str, target: str, workers: int, n: int, extra: list[str] | None
             for p in procs:
                 p.kill()
             raise RuntimeError(f"{peer} worker failed to start")
-    go = time.time()
-    for proc in procs:
-        assert proc.stdin is not None
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-    reports = []
-    for proc in procs:
-        out, _ = proc.communicate(timeout=3600)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{peer} worker exited with {proc.returncode}")
-        reports.append(json.loads(out.strip().splitlines()[-1]))
+    go, reports = release_and_collect(procs, f"{peer} worker")
     done = sum(r["jobs"] for r in reports)
     if from_first_job:
         firsts = [r["first_active"] for r in reports if r.get("first_active")]
