@@ -383,7 +383,7 @@ def test_shipped_0004_rebuilds_commands_keeping_every_row_and_admits_delivery_ze
     before = sqlite_contents(store)
     assert before["commands"] and before["lease_events"]
 
-    assert [s.version for s in apply_migrations(store.connection(), shipped, now=store.clock.now)] == [4]
+    assert [s.version for s in apply_migrations(store.connection(), shipped[:4], now=store.clock.now)] == [4]
 
     after = sqlite_contents(store)
     assert {table: after[table] for table in before} == before

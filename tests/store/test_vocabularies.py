@@ -24,6 +24,8 @@ from fencepost.core.statuses import (
     PublicationGate,
     PublicationStatus,
     ReceiptStatus,
+    ReconciliationKind,
+    ReconciliationLog,
     RunStatus,
     StepMutationKind,
     StepRunStatus,
@@ -51,6 +53,8 @@ VOCABULARIES: dict[tuple[str, str], type[StrEnum]] = {
     ("invocations", "mode"): InvocationMode,
     ("adapter_invocations", "status"): AdapterStatus,
     ("host_event_outbox", "status"): EventOutboxStatus,
+    ("host_reconciliations", "log"): ReconciliationLog,
+    ("host_reconciliations", "kind"): ReconciliationKind,
 }
 # A mutation records a transition into one of the StepRun statuses; admission writes only these two so far.
 NARROWER = {("workflow_step_mutations", "to_status"): (StepRunStatus, {"waiting", "ready"})}

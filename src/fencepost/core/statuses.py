@@ -168,6 +168,15 @@ class ReconciliationKind(StrEnum):
     RECOVERY_BUDGET_EXHAUSTED = "recovery_budget_exhausted"  # H4
 
 
+class ReconciliationLog(StrEnum):
+    """The two reconciliation logs of host-spec L13: the governance log (``ExternalReconciliation`` evidence of
+    an ambiguous or applied effect, K1) and the outer completion log (``record_completion_reconciliation``).
+    Both entries of one fact share a stable id, so a repeated attempt deduplicates in each log."""
+
+    GOVERNANCE = "governance"
+    COMPLETION = "completion"
+
+
 class InvocationMode(StrEnum):
     """How an invocation was submitted (host-spec A2, ADR 0022): to workers, or run now by its caller under a
     caller lease. Either way its lease is the outbox command with the invocation's id."""

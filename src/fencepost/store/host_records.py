@@ -16,6 +16,8 @@ from fencepost.core.statuses import (
     EventOutboxStatus,
     InvocationMode,
     InvocationStatus,
+    ReconciliationKind,
+    ReconciliationLog,
 )
 from fencepost.store.records import Lease
 
@@ -179,6 +181,43 @@ class VerdictHeld:
     error: str | None
     completion_digest: str | None = None
     completion_adapter_invocation_id: str | None = None
+
+
+@dataclass(frozen=True)
+class NewReconciliation:
+    """An entry to append to a reconciliation log (host-spec K1 step 3, L13): ``HostPort.append_reconciliation``.
+
+    Attributes:
+        id: stable (derived from the fact it records): the first write of ``(id, log)`` wins, so the governance
+            and the completion entry of one fact share it and a repeated attempt is a no-op (L13).
+        tenant_id, space_id, invocation_id: the parent invocation and its scope (V: a parent in another scope
+            refuses the entry). adapter_invocation_id: the adapter step it is about, when it is about one.
+        log: which of the two logs. kind: why an operator's decision is needed. payload: a plain JSON object.
+    """
+
+    id: str
+    tenant_id: str
+    space_id: str
+    invocation_id: str
+    adapter_invocation_id: str | None
+    log: ReconciliationLog
+    kind: ReconciliationKind
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ReconciliationRecord:
+    """A reconciliation log entry as stored (append-only: never updated nor deleted)."""
+
+    id: str
+    tenant_id: str
+    space_id: str
+    invocation_id: str
+    adapter_invocation_id: str | None
+    log: ReconciliationLog
+    kind: ReconciliationKind
+    payload: dict[str, Any]
+    created_at: datetime
 
 
 @dataclass(frozen=True)

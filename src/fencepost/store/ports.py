@@ -30,7 +30,10 @@ from fencepost.store.host_records import (
     InvocationVerdict,
     NewEvent,
     NewInvocation,
+    NewReconciliation,
+    ReconciliationRecord,
     Subject,
+    VerdictHeld,
 )
 from fencepost.store.records import (
     AttemptLock,
@@ -459,6 +462,39 @@ class HostPort(Protocol):
             False, changing nothing, when the status or the lease condition fails (host-spec C4: the caller
             raises ``RecoverableFinalization``; C10: "Invocation is no longer running").
         """
+        ...
+
+    def update_settled_invocation(self, invocation_id: str, held: VerdictHeld, *, error: str | None,
+                                  reconciliation: dict[str, Any] | None) -> bool:
+        """Enrich a settled parent (host-spec H17): replace its ``error`` and ``reconciliation`` (None stores
+        NULL) while it still holds exactly ``held.status`` and ``held.error`` (NULL-safe: an absent error
+        matches only an absent one; ``""`` is an error, I3). It takes the invocation row lock, first in the
+        host's lock order, and needs no lease: the verdict it compares is its credential.
+
+        Returns:
+            True when changed; False, changing nothing, when the row is missing or holds another status or
+            error (H18: a refused enrichment, not an error).
+        Raises:
+            NotImplementedError: a non-None ``held.completion_digest`` (the I4 guard comes with issue 13).
+            ValueError: ``held.status`` is not terminal (a running row is written under its lease).
+        """
+        ...
+
+    def append_reconciliation(self, record: NewReconciliation) -> bool:
+        """Append an entry to ``record.log`` (host-spec K1 step 3, L13; ADR 0032): the first write of
+        ``(id, log)`` wins, so the same id in the two logs is two entries and a repeated append is a no-op.
+
+        Returns:
+            True when stored now; False when ``(id, log)`` was already stored (the first payload stays), or when
+            no invocation ``record.invocation_id`` exists in ``record.tenant_id``/``record.space_id`` (host-spec
+            V: an entry never crosses its parent's scope).
+        Raises:
+            Conflict: a value breaks the schema (a payload that is not a JSON object).
+        """
+        ...
+
+    def list_reconciliations(self, invocation_id: str) -> list[ReconciliationRecord]:
+        """An invocation's entries of both logs, oldest first (by ``created_at``, then id, then log)."""
         ...
 
     def write_adapter_invocation(self, write: AdapterWrite) -> bool:

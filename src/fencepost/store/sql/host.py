@@ -1,4 +1,5 @@
-"""``HostPort`` over SQL: invocations and the conditional adapter-row write of ``host.sql``, written once.
+"""``HostPort`` over SQL: invocations, the conditional adapter-row write and the reconciliation logs of
+``host.sql``, written once.
 
 Seed: platform-host-8.1-readme-excerpt.md; host-spec sections B, C, E and I. Every write the lease protects
 names the lease it was given (``LeaseHeld``: the credentials the execution captured before it loaded the
@@ -13,7 +14,14 @@ from typing import Any
 
 from fencepost.core.canonical import canonical_json, parse_json
 from fencepost.core.errors import LeaseLost
-from fencepost.core.statuses import AdapterStatus, CommandStatus, InvocationMode, InvocationStatus
+from fencepost.core.statuses import (
+    AdapterStatus,
+    CommandStatus,
+    InvocationMode,
+    InvocationStatus,
+    ReconciliationKind,
+    ReconciliationLog,
+)
 from fencepost.store.host_records import (
     AdapterRecord,
     AdapterWrite,
@@ -22,6 +30,8 @@ from fencepost.store.host_records import (
     InvocationVerdict,
     LeaseHeld,
     NewInvocation,
+    NewReconciliation,
+    ReconciliationRecord,
     UpdateAdapterRow,
     VerdictHeld,
 )
@@ -90,6 +100,27 @@ class SqlHost:
                   "result": _json_or_none(verdict.result), "reconciliation": _json_or_none(verdict.reconciliation),
                   "expected": _statuses(verdict.expected), "now": self._unit.now(), **lease_params(lease)}
         return self._unit.run("update_leased_invocation", params).rowcount == 1
+
+    def update_settled_invocation(self, invocation_id: str, held: VerdictHeld, *, error: str | None,
+                                  reconciliation: dict[str, Any] | None) -> bool:
+        if held.completion_digest is not None:
+            raise NotImplementedError("the completion-digest guard (host-spec I4) comes with issue 13")
+        if not held.status.terminal:
+            raise ValueError(f"a settled verdict is terminal, not {held.status}")
+        return bool(self._unit.run("update_settled_invocation", {
+            "id": invocation_id, "held_status": str(held.status), "held_error": held.error, "error": error,
+            "reconciliation": _json_or_none(reconciliation), "now": self._unit.now()}).rows)
+
+    # ── the reconciliation logs (ADR 0032) ──
+    def append_reconciliation(self, record: NewReconciliation) -> bool:
+        return bool(self._unit.run("insert_reconciliation", {
+            "id": record.id, "log": str(record.log), "tenant_id": record.tenant_id, "space_id": record.space_id,
+            "invocation_id": record.invocation_id, "adapter_invocation_id": record.adapter_invocation_id,
+            "kind": str(record.kind), "payload": canonical_json(record.payload), "now": self._unit.now()}).rows)
+
+    def list_reconciliations(self, invocation_id: str) -> list[ReconciliationRecord]:
+        return [reconciliation_from_row(r) for r in
+                self._unit.run("list_reconciliations", {"invocation_id": invocation_id}).rows]
 
     # ── adapter rows ──
     def write_adapter_invocation(self, write: AdapterWrite) -> bool:
@@ -175,3 +206,11 @@ def adapter_from_row(row: dict[str, Any]) -> AdapterRecord:
         output=_parsed(row["output"]), status=AdapterStatus(row["status"]), error=row["error"],
         attempts=int(row["attempts"]), external_reference=row["external_reference"],
         reconciliation=_parsed(row["reconciliation"]), created_at=row["created_at"], updated_at=row["updated_at"])
+
+
+def reconciliation_from_row(row: dict[str, Any]) -> ReconciliationRecord:
+    """A ``ReconciliationRecord`` from a row of ``list_reconciliations``."""
+    return ReconciliationRecord(
+        id=row["id"], tenant_id=row["tenant_id"], space_id=row["space_id"], invocation_id=row["invocation_id"],
+        adapter_invocation_id=row["adapter_invocation_id"], log=ReconciliationLog(row["log"]),
+        kind=ReconciliationKind(row["kind"]), payload=_parsed(row["payload"]), created_at=row["created_at"])

@@ -1,4 +1,5 @@
--- The action host (host-spec sections A, B, C, E, I; ADRs 0022-0027): invocations and their adapter rows.
+-- The action host (host-spec sections A, B, C, E, I, K, L13, H17; ADRs 0022-0027, 0032): invocations, their
+-- adapter rows and the reconciliation logs.
 -- Common to every dialect; blocks marked per-dialect are written in each <backend>/dialect.sql. Instants
 -- arrive as parameters read once per transaction from the store's clock (:now).
 --
@@ -106,6 +107,38 @@ SELECT {{adapter_columns}} FROM adapter_invocations WHERE id = :id;
 -- instants: created_at, updated_at
 -- An invocation's adapter rows in step order.
 SELECT {{adapter_columns}} FROM adapter_invocations WHERE invocation_id = :invocation_id ORDER BY step_index;
+
+-- name: update_settled_invocation
+-- Parent enrichment after a settled verdict (host-spec H17, I3): the error and the reconciliation evidence,
+-- replaced, only while the row still holds exactly the verdict this execution wrote (:held_status and
+-- :held_error, NULL-safe: an absent error matches only an absent one). The UPDATE takes the invocation row
+-- lock, first in the host's lock order, and touches nothing else.
+UPDATE invocations
+SET error = :error, reconciliation = :reconciliation, updated_at = :now
+WHERE id = :id AND status = :held_status
+  AND (error = CAST(:held_error AS TEXT) OR (error IS NULL AND CAST(:held_error AS TEXT) IS NULL))
+RETURNING id;
+
+-- ── the reconciliation logs (ADR 0032; host-spec K1, L13) ──
+
+-- name: insert_reconciliation
+-- An entry of one log, only when its parent exists in the entry's scope (host-spec V: an entry naming a parent
+-- of another tenant or space inserts nothing, before the composite reference would refuse it); an existing
+-- (id, log) inserts nothing and keeps the first entry (L13).
+INSERT INTO host_reconciliations (id, log, tenant_id, space_id, invocation_id, adapter_invocation_id, kind,
+                                  payload, created_at)
+SELECT :id, :log, i.tenant_id, i.space_id, i.id, :adapter_invocation_id, :kind, :payload, :now
+FROM invocations AS i
+WHERE i.id = :invocation_id AND i.tenant_id = :tenant_id AND i.space_id = :space_id
+ON CONFLICT (id, log) DO NOTHING
+RETURNING id;
+
+-- name: list_reconciliations
+-- instants: created_at
+-- An invocation's entries of both logs, oldest first.
+SELECT id, log, tenant_id, space_id, invocation_id, adapter_invocation_id, kind, payload, created_at
+FROM host_reconciliations WHERE invocation_id = :invocation_id
+ORDER BY created_at, id, log;
 
 -- fragment: json_text_array
 -- per-dialect
