@@ -3,7 +3,9 @@
 ``HostContract``: invocations bound to their idempotency key, the inline caller's lease at delivery 0, the
 lease-conditioned invocation write, and the conditional adapter-row write (scope, duplicate creates,
 expected statuses, the lease and verdict conditions, the no-regression rule also held by the database, the
-fence last) with the race of a takeover against a stale write (host-spec I17). ``EventsContract``: the
+fence last) with the race of a takeover against a stale write (host-spec I17), the append-only reconciliation
+logs (first write wins per id and log, in the parent's scope: L13, V) and the settled-parent enrichment
+(exact status and error, H17). ``EventsContract``: the
 first-write-wins event log across the whole store, sequences per space, and the outbox row only for an
 event stored now.
 """
@@ -20,7 +22,15 @@ from typing import Any
 import pytest
 
 from fencepost.core.errors import Conflict, LeaseLost
-from fencepost.core.statuses import AdapterStatus, CommandStatus, EventOutboxStatus, InvocationMode, InvocationStatus
+from fencepost.core.statuses import (
+    AdapterStatus,
+    CommandStatus,
+    EventOutboxStatus,
+    InvocationMode,
+    InvocationStatus,
+    ReconciliationKind,
+    ReconciliationLog,
+)
 from fencepost.store.base import Store
 from fencepost.store.host_records import (
     AdapterRecord,
@@ -33,6 +43,8 @@ from fencepost.store.host_records import (
     NewAdapterRow,
     NewEvent,
     NewInvocation,
+    NewReconciliation,
+    ReconciliationRecord,
     Subject,
     UpdateAdapterRow,
     VerdictHeld,
@@ -139,6 +151,41 @@ def take_over(store: Store, backend: ContractHarness, owner: str = "w2") -> Leas
                                                          lease_seconds=backend.long_lease))
     assert len(claimed) == 1
     return claimed[0].lease
+
+
+def reconciliation(entry_id: str, invocation_id: str = "inv_1", *,
+                   log: ReconciliationLog = ReconciliationLog.GOVERNANCE, tenant: str = TENANT, space: str = SPACE,
+                   adapter_invocation_id: str | None = "ai_1", payload: dict[str, Any] | None = None,
+                   kind: ReconciliationKind = ReconciliationKind.ADAPTER_OUTCOME_AMBIGUOUS) -> NewReconciliation:
+    """A ``NewReconciliation`` of ``invocation_id`` (default: governance, about ``ai_1``)."""
+    return NewReconciliation(id=entry_id, tenant_id=tenant, space_id=space, invocation_id=invocation_id,
+                             adapter_invocation_id=adapter_invocation_id, log=log, kind=kind,
+                             payload=payload if payload is not None else {"reason": "read timed out"})
+
+
+def append(store: Store, entry: NewReconciliation) -> bool:
+    """``append_reconciliation`` in its own unit."""
+    return store.transact(lambda tx: tx.host.append_reconciliation(entry))
+
+
+def reconciliations(store: Store, invocation_id: str = "inv_1") -> list[ReconciliationRecord]:
+    return store.read(lambda tx: tx.host.list_reconciliations(invocation_id))
+
+
+def settled(store: Store, backend: ContractHarness, invocation_id: str, status: InvocationStatus,
+            error: str | None) -> InvocationRecord:
+    """A dispatched invocation run under a lease and settled with ``status`` and ``error``; the row."""
+    lease = running(store, invocation_id, backend.long_lease)
+    assert store.transact(lambda tx: tx.host.update_leased_invocation(
+        invocation_id, lease, InvocationVerdict(status, error=error, reconciliation={"kind": "plain"})))
+    return invocation(store, invocation_id)
+
+
+def enrich(store: Store, invocation_id: str, held: VerdictHeld, error: str | None,
+           evidence: dict[str, Any] | None) -> bool:
+    """``update_settled_invocation`` in its own unit."""
+    return store.transact(lambda tx: tx.host.update_settled_invocation(invocation_id, held, error=error,
+                                                                       reconciliation=evidence))
 
 
 class HostContract(StoreContract):
@@ -376,6 +423,131 @@ class HostContract(StoreContract):
                          VerdictHeld(InvocationStatus.SUCCEEDED, None))
         assert write(store, w)
         assert not write(store, AdapterWrite(w.scope, w.mutation, VerdictHeld(InvocationStatus.SUCCEEDED, "")))
+
+    # ── the reconciliation logs (L13, V; ADR 0032) ──
+    def test_a_reconciliation_entry_roundtrips(self, store: Store) -> None:
+        dispatched(store, "inv_1")
+        entry = reconciliation("rc_1", payload={"reason": "read timed out", "reference": "ch_9"},
+                               kind=ReconciliationKind.APPLIED_EFFECT)
+        assert append(store, entry)
+        [got] = reconciliations(store)
+        assert (got.id, got.tenant_id, got.space_id, got.invocation_id, got.adapter_invocation_id, got.log,
+                got.kind, got.payload) == ("rc_1", TENANT, SPACE, "inv_1", "ai_1", ReconciliationLog.GOVERNANCE,
+                                           ReconciliationKind.APPLIED_EFFECT, entry.payload)
+        assert got.created_at.tzinfo is not None
+        assert append(store, reconciliation("rc_2", adapter_invocation_id=None, log=ReconciliationLog.COMPLETION))
+        assert [r.adapter_invocation_id for r in reconciliations(store)] == ["ai_1", None]
+
+    def test_the_same_id_in_the_two_logs_is_two_entries_and_each_log_keeps_its_first(self, store: Store) -> None:
+        dispatched(store, "inv_1")
+        governance = reconciliation("rc_1", payload={"v": "first"})
+        completion = reconciliation("rc_1", payload={"v": "first"}, log=ReconciliationLog.COMPLETION)
+        assert append(store, governance)
+        assert append(store, completion)
+        # a repeated attempt of either log is a no-op that keeps the first payload and kind (L13)
+        assert not append(store, reconciliation("rc_1", payload={"v": "second"},
+                                                kind=ReconciliationKind.HANDLER_DECISION_REQUIRED))
+        assert not append(store, reconciliation("rc_1", payload={"v": "second"}, log=ReconciliationLog.COMPLETION))
+        got = reconciliations(store)
+        assert sorted((r.id, r.log, r.payload["v"], r.kind) for r in got) == [
+            ("rc_1", ReconciliationLog.COMPLETION, "first", ReconciliationKind.ADAPTER_OUTCOME_AMBIGUOUS),
+            ("rc_1", ReconciliationLog.GOVERNANCE, "first", ReconciliationKind.ADAPTER_OUTCOME_AMBIGUOUS)]
+
+    def test_a_duplicate_in_the_same_unit_is_a_no_op(self, store: Store) -> None:
+        dispatched(store, "inv_1")
+        assert store.transact(lambda tx: [tx.host.append_reconciliation(reconciliation("rc_1", payload={"v": 1})),
+                                          tx.host.append_reconciliation(reconciliation("rc_1", payload={"v": 2}))]
+                              ) == [True, False]
+        assert [r.payload for r in reconciliations(store)] == [{"v": 1}]
+
+    def test_an_entry_outside_its_parents_scope_is_refused(self, store: Store) -> None:
+        dispatched(store, "inv_1")
+        for foreign in (reconciliation("rc_1", tenant="other"), reconciliation("rc_1", space="other"),
+                        reconciliation("rc_1", "inv_missing")):
+            assert not append(store, foreign)
+        assert reconciliations(store) == [] and reconciliations(store, "inv_missing") == []
+        assert append(store, reconciliation("rc_1"))  # the same id in the parent's own scope is stored
+
+    def test_reconciliations_list_oldest_first_then_by_id_and_log(self, store: Store,
+                                                                   backend: ContractHarness) -> None:
+        dispatched(store, "inv_1")
+        dispatched(store, "inv_2", key="other")
+        assert append(store, reconciliation("rc_z"))
+        backend.advance(0.01)
+
+        def same_instant(tx: UnitOfWork) -> None:  # one unit: one :now for all three
+            for entry in (reconciliation("rc_b"), reconciliation("rc_a"),
+                          reconciliation("rc_a", log=ReconciliationLog.COMPLETION)):
+                assert tx.host.append_reconciliation(entry)
+            assert tx.host.append_reconciliation(reconciliation("rc_0", "inv_2"))
+
+        store.transact(same_instant)
+        assert [(r.id, str(r.log)) for r in reconciliations(store)] == [
+            ("rc_z", "governance"), ("rc_a", "completion"), ("rc_a", "governance"), ("rc_b", "governance")]
+        assert [r.id for r in reconciliations(store, "inv_2")] == ["rc_0"]
+
+    def test_the_reconciliation_log_is_append_only_in_the_database(self, store: Store,
+                                                                   backend: ContractHarness) -> None:
+        dispatched(store, "inv_1")
+        assert append(store, reconciliation("rc_1"))
+        before = reconciliations(store)
+        for statement in ("UPDATE host_reconciliations SET payload = '{}'", "DELETE FROM host_reconciliations"):
+            with pytest.raises(Conflict):
+                store.transact(lambda tx, sql=statement: backend.inspect(tx, sql))
+        assert reconciliations(store) == before
+
+    def test_the_schema_refuses_a_payload_that_is_not_an_object(self, store: Store) -> None:
+        dispatched(store, "inv_1")
+        with pytest.raises(Conflict):
+            append(store, reconciliation("rc_1", payload=[1, 2]))  # type: ignore[arg-type]
+        assert reconciliations(store) == []
+
+    # ── settled-parent enrichment (H17, H18, I3) ──
+    @pytest.mark.parametrize("held_status, held_error", [
+        (InvocationStatus.RECONCILIATION_REQUIRED, None), (InvocationStatus.RECONCILIATION_REQUIRED, ""),
+        (InvocationStatus.RECONCILIATION_REQUIRED, "other"), (InvocationStatus.FAILED, "budget exhausted"),
+        (InvocationStatus.SUCCEEDED, "budget exhausted")])
+    def test_enrichment_is_refused_unless_the_exact_verdict_is_still_held(
+            self, store: Store, backend: ContractHarness, held_status: InvocationStatus,
+            held_error: str | None) -> None:
+        before = settled(store, backend, "inv_1", InvocationStatus.RECONCILIATION_REQUIRED, "budget exhausted")
+        assert not enrich(store, "inv_1", VerdictHeld(held_status, held_error), "enriched", {"steps": ["ai_1"]})
+        assert invocation(store, "inv_1") == before
+
+    def test_enrichment_replaces_error_and_reconciliation_under_the_exact_verdict(
+            self, store: Store, backend: ContractHarness) -> None:
+        before = settled(store, backend, "inv_1", InvocationStatus.RECONCILIATION_REQUIRED, "budget exhausted")
+        held = VerdictHeld(InvocationStatus.RECONCILIATION_REQUIRED, "budget exhausted")
+        evidence = {"kind": "recovery_budget_exhausted", "adapter_reconciliation": [{"id": "ai_1"}]}
+        assert enrich(store, "inv_1", held, "budget exhausted; step charge ambiguous", evidence)
+        got = invocation(store, "inv_1")
+        assert (got.status, got.error, got.reconciliation) == (
+            InvocationStatus.RECONCILIATION_REQUIRED, "budget exhausted; step charge ambiguous", evidence)
+        assert (got.result, got.attempt_count, got.updated_at >= before.updated_at) == (before.result, 1, True)
+        # the verdict held before is gone: a second enrichment under it changes nothing
+        assert not enrich(store, "inv_1", held, "again", {"v": 2})
+        # replace, not merge: the new holder may clear the evidence
+        assert enrich(store, "inv_1", VerdictHeld(got.status, got.error), None, None)
+        assert (invocation(store, "inv_1").error, invocation(store, "inv_1").reconciliation) == (None, None)
+
+    @pytest.mark.parametrize("stored, held_error, accepted", [
+        (None, None, True), (None, "", False), ("", "", True), ("", None, False), ("x", "x", True),
+        ("x", "X", False)])
+    def test_enrichment_compares_the_error_null_safely(self, store: Store, backend: ContractHarness,
+                                                       stored: str | None, held_error: str | None,
+                                                       accepted: bool) -> None:
+        before = settled(store, backend, "inv_1", InvocationStatus.FAILED, stored)
+        assert enrich(store, "inv_1", VerdictHeld(InvocationStatus.FAILED, held_error), "noted", None) is accepted
+        assert invocation(store, "inv_1").error == ("noted" if accepted else before.error)
+
+    def test_enrichment_of_a_missing_or_open_invocation(self, store: Store, backend: ContractHarness) -> None:
+        assert not enrich(store, "inv_missing", VerdictHeld(InvocationStatus.FAILED, None), "x", None)
+        dispatched(store, "inv_1")
+        with pytest.raises(ValueError):  # an open row is written under its lease, never by enrichment
+            enrich(store, "inv_1", VerdictHeld(InvocationStatus.PENDING, None), "x", None)
+        with pytest.raises(NotImplementedError):  # the completion-digest guard (I4) comes with issue 13
+            enrich(store, "inv_1", VerdictHeld(InvocationStatus.FAILED, None, completion_digest="cd1:x"), "x", None)
+        assert invocation(store, "inv_1").error is None
 
     # ── the race (I17) ──
     def test_conditional_write_race(self, store: Store, backend: ContractHarness) -> None:
