@@ -1,9 +1,16 @@
-"""``fencepost audit`` learns the host's invariants (issue 12): a sound run has no finding; each damage is found."""
+"""``fencepost audit`` learns the host's invariants (issue 12): a sound run has no finding; each damage is found; a
+terminal verdict's evidence gap (host-spec K8, ADR 0032) is a finding, also in the CLI's output."""
 
 from __future__ import annotations
 
+import json
+
+from fencepost.core.statuses import AdapterStatus, InvocationStatus, ReconciliationLog
 from fencepost.store.base import Store
-from helpers.store_backends import StoreBackend
+from fencepost.store.host_records import InvocationVerdict, NewEvent, Subject
+from fencepost.testing import host as hc
+from helpers.processes import run_cli
+from helpers.store_backends import StoreBackend, schema_url
 from host.kit import PARAMS, Ledger, Scripted, Spy, charge_action, make_host, run_worker
 
 
@@ -22,3 +29,94 @@ def test_host_runs_leave_no_finding_and_damage_is_found(store: Store, backend: S
     assert {"invocation_command_status", "invocation_verdict_event"} <= findings(store)
     store.transact(lambda tx: backend.inspect(tx, f"UPDATE invocations SET status = 'pending' WHERE id = '{done.id}'"))
     assert "invocation_steps" in findings(store)
+
+
+# ── evidence gaps of terminal verdicts (host-spec K8; ADR 0032) ──
+GAPS = "invocation_evidence_gaps"
+
+
+def step_event(store: Store, event_id: str, adapter_id: str, type_: str,
+               subject_type: str = "AdapterInvocation") -> None:
+    assert store.transact(lambda tx: tx.events.append_event(NewEvent(
+        event_id, hc.TENANT, hc.SPACE, Subject(subject_type, adapter_id), type_)))
+
+
+def settled_with(store: Store, invocation_id: str, verdict: InvocationStatus,
+                 steps: list[tuple[str, AdapterStatus]]) -> None:
+    """An invocation run under a lease whose adapter rows end in ``steps``' statuses, then settled ``verdict``;
+    no event or reconciliation entry is written: each test adds the evidence it keeps."""
+    lease = hc.running(store, invocation_id, 600)
+    for index, (adapter_id, status) in enumerate(steps):
+        assert hc.create(store, invocation_id, lease, adapter_id, step_index=index, step_name=f"step{index}")
+        if status is not AdapterStatus.RUNNING:
+            assert hc.update(store, invocation_id, lease, adapter_id, status)
+    assert store.transact(lambda tx: tx.host.update_leased_invocation(
+        invocation_id, lease, InvocationVerdict(verdict, error="x")))
+
+
+def gaps(store: Store) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for f in store.read(lambda tx: tx.audit.invariant_findings()):
+        if f.check == GAPS:
+            found.setdefault(f.subject, []).append(f.detail)
+    return {subject: sorted(details) for subject, details in found.items()}
+
+
+def test_each_evidence_gap_of_a_terminal_verdict_is_a_finding(store: Store) -> None:
+    # a. a row still running under a verdict
+    settled_with(store, "inv_running", InvocationStatus.FAILED, [("ai_running", AdapterStatus.RUNNING)])
+    # b. an ambiguous row with its governance entry but no AdapterInvocationAmbiguous event
+    settled_with(store, "inv_no_event", InvocationStatus.RECONCILIATION_REQUIRED,
+                 [("ai_no_event", AdapterStatus.AMBIGUOUS)])
+    assert hc.append(store, hc.reconciliation("rc_b", "inv_no_event", adapter_invocation_id="ai_no_event"))
+    # c. an ambiguous row with its event but only a completion-log entry (the governance one is missing)
+    settled_with(store, "inv_no_record", InvocationStatus.RECONCILIATION_REQUIRED,
+                 [("ai_no_record", AdapterStatus.AMBIGUOUS)])
+    step_event(store, "ev_c", "ai_no_record", "AdapterInvocationAmbiguous")
+    assert hc.append(store, hc.reconciliation("rc_c", "inv_no_record", adapter_invocation_id="ai_no_record",
+                                              log=ReconciliationLog.COMPLETION))
+    # d. a succeeded row whose only success event is about another subject type
+    settled_with(store, "inv_no_success", InvocationStatus.SUCCEEDED, [("ai_no_success", AdapterStatus.SUCCEEDED)])
+    step_event(store, "ev_d", "ai_no_success", "AdapterInvocationSucceeded", subject_type="ActionInvocation")
+    assert gaps(store) == {
+        "inv_running": ["evidence gap: adapter invocation ai_running (step step0) is still running under a failed "
+                        "verdict"],
+        "inv_no_event": ["evidence gap: adapter invocation ai_no_event (step step0) is ambiguous without an "
+                         "AdapterInvocationAmbiguous event"],
+        "inv_no_record": ["evidence gap: adapter invocation ai_no_record (step step0) is ambiguous without a "
+                          "governance reconciliation record"],
+        "inv_no_success": ["evidence gap: adapter invocation ai_no_success (step step0) succeeded without an "
+                           "AdapterInvocationSucceeded or ExternalOperationAccepted event"]}
+
+
+def test_a_consistent_or_open_invocation_has_no_evidence_gap(store: Store) -> None:
+    settled_with(store, "inv_ok", InvocationStatus.RECONCILIATION_REQUIRED,
+                 [("ai_ok_0", AdapterStatus.SUCCEEDED), ("ai_ok_1", AdapterStatus.SUCCEEDED),
+                  ("ai_ok_2", AdapterStatus.AMBIGUOUS), ("ai_ok_3", AdapterStatus.FAILED)])
+    step_event(store, "ev_0", "ai_ok_0", "AdapterInvocationSucceeded")
+    step_event(store, "ev_1", "ai_ok_1", "ExternalOperationAccepted")
+    step_event(store, "ev_2", "ai_ok_2", "AdapterInvocationAmbiguous")
+    assert hc.append(store, hc.reconciliation("rc_2", "inv_ok", adapter_invocation_id="ai_ok_2"))
+    # an open invocation's running and ambiguous rows are work in progress, not gaps
+    lease = hc.running(store, "inv_open", 600)
+    assert hc.create(store, "inv_open", lease, "ai_open_0")
+    assert hc.create(store, "inv_open", lease, "ai_open_1", step_index=1)
+    assert hc.update(store, "inv_open", lease, "ai_open_1", AdapterStatus.AMBIGUOUS)
+    assert gaps(store) == {}
+    # the same consistent invocation loses one piece of evidence: now it is a gap
+    settled_with(store, "inv_lost", InvocationStatus.SUCCEEDED, [("ai_lost", AdapterStatus.SUCCEEDED)])
+    assert list(gaps(store)) == ["inv_lost"]
+
+
+def test_fencepost_audit_prints_the_evidence_gap(store: Store, backend: StoreBackend) -> None:
+    settled_with(store, "inv_gap", InvocationStatus.RECONCILIATION_REQUIRED, [("ai_gap", AdapterStatus.AMBIGUOUS)])
+    step_event(store, "ev_gap", "ai_gap", "AdapterInvocationAmbiguous")
+    url = schema_url(backend.schema) if backend.schema is not None else backend.url
+    ran = run_cli(["audit", "-d", url])
+    assert ran.returncode == 1, ran.describe()
+    assert ("FINDING invocation_evidence_gaps: inv_gap: evidence gap: adapter invocation ai_gap (step step0) is "
+            "ambiguous without a governance reconciliation record") in ran.stdout, ran.describe()
+    report = json.loads(run_cli(["audit", "--json", "-d", url]).stdout)
+    assert [f for f in report["findings"] if f["check"] == GAPS] == [{
+        "check": GAPS, "subject": "inv_gap", "detail": "evidence gap: adapter invocation ai_gap (step step0) is "
+                                                       "ambiguous without a governance reconciliation record"}]

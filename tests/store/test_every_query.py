@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fencepost.catalog.lifecycle import CatalogService
-from fencepost.core.statuses import AdapterStatus, CommandStatus
+from fencepost.core.statuses import AdapterStatus, CommandStatus, InvocationStatus
 from fencepost.outbox.handlers import HandlerRegistry
 from fencepost.outbox.worker import Worker, WorkerConfig
 from fencepost.rehearsal.audit import audit
@@ -25,6 +25,7 @@ from fencepost.rehearsal.handler import KIND, AttemptHandler
 from fencepost.rehearsal.service import RehearsalService, release_gate
 from fencepost.store.base import Store
 from fencepost.store.faults import FaultInjectingStore
+from fencepost.store.host_records import InvocationVerdict, VerdictHeld
 from fencepost.store.sql.executor import Executor, Result
 from fencepost.store.sql.queries import Query
 from fencepost.store.sql.unit import SqlUnitOfWork
@@ -172,6 +173,14 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
     assert store.transact(lambda tx: tx.events.append_event_with_outbox(host_contract.event("ev-every-query")))
     store.read(lambda tx: (tx.events.get_event("ev-every-query"), tx.events.get_event_outbox("ev-every-query"),
                            tx.events.list_events(tenant_id=host_contract.TENANT, space_id=host_contract.SPACE)))
+    # The reconciliation logs and the settled-parent enrichment (ADR 0032; host-spec L13, H17).
+    assert host_contract.append(store, host_contract.reconciliation("rc-every-query", "inv-every-query",
+                                                                    adapter_invocation_id="ai-every-query"))
+    assert [r.id for r in host_contract.reconciliations(store, "inv-every-query")] == ["rc-every-query"]
+    assert store.transact(lambda tx: tx.host.update_leased_invocation("inv-every-query", lease, InvocationVerdict(
+        InvocationStatus.RECONCILIATION_REQUIRED, error="budget exhausted")))
+    assert host_contract.enrich(store, "inv-every-query", VerdictHeld(InvocationStatus.RECONCILIATION_REQUIRED,
+                                                                      "budget exhausted"), "enriched", {"n": 1})
     # SQLite's clock is the store's Clock, so nothing else runs its clock statement; run it once here.
     store.read(lambda tx: tx.run("store_now", {"now": tx.now()}))  # type: ignore[attr-defined]
 

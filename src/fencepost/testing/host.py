@@ -491,9 +491,12 @@ class HostContract(StoreContract):
         dispatched(store, "inv_1")
         assert append(store, reconciliation("rc_1"))
         before = reconciliations(store)
+        def damage(sql: str) -> Callable[[UnitOfWork], list[tuple[Any, ...]]]:
+            return lambda tx: backend.inspect(tx, sql)
+
         for statement in ("UPDATE host_reconciliations SET payload = '{}'", "DELETE FROM host_reconciliations"):
             with pytest.raises(Conflict):
-                store.transact(lambda tx, sql=statement: backend.inspect(tx, sql))
+                store.transact(damage(statement))
         assert reconciliations(store) == before
 
     def test_the_schema_refuses_a_payload_that_is_not_an_object(self, store: Store) -> None:
