@@ -89,8 +89,22 @@ class RecoverableFinalization(FencepostError):
     or None with a message such as ``Invocation is no longer running``, C10), or when a store error stopped a
     settlement after an effect may have happened (G15, J4). Nothing more is recorded: a worker leaves the lease
     to expire and the next claim recovers the invocation (C11); a direct caller may call ``execute`` again.
+
+    Also raised after a verdict-first fallback committed its verdict but an evidence write failed (K7, L2):
+    ``verdict_durable`` is then True, the invocation is terminal with an evidence gap that is never repaired
+    (K8; ``fencepost audit`` reports it) and the lease is already released. Never raised for an ordinary handler
+    error, which is a ``failed`` verdict (M4). A caller must not read it as ``failed``: it inspects the stored
+    invocation (M1).
+
+    Attributes:
+        cause: the underlying error (``LeaseLost``, a store error) or None. invocation_id: the invocation, when
+            known. verdict_durable: True when this execution's verdict committed (K7), False when nothing of
+            the outcome did.
     """
 
-    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+    def __init__(self, message: str, cause: BaseException | None = None, *, invocation_id: str | None = None,
+                 verdict_durable: bool = False) -> None:
         super().__init__(message)
         self.cause = cause
+        self.invocation_id = invocation_id
+        self.verdict_durable = verdict_durable

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -40,6 +40,7 @@ from fencepost.core.canonical import canonical_json
 from fencepost.core.crashpoints import crashpoint
 from fencepost.core.errors import IntegrityViolation, LeaseLost, NotFound, RecoverableFinalization, StoreUnavailable
 from fencepost.core.statuses import AdapterStatus, CommandStatus, InvocationStatus, ReconciliationKind
+from fencepost.host import telemetry
 from fencepost.host.action import (
     Action,
     ActionRegistry,
@@ -49,7 +50,19 @@ from fencepost.host.action import (
     StepInputContext,
 )
 from fencepost.host.adapter import Adapter, AdapterCall
-from fencepost.host.finalization import SettlementRefused, Verdict, checkpoint, lock_running, settlement
+from fencepost.host.finalization import (
+    Settlement,
+    SettlementRefused,
+    Verdict,
+    checkpoint,
+    evidence_of,
+    fallback_verdict,
+    lock_running,
+    settlement,
+    unknown_outcome,
+    verdict_unit,
+    write_evidence,
+)
 from fencepost.host.lifecycle import (
     HANDOFF_ACCEPTED,
     STARTED,
@@ -60,10 +73,12 @@ from fencepost.host.lifecycle import (
     adapter_subject,
     event_id,
     invocation_event,
+    reconciliation_record,
     step_event,
 )
 from fencepost.host.outcome import StepOutcome, StepVerdict, classify_error, describe_error, interpret_reply
 from fencepost.host.recovery import Proceed, Settle, applied_summary, scan
+from fencepost.host.telemetry import LogTelemetry, Telemetry
 from fencepost.outbox.context import CommandContext
 from fencepost.store.host_records import (
     AdapterRecord,
@@ -75,7 +90,9 @@ from fencepost.store.host_records import (
     LeaseHeld,
     NewAdapterRow,
     NewEvent,
+    NewReconciliation,
     UpdateAdapterRow,
+    VerdictHeld,
 )
 from fencepost.store.ports import FencedUnit
 
@@ -85,11 +102,13 @@ FINISH = CommandStatus.DELIVERED
 
 @dataclass(frozen=True)
 class Runtime:
-    """What an execution needs from its host: the actions, the adapters by ``type``, and a sleep for retries."""
+    """What an execution needs from its host: the actions, the adapters by ``type``, a sleep for retries and the
+    telemetry sink (host-spec S1)."""
 
     actions: ActionRegistry
     adapters: Mapping[str, Adapter]
     sleep: Callable[[float], None] = time.sleep
+    telemetry: Telemetry = field(default_factory=LogTelemetry)
 
 
 class _HandlerRaised(Exception):
@@ -155,15 +174,16 @@ class Execution:
                 error); the lease is left to expire.
             StopRequested, TimeLimitExceeded: from the context's safe points, for the worker to handle.
         """
+        invocation_id = self.invocation_id
         try:
             return self._run()
         except LeaseLost as error:
-            raise RecoverableFinalization(str(error), error) from error
+            raise RecoverableFinalization(str(error), error, invocation_id=invocation_id) from error
         except SettlementRefused as error:
-            raise RecoverableFinalization(str(error)) from error
+            raise RecoverableFinalization(str(error), invocation_id=invocation_id) from error
         except StoreUnavailable as error:
             raise RecoverableFinalization(f"the store failed before the outcome was recorded: {error}",
-                                          error) from error
+                                          error, invocation_id=invocation_id) from error
 
     def _run(self) -> InvocationStatus:
         claimed: tuple[InvocationRecord, bool, list[AdapterRecord]] = self.ctx.fenced(self._claim, name="host.claim")
@@ -171,6 +191,8 @@ class Execution:
         if invocation.status.terminal:
             self.ctx.fenced(lambda tx: None, name="host.claim", finish=FINISH)
             return invocation.status
+        if not was_running:  # this claim moved it pending -> running (S3: one emission per change, after commit)
+            self._emit_status(InvocationStatus.RUNNING)
         reclaim = was_running and not self.fresh
         try:
             action = self.runtime.actions.resolve(invocation.action_id, invocation.action_version)
@@ -197,36 +219,83 @@ class Execution:
             raise SettlementRefused(f"Invocation is {invocation.status}, not runnable")
         return invocation, was_running, tx.host.list_adapter_invocations(invocation.id)
 
-    # ── settling without running anything ──
+    # ── committing a verdict ──
+    def _emit_status(self, status: InvocationStatus) -> None:
+        telemetry.emit(self.runtime.telemetry, telemetry.STATUS, invocation_id=self.invocation_id,
+                       status=str(status))
+
     def _settle(self, invocation: InvocationRecord, verdict: Verdict, *, writes: tuple[AdapterWrite, ...] = (),
-                events: tuple[NewEvent, ...] = (), final: bool = False) -> InvocationStatus:
-        unit = settlement(invocation, verdict, writes=writes, events=events)
-        if final:
-            self.ctx.fenced(unit, name="host.finalize", finish=FINISH)
-        else:
-            self.ctx.fenced(unit, name="host.settle", finish=FINISH)
+                events: tuple[NewEvent, ...] = (), records: tuple[NewReconciliation, ...] = (),
+                final: bool = False) -> InvocationStatus:
+        """Commit ``verdict`` with its evidence (host-spec J4, K3-K9, L1-L3; ADR 0031):
+
+        - a success (``final``, ``host.finalize``): one atomic attempt; a store error raises
+          ``RecoverableFinalization`` and the next claim finishes it without calling a succeeded step again (J4);
+        - any other verdict (``host.settle``): the atomic unit, retried once on a store error (K3); lease loss or
+          a refused check raises at once, with no retry and no fallback (K4);
+        - ``reconciliation_required`` after a second store error: the verdict-first fallback (K5-K9);
+        - ``failed`` after a second store error: ``RecoverableFinalization``; a failed verdict without its
+          evidence would claim "the provider did nothing" with nothing to show for it, so the row stays as a
+          crash would leave it and recovery decides (K10).
+        """
+        plan = Settlement(invocation, verdict, writes, events, records)
+        name = "host.finalize" if final else "host.settle"
+        tries = 1 if verdict.status is InvocationStatus.SUCCEEDED else 2
+        error: StoreUnavailable | None = None
+        for _ in range(tries):
+            try:
+                self.ctx.fenced(settlement(plan), name=name, finish=FINISH)
+            except StoreUnavailable as raised:
+                error = raised
+                continue
+            self._emit_status(verdict.status)
+            return verdict.status
+        assert error is not None
+        if verdict.status is InvocationStatus.RECONCILIATION_REQUIRED:
+            return self._fallback(plan, name, error)
+        raise RecoverableFinalization(f"the {verdict.status} verdict could not be recorded: {error}", error,
+                                      invocation_id=self.invocation_id) from error
+
+    def _fallback(self, plan: Settlement, name: str, cause: StoreUnavailable) -> InvocationStatus:
+        """The verdict-first fallback (K5-K9): the fenced verdict, retried once except on lease loss; then every
+        evidence write under ``VerdictHeld``; the first raised error after all of them."""
+        verdict = fallback_verdict(plan, cause)
+        unit = verdict_unit(plan.invocation, verdict)
+        last = cause
+        for _ in range(2):
+            try:
+                self.ctx.fenced(unit, name=f"{name}.verdict", finish=FINISH)
+                break
+            except StoreUnavailable as raised:  # LeaseLost and refusals leave at once (K4, K9)
+                last = raised
+        else:  # K9: nothing more is written, above all no unfenced checkpoint
+            raise RecoverableFinalization(
+                f"the reconciliation_required verdict could not be recorded (atomic settlement and fallback "
+                f"verdict failed): {last}", last, invocation_id=self.invocation_id) from last
+        self._emit_status(verdict.status)
+        held = VerdictHeld(verdict.status, verdict.error)
+        errors = write_evidence(self.ctx.store, self.invocation_id, evidence_of(plan, held),
+                                self.runtime.telemetry, name=name)
+        if errors:  # K7, K8: the verdict stands; the gap is final and audit reports it
+            raise RecoverableFinalization(
+                f"the reconciliation_required verdict is recorded but {len(errors)} evidence write(s) failed "
+                f"(the gap is final): {errors[0]}", errors[0], invocation_id=self.invocation_id,
+                verdict_durable=True) from errors[0]
         return verdict.status
 
     def _scope(self, invocation: InvocationRecord) -> AdapterScope:
         return AdapterScope(invocation.tenant_id, invocation.space_id, invocation.id)
 
     def _unknown_writes(self, invocation: InvocationRecord, rows: tuple[AdapterRecord, ...],
-                        reason: str) -> tuple[tuple[AdapterWrite, ...], tuple[NewEvent, ...]]:
+                        reason: str) -> tuple[tuple[AdapterWrite, ...], tuple[NewEvent, ...],
+                                              tuple[NewReconciliation, ...]]:
         """Unknown-outcome settlement of ``running`` rows: checkpoint ``ambiguous`` with the reconciliation
-        metadata, then the ``AdapterInvocationAmbiguous`` event (K1 order, G7, E10)."""
-        writes, events = [], []
-        for row in rows:
-            meta = {"reason": reason, "external_reference": row.external_reference,
-                    "event_subject": {"subject_type": adapter_subject(row.id).subject_type, "subject_id": row.id}}
-            writes.append(AdapterWrite(self._scope(invocation), UpdateAdapterRow(
-                row.id, AdapterStatus.AMBIGUOUS, error=reason, reconciliation=meta), LeaseHeld(self.lease),
-                frozenset({AdapterStatus.RUNNING})))
-            events.append(step_event(invocation, row.id, STEP_AMBIGUOUS, {"step": row.step_name, "reason": reason}))
-        return tuple(writes), tuple(events)
+        metadata, the ``AdapterInvocationAmbiguous`` event, the reconciliation record (K1 order, G7, E10)."""
+        return unknown_outcome(invocation, rows, reason, LeaseHeld(self.lease))
 
     def _settle_scan(self, invocation: InvocationRecord, decision: Settle) -> InvocationStatus:
-        writes, events = self._unknown_writes(invocation, decision.unknown,
-                                              "running step without handoff: outcome unknown")
+        writes, events, records = self._unknown_writes(invocation, decision.unknown,
+                                                       "running step without handoff: outcome unknown")
         evidence: dict[str, Any] = {}
         if decision.reason_row is not None:
             evidence = {"step": decision.reason_row.step_name, "adapter_invocation_id": decision.reason_row.id,
@@ -237,7 +306,8 @@ class Execution:
             evidence["applied"] = [{"step": r.step_name, "adapter_invocation_id": r.id,
                                     "external_reference": r.external_reference} for r in decision.applied]
         return self._settle(invocation, Verdict(decision.status, _text(decision.error), kind=decision.kind,
-                                                evidence=evidence or None), writes=writes, events=events)
+                                                evidence=evidence or None), writes=writes, events=events,
+                            records=records)
 
     def _unresolved(self, invocation: InvocationRecord, rows: list[AdapterRecord]) -> InvocationStatus:
         """The action no longer resolves (A18): recorded rows settle as for a non-idempotent reclaim, so nothing
@@ -348,15 +418,16 @@ class Execution:
             prepared = True
         else:
             if adapter is None:  # a recorded row whose adapter is gone: its outcome cannot be re-sent
-                writes, events = self._unknown_writes(invocation, (row,), "adapter no longer registered: "
-                                                      "outcome unknown") if row.status is AdapterStatus.RUNNING \
-                    else ((), ())
+                writes, events, records = self._unknown_writes(
+                    invocation, (row,), "adapter no longer registered: outcome unknown") \
+                    if row.status is AdapterStatus.RUNNING else ((), (), ())
                 status = (InvocationStatus.RECONCILIATION_REQUIRED if row.status is AdapterStatus.RUNNING
                           else InvocationStatus.FAILED)
                 return self._settle(invocation, Verdict(status, f"step {step.name}: no adapter {step.adapter!r}",
                                                         kind=ReconciliationKind.ADAPTER_OUTCOME_AMBIGUOUS
                                                         if status is InvocationStatus.RECONCILIATION_REQUIRED
-                                                        else None), writes=writes, events=events)
+                                                        else None), writes=writes, events=events,
+                                    records=records)
             attempts, call_input, from_status = row.attempts, dict(row.input), row.status
             prepared = False
         outcome, attempts = self._call(invocation, step, adapter, adapter_id, call_input, attempts, prepared,
@@ -425,9 +496,33 @@ class Execution:
                 assert stored is not None
                 return stored
 
-            stored: AdapterRecord = self.ctx.fenced(unit, name="host.step.checkpoint")
-            crashpoint(f"host.step:{step.name}:after-checkpoint")
-            return stored
+            error: StoreUnavailable | None = None
+            for _ in range(2):  # L1: the marker write is retried once on a store error
+                try:
+                    stored: AdapterRecord = self.ctx.fenced(unit, name="host.step.checkpoint")
+                except StoreUnavailable as raised:  # LeaseLost and refusals leave at once (C8, C4)
+                    error = raised
+                    continue
+                crashpoint(f"host.step:{step.name}:after-checkpoint")
+                return stored
+            assert error is not None
+            # L2: the provider succeeded and its marker could not be recorded twice. The effect is applied but
+            # unrecorded; continuing would build on a checkpoint that does not exist, so an operator decides.
+            reference = outcome.external_reference
+            marker_evidence: dict[str, Any] = {"step": step.name, "adapter_invocation_id": adapter_id,
+                                               "external_reference": reference, "output": output}
+            if applied:
+                marker_evidence["applied"] = [{"step": r.step_name, "adapter_invocation_id": r.id,
+                                        "external_reference": r.external_reference} for r in applied]
+            record = reconciliation_record(invocation, adapter_id, ReconciliationKind.APPLIED_EFFECT, {
+                "step": step.name, "reason": "provider succeeded; its checkpoint could not be recorded",
+                "external_reference": reference})
+            return self._settle(invocation, Verdict(
+                InvocationStatus.RECONCILIATION_REQUIRED,
+                _text(f"step {step.name} succeeded at the provider but its checkpoint could not be recorded "
+                      f"({type(error).__name__}: {error}); an operator decides"),
+                kind=ReconciliationKind.APPLIED_EFFECT, evidence=marker_evidence),
+                writes=(write,), events=(event,), records=(record,))
         if outcome.verdict is StepVerdict.FAILED:  # the provider definitely did nothing (F12-F14, F18)
             write = AdapterWrite(scope, UpdateAdapterRow(adapter_id, AdapterStatus.FAILED, error=reason,
                                                          attempts=attempts), LeaseHeld(self.lease), running)
@@ -440,12 +535,16 @@ class Execution:
                 external_reference=outcome.external_reference, attempts=attempts), LeaseHeld(self.lease), running)
             event = step_event(invocation, adapter_id, HANDOFF_ACCEPTED, {
                 "step": step.name, "external_reference": outcome.external_reference})
+            record = reconciliation_record(invocation, adapter_id, ReconciliationKind.APPLIED_EFFECT, {
+                "step": step.name, "reason": "handed off; external completions are not supported yet",
+                "external_reference": outcome.external_reference})
             return self._settle(invocation, Verdict(
                 InvocationStatus.RECONCILIATION_REQUIRED,
                 _text(f"step {step.name} handed off ({outcome.external_reference}): external completions are not "
                       "supported yet; an operator decides"), kind=ReconciliationKind.APPLIED_EFFECT,
                 evidence={"step": step.name, "adapter_invocation_id": adapter_id,
-                          "external_reference": outcome.external_reference}), writes=(write,), events=(event,))
+                          "external_reference": outcome.external_reference}), writes=(write,), events=(event,),
+                records=(record,))
         # AMBIGUOUS: checkpoint -> event -> verdict, one unit (K1, F2-F11, F17)
         meta = {"reason": reason, "external_reference": None,
                 "event_subject": {"subject_type": adapter_subject(adapter_id).subject_type, "subject_id": adapter_id}}
@@ -458,10 +557,12 @@ class Execution:
         if applied:
             evidence["applied"] = [{"step": r.step_name, "adapter_invocation_id": r.id,
                                     "external_reference": r.external_reference} for r in applied]
+        record = reconciliation_record(invocation, adapter_id, ReconciliationKind.ADAPTER_OUTCOME_AMBIGUOUS, {
+            "step": step.name, "reason": reason, "external_reference": None})
         return self._settle(invocation, Verdict(InvocationStatus.RECONCILIATION_REQUIRED,
                                                 _text(f"step {step.name}: {reason}"),
                                                 kind=ReconciliationKind.ADAPTER_OUTCOME_AMBIGUOUS, evidence=evidence),
-                            writes=(write,), events=(event,))
+                            writes=(write,), events=(event,), records=(record,))
 
     def _finalize(self, invocation: InvocationRecord, action: Action, handler_output: dict[str, Any],
                   outputs: dict[str, dict[str, Any]], declared: list[tuple[str, dict[str, Any]]],

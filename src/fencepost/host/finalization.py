@@ -1,32 +1,63 @@
-"""Settling an invocation: checkpoints, events and the verdict in ONE fenced transaction, the fence last
-(host-spec J1-J3, K1 order; ADR 0002, ADR 0022).
+"""Settling an invocation: what one verdict commits, and in which order (host-spec J1-J3, K, L1-L3, M; ADR 0002,
+ADR 0022, ADR 0031).
 
-Every verdict of an execution is written by ``settlement``'s unit, in this order:
+A ``Settlement`` is a verdict with its evidence: adapter checkpoints, events and reconciliation records. The
+**atomic unit** (``settlement``) writes them in one fenced transaction, in the order of K1:
 
 1. the invocation row is locked and must still be ``running`` (lock order: invocation first);
 2. the adapter checkpoints (``write_adapter_invocation`` under the captured lease);
-3. the events: the step's lifecycle events, the action's declared events, the verdict's own event;
-4. the verdict (``update_leased_invocation`` under the captured lease);
-5. the command's finish (``Store.fenced(..., finish=DELIVERED)``): the fence, last, which also releases the
+3. the events (the step's lifecycle events, the action's declared events);
+4. the reconciliation records (first write wins on their stable ids);
+5. the verdict's own event and the verdict (``update_leased_invocation`` under the captured lease);
+6. the command's finish (``Store.fenced(..., finish=DELIVERED)``): the fence, last, which also releases the
    lease. A stale token touches zero rows there and the whole unit rolls back.
 
-The verdict comes last because it releases the lease (K1): if any earlier write is refused, nothing commits and
-``SettlementRefused`` leaves the unit; the execution turns it into ``RecoverableFinalization`` (C4).
+The **verdict-first fallback** (``verdict_unit`` then ``write_evidence``) is for when the atomic unit failed twice
+on a store error: the fenced verdict commits alone, then each evidence write is attempted in its own unit under
+the settled-verdict condition (``VerdictHeld``: the parent still has exactly this verdict's status and error). A
+refused write is telemetry; a raised one is collected and the first is raised after all were attempted (K5-K7).
+An evidence gap left this way is final (K8): nothing repairs it, ``fencepost audit`` reports it.
+
+The execution decides which path a verdict may take (``fencepost.host.execution``); this module only writes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from fencepost.core.statuses import InvocationStatus, ReconciliationKind
-from fencepost.host.lifecycle import VERDICT_EVENTS, invocation_event
-from fencepost.store.host_records import AdapterWrite, InvocationRecord, InvocationVerdict, NewEvent
-from fencepost.store.ports import FencedUnit
+from fencepost.core.statuses import AdapterStatus, InvocationStatus, ReconciliationKind
+from fencepost.host import telemetry
+from fencepost.host.lifecycle import (
+    STEP_AMBIGUOUS,
+    VERDICT_EVENTS,
+    adapter_subject,
+    invocation_event,
+    reconciliation_record,
+    step_event,
+)
+from fencepost.host.telemetry import Telemetry
+from fencepost.store.base import Store
+from fencepost.store.host_records import (
+    AdapterRecord,
+    AdapterScope,
+    AdapterWrite,
+    InvocationRecord,
+    InvocationVerdict,
+    LeaseHeld,
+    NewEvent,
+    NewReconciliation,
+    UpdateAdapterRow,
+    VerdictHeld,
+)
+from fencepost.store.ports import FencedUnit, UnitOfWork
 
 #: The message of a refused status check (host-spec C10).
 NO_LONGER_RUNNING = "Invocation is no longer running"
+
+#: Marks a verdict written by the verdict-first fallback, in its ``reconciliation`` JSON (ADR 0031).
+SETTLED_BY_FALLBACK = "verdict-first-fallback"
 
 
 class SettlementRefused(Exception):
@@ -57,7 +88,24 @@ class Verdict:
         return {**({"kind": str(self.kind)} if self.kind is not None else {}), **(self.evidence or {})}
 
 
-def lock_running(tx: FencedUnit, invocation_id: str) -> InvocationRecord:
+@dataclass(frozen=True)
+class Settlement:
+    """One verdict and the evidence that commits with it (host-spec K1, L2).
+
+    Attributes:
+        invocation: the invocation as the execution claimed it. verdict: what it settles to.
+        writes: adapter checkpoints, each ``LeaseHeld`` under the execution's captured lease.
+        events: lifecycle and declared events, in order. records: reconciliation records (stable ids).
+    """
+
+    invocation: InvocationRecord
+    verdict: Verdict
+    writes: tuple[AdapterWrite, ...] = ()
+    events: tuple[NewEvent, ...] = ()
+    records: tuple[NewReconciliation, ...] = ()
+
+
+def lock_running(tx: UnitOfWork | FencedUnit, invocation_id: str) -> InvocationRecord:
     """The invocation, locked first in the host's lock order, which must still be ``running``.
 
     Raises:
@@ -72,33 +120,160 @@ def lock_running(tx: FencedUnit, invocation_id: str) -> InvocationRecord:
 def checkpoint(tx: FencedUnit, write: AdapterWrite) -> None:
     """One lease-conditioned adapter write; a refusal raises ``SettlementRefused`` (C4, C6: never swallowed)."""
     if not tx.host.write_adapter_invocation(write):
-        target = getattr(write.mutation, "id", None) or getattr(getattr(write.mutation, "row", None), "id", "?")
-        raise SettlementRefused(f"adapter write to {target} refused")
+        raise SettlementRefused(f"adapter write to {_target(write)} refused")
 
 
-def settlement(invocation: InvocationRecord, verdict: Verdict, *, writes: Sequence[AdapterWrite] = (),
-               events: Sequence[NewEvent] = ()) -> Callable[[FencedUnit], None]:
-    """The unit that settles ``invocation`` with ``verdict`` (see the module docstring for the order).
+def _target(write: AdapterWrite) -> str:
+    mutation = write.mutation
+    return str(getattr(mutation, "id", None) or getattr(getattr(mutation, "row", None), "id", "?"))
+
+
+def _write_verdict(tx: FencedUnit, invocation: InvocationRecord, verdict: Verdict) -> None:
+    payload: dict[str, Any] = {"status": str(verdict.status)}
+    if verdict.error is not None:
+        payload["error"] = verdict.error
+    if verdict.kind is not None:
+        payload["kind"] = str(verdict.kind)
+    tx.events.append_event_with_outbox(invocation_event(invocation, VERDICT_EVENTS[verdict.status], payload))
+    if not tx.host.update_leased_invocation(invocation.id, tx.lease, InvocationVerdict(
+            verdict.status, error=verdict.error, result=verdict.result, reconciliation=verdict.reconciliation)):
+        raise SettlementRefused(NO_LONGER_RUNNING)
+
+
+def settlement(plan: Settlement) -> Callable[[FencedUnit], None]:
+    """The atomic unit that settles ``plan`` (see the module docstring for the order).
 
     Run it with ``CommandContext.fenced(unit, name=..., finish=CommandStatus.DELIVERED)``: the finish is the
-    fence. It may run more than once (busy retries): it has no effect outside the transaction.
+    fence. It may run more than once (busy retries, the K3 retry): it has no effect outside the transaction.
     """
 
     def unit(tx: FencedUnit) -> None:
-        lock_running(tx, invocation.id)
-        for write in writes:
+        lock_running(tx, plan.invocation.id)
+        for write in plan.writes:
             checkpoint(tx, write)
-        for event in events:
+        for event in plan.events:
             tx.events.append_event_with_outbox(event)
-        payload: dict[str, Any] = {"status": str(verdict.status)}
-        if verdict.error is not None:
-            payload["error"] = verdict.error
-        if verdict.kind is not None:
-            payload["kind"] = str(verdict.kind)
-        tx.events.append_event_with_outbox(invocation_event(invocation, VERDICT_EVENTS[verdict.status], payload))
-        if not tx.host.update_leased_invocation(invocation.id, tx.lease, InvocationVerdict(
-                verdict.status, error=verdict.error, result=verdict.result,
-                reconciliation=verdict.reconciliation)):
-            raise SettlementRefused(NO_LONGER_RUNNING)
+        for record in plan.records:
+            tx.host.append_reconciliation(record)
+        _write_verdict(tx, plan.invocation, plan.verdict)
 
     return unit
+
+
+def unknown_outcome(invocation: InvocationRecord, rows: Sequence[AdapterRecord], reason: str,
+                    condition: LeaseHeld | VerdictHeld) -> tuple[tuple[AdapterWrite, ...], tuple[NewEvent, ...],
+                                                              tuple[NewReconciliation, ...]]:
+    """Unknown-outcome settlement of ``running`` rows (host-spec K1, G7, H6, E10): each row checkpointed
+    ``ambiguous`` with its reconciliation metadata, its ``AdapterInvocationAmbiguous`` event and its governance
+    reconciliation record, all under stable ids so that a repeated attempt dedups.
+
+    Args:
+        condition: ``LeaseHeld`` inside a fenced settlement, ``VerdictHeld`` after a durable verdict (H6).
+    Returns:
+        (checkpoints, events, records), in row order.
+    """
+    scope = AdapterScope(invocation.tenant_id, invocation.space_id, invocation.id)
+    writes, events, records = [], [], []
+    for row in rows:
+        meta = {"reason": reason, "external_reference": row.external_reference,
+                "event_subject": {"subject_type": adapter_subject(row.id).subject_type, "subject_id": row.id}}
+        writes.append(AdapterWrite(scope, UpdateAdapterRow(row.id, AdapterStatus.AMBIGUOUS, error=reason,
+                                                           reconciliation=meta), condition,
+                                   frozenset({AdapterStatus.RUNNING})))
+        events.append(step_event(invocation, row.id, STEP_AMBIGUOUS, {"step": row.step_name, "reason": reason}))
+        records.append(reconciliation_record(invocation, row.id, ReconciliationKind.ADAPTER_OUTCOME_AMBIGUOUS, {
+            "step": row.step_name, "reason": reason, "external_reference": row.external_reference}))
+    return tuple(writes), tuple(events), tuple(records)
+
+
+def fallback_verdict(plan: Settlement, cause: BaseException) -> Verdict:
+    """The verdict the fallback writes: the plan's, marked as settled by the fallback with the store error that
+    forced it, so an operator reading it knows why evidence may be missing (ADR 0031)."""
+    verdict = plan.verdict
+    evidence = {**(verdict.evidence or {}), "settled_by": SETTLED_BY_FALLBACK,
+                "store_error": f"{type(cause).__name__}: {cause}"[:500]}
+    return replace(verdict, evidence=evidence)
+
+
+def verdict_unit(invocation: InvocationRecord, verdict: Verdict) -> Callable[[FencedUnit], None]:
+    """The fallback's first unit: the fenced verdict alone (with the verdict's own event), no evidence (K5)."""
+
+    def unit(tx: FencedUnit) -> None:
+        lock_running(tx, invocation.id)
+        _write_verdict(tx, invocation, verdict)
+
+    return unit
+
+
+# ── evidence after a durable verdict (K5-K8, L2, H17, H18) ──
+
+@dataclass(frozen=True)
+class EvidenceWrite:
+    """One independent evidence write after a durable verdict.
+
+    Attributes:
+        evidence: what it writes, as telemetry names it (``adapter_checkpoint``, ``event``, ``reconciliation``,
+            ``parent_enrichment``). target: the id written. write: the write in an unfenced unit; False when the
+            settled-verdict condition no longer held (a refusal).
+    """
+
+    evidence: str
+    target: str
+    write: Callable[[UnitOfWork], bool]
+
+
+def _conditioned(write: AdapterWrite) -> Callable[[UnitOfWork], bool]:
+    return lambda tx: tx.host.write_adapter_invocation(write)
+
+
+def verdict_held(tx: UnitOfWork, invocation_id: str, held: VerdictHeld) -> bool:
+    """Lock the invocation; True while it still has exactly ``held``'s status and error (I3, NULL-safe)."""
+    row = tx.host.lock_invocation(invocation_id)
+    return row is not None and row.status is held.status and row.error == held.error
+
+
+def evidence_of(plan: Settlement, held: VerdictHeld) -> list[EvidenceWrite]:
+    """The plan's evidence as independent writes under ``held``, in the fallback's order: checkpoints, events,
+    reconciliation records (K5; L2's marker, then its events)."""
+    invocation_id = plan.invocation.id
+    items: list[EvidenceWrite] = []
+    for write in plan.writes:
+        items.append(EvidenceWrite("adapter_checkpoint", _target(write), _conditioned(replace(write, condition=held))))
+    for event in plan.events:
+        def append_event(tx: UnitOfWork, e: NewEvent = event) -> bool:
+            if not verdict_held(tx, invocation_id, held):
+                return False
+            tx.events.append_event_with_outbox(e)  # False = already stored: first write wins, not a refusal
+            return True
+        items.append(EvidenceWrite("event", event.id, append_event))
+    for record in plan.records:
+        def append_record(tx: UnitOfWork, r: NewReconciliation = record) -> bool:
+            if not verdict_held(tx, invocation_id, held):
+                return False
+            tx.host.append_reconciliation(r)
+            return True
+        items.append(EvidenceWrite("reconciliation", record.id, append_record))
+    return items
+
+
+def write_evidence(store: Store, invocation_id: str, items: Sequence[EvidenceWrite], sink: Telemetry, *,
+                   name: str) -> list[Exception]:
+    """Attempt every item, each in its own unit named ``<name>.evidence.<n>`` (1-based), whatever the others did.
+
+    Returns:
+        The errors raised, in order (empty when every write was made or refused). A refusal emits
+        ``EVIDENCE_REFUSED`` and is not an error (H18); a raised error emits ``EVIDENCE_FAILED``.
+    """
+    errors: list[Exception] = []
+    for number, item in enumerate(items, start=1):
+        try:
+            made = store.transact(item.write, name=f"{name}.evidence.{number}")
+        except Exception as error:  # K7: collect it and go on with the remaining writes
+            errors.append(error)
+            telemetry.emit(sink, telemetry.EVIDENCE_FAILED, invocation_id=invocation_id, evidence=item.evidence,
+                           target=item.target, error=f"{type(error).__name__}: {error}"[:500])
+            continue
+        if not made:
+            telemetry.emit(sink, telemetry.EVIDENCE_REFUSED, invocation_id=invocation_id, evidence=item.evidence,
+                           target=item.target)
+    return errors

@@ -3,19 +3,24 @@
 ``handle(ctx)`` runs one ``Execution`` under the claimed lease. The worker's per-kind delivery budget is the
 recovery budget (``max_deliveries = recovery_max_attempts``): the claim after the last allowed one does not run
 ``handle`` at all but ``on_budget_exhausted``, whose verdict is written under that claim's lease, first and
-before any evidence is read (H3-H5).
+before any evidence is read (H3-H5); once it committed, ``after_budget_verdict`` adds the rows' evidence under the
+settled-verdict condition (H6, H7, H17; ``fencepost.host.enrichment``).
 """
 
 from __future__ import annotations
 
+import weakref
+
 from fencepost.core.errors import RecoverableFinalization
 from fencepost.core.statuses import AdapterStatus, InvocationStatus, ReconciliationKind
+from fencepost.host.enrichment import budget_evidence
 from fencepost.host.execution import Execution, Runtime
+from fencepost.host.finalization import unknown_outcome
 from fencepost.host.lifecycle import VERDICT_EVENTS, invocation_event
-from fencepost.host.recovery import applied_summary
+from fencepost.host.recovery import UNKNOWN_RUNNING_STEP, applied_summary
 from fencepost.outbox.context import CommandContext
 from fencepost.outbox.handlers import DeliveryBudget
-from fencepost.store.host_records import InvocationVerdict
+from fencepost.store.host_records import InvocationVerdict, LeaseHeld, VerdictHeld
 from fencepost.store.ports import FencedUnit
 
 #: Every action invocation's outbox command kind starts so (ADR 0022): ``host.invoke:<action id>@<version>``.
@@ -45,6 +50,8 @@ class HostHandler:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
+        # The budget verdict each context's unit wrote, for the conditional evidence after it (H17).
+        self._budget_verdicts: weakref.WeakKeyDictionary[CommandContext, VerdictHeld] = weakref.WeakKeyDictionary()
 
     def handle(self, ctx: CommandContext) -> None:
         """Run the invocation to its verdict (``Execution.run``); the verdict unit finishes the command.
@@ -57,7 +64,7 @@ class HostHandler:
     def on_budget_exhausted(self, tx: FencedUnit, ctx: CommandContext, budget: DeliveryBudget) -> None:
         """The budget verdict (H4, H5): ``reconciliation_required`` with ``recovery attempts exhausted (n/max)``,
         written before the action is resolved or any adapter row is read, in the unit that fails the command.
-        Enrichment from the rows (H6-H8) is the verdict-first fallback's, issue 13.
+        Enrichment from the rows (H6, H7) follows the commit: ``after_budget_verdict``.
 
         Raises:
             RecoverableFinalization: the verdict could not be written (H11); the unit rolls back.
@@ -73,12 +80,26 @@ class HostHandler:
                 reconciliation={"kind": str(ReconciliationKind.RECOVERY_BUDGET_EXHAUSTED),
                                 "attempts": budget.deliveries + 1, "max": budget.max_deliveries},
                 expected=_OPEN)):
-            raise RecoverableFinalization("the budget verdict could not be written")
+            raise RecoverableFinalization("the budget verdict could not be written", invocation_id=invocation.id)
+        self._budget_verdicts[ctx] = VerdictHeld(InvocationStatus.RECONCILIATION_REQUIRED, error)
+
+    def after_budget_verdict(self, ctx: CommandContext, budget: DeliveryBudget) -> None:
+        """After the budget verdict committed: settle ``running`` rows as unknown and enrich the verdict, each
+        write conditioned on that exact verdict (H6, H7, H17, H18).
+
+        Raises:
+            RecoverableFinalization: ``verdict_durable=True``; some evidence could not be read or written.
+        """
+        held = self._budget_verdicts.pop(ctx, None)
+        if held is not None:
+            budget_evidence(ctx.store, ctx.command.id, held, self.runtime.telemetry)
 
     def on_failure(self, tx: FencedUnit, ctx: CommandContext, error: str) -> None:
         """The worker fails the command (a time limit, an error the execution did not expect): the invocation's
         verdict must not claim more than is known. With any step row that may have reached the provider
-        (``running``, ``succeeded``, ``ambiguous``) it is ``reconciliation_required``; with none, ``failed``."""
+        (``running``, ``succeeded``, ``ambiguous``) it is ``reconciliation_required``; with none, ``failed``. Its
+        ``running`` rows get unknown-outcome settlement in the same unit (K1 order; no row is left ``running``
+        under a verdict)."""
         invocation = tx.host.lock_invocation(ctx.command.id)
         if invocation is None or invocation.status.terminal:
             return
@@ -90,8 +111,18 @@ class HostHandler:
         else:
             status, kind, text = InvocationStatus.FAILED, None, error
         text = text[:2000]
+        running = tuple(r for r in rows if r.status is AdapterStatus.RUNNING)
+        writes, events, records = unknown_outcome(invocation, running, UNKNOWN_RUNNING_STEP, LeaseHeld(tx.lease))
+        for write in writes:
+            if not tx.host.write_adapter_invocation(write):
+                raise RecoverableFinalization("the failure verdict's checkpoint was refused",
+                                              invocation_id=invocation.id)
+        for event in events:
+            tx.events.append_event_with_outbox(event)
+        for record in records:
+            tx.host.append_reconciliation(record)
         tx.events.append_event_with_outbox(invocation_event(invocation, VERDICT_EVENTS[status],
                                                             {"status": str(status), "error": text}))
         if not tx.host.update_leased_invocation(invocation.id, tx.lease, InvocationVerdict(
                 status, error=text, reconciliation=None if kind is None else {"kind": str(kind)}, expected=_OPEN)):
-            raise RecoverableFinalization("the failure verdict could not be written")
+            raise RecoverableFinalization("the failure verdict could not be written", invocation_id=invocation.id)

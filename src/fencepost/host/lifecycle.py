@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from fencepost.core.ids import derived_id
-from fencepost.core.statuses import InvocationStatus
-from fencepost.store.host_records import InvocationRecord, NewEvent, Subject
+from fencepost.core.statuses import InvocationStatus, ReconciliationKind, ReconciliationLog
+from fencepost.store.host_records import InvocationRecord, NewEvent, NewReconciliation, Subject
 
 STARTED = "ActionInvocationStarted"
 STEP_SUCCEEDED = "AdapterInvocationSucceeded"
@@ -60,3 +60,19 @@ def step_event(invocation: InvocationRecord, adapter_id: str, event_type: str, p
     return NewEvent(id=event_id(invocation.id, event_type, adapter_id), tenant_id=invocation.tenant_id,
                     space_id=invocation.space_id, subject=adapter_subject(adapter_id), type=event_type,
                     payload=payload)
+
+
+def reconciliation_id(invocation_id: str, adapter_id: str | None) -> str:
+    """The stable id of the governance reconciliation record of one adapter invocation (or of the invocation
+    itself): every attempt to append it, atomic or fallback, dedups on it (host-spec K1, L13)."""
+    return derived_id("rec", "host.reconciliation/v1", {"invocation": invocation_id, "adapter": adapter_id})
+
+
+def reconciliation_record(invocation: InvocationRecord, adapter_id: str | None, kind: ReconciliationKind,
+                          payload: dict[str, Any]) -> NewReconciliation:
+    """The ``ExternalReconciliation`` record an operator resolves: one per adapter invocation whose outcome is
+    unknown or whose recorded effect was not continued (host-spec K1, H8; ADR 0031)."""
+    return NewReconciliation(id=reconciliation_id(invocation.id, adapter_id), tenant_id=invocation.tenant_id,
+                             space_id=invocation.space_id, invocation_id=invocation.id,
+                             adapter_invocation_id=adapter_id, log=ReconciliationLog.GOVERNANCE, kind=kind,
+                             payload=payload)

@@ -28,12 +28,14 @@ from pydantic import ValidationError
 
 from fencepost.core.errors import Conflict, InvalidInput, NotFound, RecoverableFinalization
 from fencepost.core.statuses import AdapterStatus, InvocationMode, InvocationStatus
+from fencepost.host import telemetry
 from fencepost.host.action import Action, ActionRegistry
 from fencepost.host.adapter import Adapter
 from fencepost.host.execution import Execution, Runtime
 from fencepost.host.handler import HostHandler, kind_of
 from fencepost.host.idempotency import binding_digest, check_replay, invocation_id, params_digest
 from fencepost.host.lifecycle import STARTED, invocation_event
+from fencepost.host.telemetry import LogTelemetry, Telemetry
 from fencepost.outbox.context import CommandContext
 from fencepost.outbox.handlers import HandlerRegistry
 from fencepost.outbox.heartbeat import Heartbeat
@@ -151,13 +153,14 @@ class Host:
 
     Args:
         store: a migrated store. actions: the ``Action`` definitions. adapters: adapter instances, by their
-            ``type`` (unique). config: ``HostConfig``.
+            ``type`` (unique). config: ``HostConfig``. telemetry: the lifecycle sink (host-spec S1;
+            default ``LogTelemetry``: log records under ``fencepost.host``).
     Raises:
         InvalidInput: two adapters with one type, or a duplicate action ``(id, version)``.
     """
 
     def __init__(self, store: Store, *, actions: Iterable[Action] = (), adapters: Iterable[Adapter] = (),
-                 config: HostConfig | None = None) -> None:
+                 config: HostConfig | None = None, telemetry: Telemetry | None = None) -> None:
         self.store = store
         self.config = config or HostConfig()
         self.actions = ActionRegistry(actions)
@@ -166,7 +169,7 @@ class Host:
             if adapter.type in by_type:
                 raise InvalidInput(f"two adapters of type {adapter.type!r}")
             by_type[adapter.type] = adapter
-        self.runtime = Runtime(actions=self.actions, adapters=by_type)
+        self.runtime = Runtime(actions=self.actions, adapters=by_type, telemetry=telemetry or LogTelemetry())
         self.owner = f"inline:{socket.gethostname()}:{os.getpid()}"
         self._held: dict[str, CommandContext] = {}
         self._lock = threading.Lock()
@@ -254,7 +257,9 @@ class Host:
             return winner, None
 
         record, claimed = self.store.transact(unit, name="host.submit")
-        if claimed is not None:
+        if claimed is not None:  # inserted running under this caller's lease: its status change (S3)
+            telemetry.emit(self.runtime.telemetry, telemetry.STATUS, invocation_id=record.id,
+                           status=str(InvocationStatus.RUNNING))
             ctx = CommandContext(self.store, claimed, self.config.lease_seconds)
             self._run_inline(ctx, fresh=True)
         return self.get(record.id)
@@ -266,7 +271,7 @@ class Host:
         try:
             Execution(self.runtime, ctx, fresh=fresh).run()
         except RecoverableFinalization:
-            if not ctx.lost:
+            if not ctx.lost and not ctx.finished:  # a durable verdict (K8) leaves no lease to retry under
                 with self._lock:
                     self._held[ctx.command.id] = ctx  # the caller may retry under its lease (A6)
             raise

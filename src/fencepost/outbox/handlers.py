@@ -65,6 +65,18 @@ class BudgetAware(Protocol):
     def on_budget_exhausted(self, tx: FencedUnit, ctx: CommandContext, budget: DeliveryBudget) -> None: ...
 
 
+@runtime_checkable
+class BudgetFollowUp(Protocol):
+    """The optional hook a ``BudgetAware`` handler may have for after its budget verdict committed.
+
+    ``after_budget_verdict(ctx, budget)`` runs once the unit that failed the command has committed, with the
+    lease already released: the handler adds evidence under its own conditions (the action host settles the
+    rows it reads only now, host-spec H5-H7). What it raises is logged; the verdict stands.
+    """
+
+    def after_budget_verdict(self, ctx: CommandContext, budget: DeliveryBudget) -> None: ...
+
+
 #: Deliveries a command gets unless its kind says otherwise: a crash loop ends with a verdict, not forever.
 DEFAULT_MAX_DELIVERIES = 10
 

@@ -40,7 +40,7 @@ from fencepost.outbox.context import (
     StopRequested,
     TimeLimitExceeded,
 )
-from fencepost.outbox.handlers import BudgetAware, DeliveryBudget, HandlerRegistry
+from fencepost.outbox.handlers import BudgetAware, BudgetFollowUp, DeliveryBudget, HandlerRegistry
 from fencepost.outbox.heartbeat import Heartbeat
 from fencepost.outbox.registry import WorkerRegistration
 from fencepost.store.base import Store, WorkWaiter
@@ -399,6 +399,10 @@ class Worker:
             if isinstance(error.cause, LeaseLost):
                 self._log_lost(ctx)
                 return _Outcome.LOST
+            if ctx.finished:  # the verdict committed and released the lease; some evidence did not (K8)
+                log.error("verdict recorded with an evidence gap", extra={
+                    "event": "evidence_gap", "command_id": ctx.command.id, "error": str(error)})
+                return _Outcome.FAILED if ctx.finished_status is CommandStatus.FAILED else _Outcome.DONE
             log.error("outcome not recorded; the lease is left to expire", extra={
                 "event": "command_abandoned", "command_id": ctx.command.id, "error": str(error)})
             return _Outcome.ABANDONED
@@ -477,6 +481,13 @@ class Worker:
         outcome = self._fail(ctx, budget.error, budget=budget)
         if outcome is _Outcome.FAILED:
             self.stats.exhausted += 1
+            handler = self.registry.get(ctx.command.kind)
+            if isinstance(handler, BudgetFollowUp):
+                try:
+                    handler.after_budget_verdict(ctx, budget)
+                except Exception as error:  # the verdict stands; the handler's evidence is what is missing
+                    log.error("evidence after the budget verdict was not recorded", extra={
+                        "event": "evidence_gap", "command_id": ctx.command.id, "error": str(error)})
         return outcome
 
     def _release(self, ctx: CommandContext) -> _Outcome:

@@ -8,7 +8,10 @@ then rolls back exactly as it would on a genuine driver failure, which is what l
 fallback path (a partial enqueue, a lost commit, a busy retry) without touching the backend code.
 
 The fault fires once (then the wrapper is disarmed) unless ``times`` says otherwise; ``arm`` re-arms it.
-Counting is shared by all threads and transactions of the wrapper, and is thread-safe.
+``plan`` instead names, per query, exactly which of its occurrences fail (``{"insert_event": {2, 3, 5}}``):
+several queries, non-consecutive occurrences, as the fallback paths of the action host need (issue 13).
+Counting is shared by all threads and transactions of the wrapper, and is thread-safe. ``committed`` lists
+each unit that committed, by name, with the queries it ran, so a test can assert commit order.
 
 Example::
 
@@ -19,7 +22,7 @@ Example::
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -42,35 +45,46 @@ class FaultInjectingStore(Store):
             instance. Defaults to ``StoreUnavailable``. A ``StoreBusy`` makes ``Store.transact`` retry.
         message: text of the raised error when ``error`` is a class.
         times: how many consecutive matching queries fail once ``nth`` is reached (default 1).
+        plan: query name -> the 1-based occurrences of that query that fail; when given, ``nth``, ``query`` and
+            ``times`` are ignored and the wrapper stays armed (``disarm`` stops it).
 
     Attributes:
         seen: matching queries executed since the last ``arm``.
         fired: how many times the fault has been raised since the last ``arm``.
         executed: names of every query executed through the wrapper, in order (all names, for assertions).
+        committed: ``(unit name, [query names])`` of every unit that committed through ``transaction``, in
+            commit order.
     """
 
     def __init__(self, inner: Store, *, nth: int = 1, query: str | None = None,
                  error: type[FencepostError] | FencepostError = StoreUnavailable,
-                 message: str = "injected fault", times: int = 1) -> None:
+                 message: str = "injected fault", times: int = 1,
+                 plan: Mapping[str, Collection[int]] | None = None) -> None:
         super().__init__(clock=inner.clock, busy_wait_seconds=inner.busy_wait_seconds)
         self.inner = inner
         self.backend = inner.backend
         self.display_url = inner.display_url
         self._lock = threading.Lock()
         self.executed: list[str] = []
-        self.arm(nth=nth, query=query, error=error, message=message, times=times)
+        self.committed: list[tuple[str | None, list[str]]] = []
+        self.arm(nth=nth, query=query, error=error, message=message, times=times, plan=plan)
 
     def arm(self, *, nth: int, query: str | None = None,
             error: type[FencepostError] | FencepostError = StoreUnavailable,
-            message: str = "injected fault", times: int = 1) -> None:
+            message: str = "injected fault", times: int = 1,
+            plan: Mapping[str, Collection[int]] | None = None) -> None:
         """(Re)arm the fault and reset the counters (see the class docstring for the arguments).
 
         Raises:
-            ValueError: ``nth`` or ``times`` is below 1.
+            ValueError: ``nth`` or ``times`` is below 1, or a planned occurrence is.
         """
         if nth < 1 or times < 1:
             raise ValueError("nth and times are 1 or more")
+        if plan is not None and any(n < 1 for occurrences in plan.values() for n in occurrences):
+            raise ValueError("planned occurrences are 1 or more")
         with self._lock:
+            self.plan = None if plan is None else {name: frozenset(o) for name, o in plan.items()}
+            self.plan_seen: dict[str, int] = {}
             self.nth = nth
             self.query = query
             self.error = error
@@ -88,6 +102,14 @@ class FaultInjectingStore(Store):
     def _should_fail(self, name: str) -> bool:
         with self._lock:
             self.executed.append(name)
+            if self.plan is not None:
+                if not self.armed or name not in self.plan:
+                    return False
+                self.plan_seen[name] = count = self.plan_seen.get(name, 0) + 1
+                if count in self.plan[name]:
+                    self.fired += 1
+                    return True
+                return False
             if not self.armed or (self.query is not None and name != self.query):
                 return False
             self.seen += 1
@@ -112,11 +134,14 @@ class FaultInjectingStore(Store):
         Raises:
             TypeError: the inner store is not a SQL store.
         """
+        ran: list[str] = []
         with self.inner.transaction(write=write, name=name) as opened:
             if not isinstance(opened, SqlUnitOfWork):
                 raise TypeError("FaultInjectingStore wraps SQL stores only")
-            opened.executor = _CountingExecutor(opened.executor, self)
+            opened.executor = _CountingExecutor(opened.executor, self, ran)
             yield opened
+        with self._lock:  # reached only when the unit committed
+            self.committed.append((name, ran))
 
     # ── schema: straight delegation ──
     def migrations(self) -> list[MigrationStep]:
@@ -135,12 +160,14 @@ class FaultInjectingStore(Store):
 class _CountingExecutor:
     """An ``Executor`` that asks its ``FaultInjectingStore`` before each statement whether to fail it."""
 
-    def __init__(self, inner: Executor, faults: FaultInjectingStore) -> None:
+    def __init__(self, inner: Executor, faults: FaultInjectingStore, ran: list[str]) -> None:
         self._inner = inner
         self._faults = faults
+        self._ran = ran
         self.backend = inner.backend
 
     def run(self, query: Query, params: Mapping[str, Any]) -> Result:
+        self._ran.append(query.name)
         if self._faults._should_fail(query.name):
             self._faults._raise()
         return self._inner.run(query, params)
