@@ -99,3 +99,54 @@ def test_parent_enrichment_error_is_recoverable_with_a_durable_verdict(backend: 
         budget_evidence(faulty, invocation_id, VerdictHeld(InvocationStatus.RECONCILIATION_REQUIRED,
                                                            "recovery attempts exhausted (2/1)"), Recorder())
     assert raised.value.verdict_durable and host.get(invocation_id).status is not InvocationStatus.FAILED
+
+
+def test_budget_names_applied_steps_and_the_unknown_one(store: Store, backend: StoreBackend, ledger: Ledger) -> None:
+    """H6, H7 with an applied step before the unknown one: both are named; the applied one is listed."""
+    host = make_host(store, charge_action(Spy(), steps=("charge", "ship")),
+                     Scripted(ledger, None, crash_after_charge), recovery=1)
+    queued = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k")
+    run_worker(host, backend)
+    backend.expire()
+    run_worker(host, backend)
+    view = host.get(queued.id)
+    assert "step ship: running step" in (view.error or "") and "applied: charge" in (view.error or "")
+    assert view.reconciliation is not None and [a["step"] for a in view.reconciliation["applied"]] == ["charge"]
+    assert [s.status for s in view.steps] == [AdapterStatus.SUCCEEDED, AdapterStatus.AMBIGUOUS]
+
+
+def test_budget_without_rows_keeps_the_exact_message(store: Store, backend: StoreBackend, ledger: Ledger) -> None:
+    """H4: with no adapter row there is nothing to enrich: the error is exactly the budget text."""
+    host = make_host(store, charge_action(Spy(raises=Crash())), Scripted(ledger), recovery=1)
+    queued = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k")
+    run_worker(host, backend)
+    backend.expire()
+    run_worker(host, backend)
+    assert host.get(queued.id).error == "recovery attempts exhausted (2/1)"
+
+
+def test_enriched_error_is_bounded() -> None:
+    """The enriched error keeps the budget text first and stays within 2,000 characters."""
+    from datetime import UTC, datetime
+
+    from fencepost.core.statuses import InvocationMode
+    from fencepost.host.enrichment import enriched
+    from fencepost.store.host_records import AdapterRecord, InvocationRecord
+
+    now = datetime.now(UTC)
+    invocation = InvocationRecord(
+        id="inv", tenant_id="t", space_id="s", action_id="a", action_version=1, idempotency_key="k", actor="u",
+        authority="", binding_digest="v1:x", params_digest="v1:y", params={}, mode=InvocationMode.DISPATCH,
+        status=InvocationStatus.RECONCILIATION_REQUIRED, error="recovery attempts exhausted (6/5)", result=None,
+        reconciliation={"kind": "recovery_budget_exhausted"}, pending_completion=None, created_at=now,
+        updated_at=now, attempt_count=6, lease_owner=None, lease_until=None, command_status=None)
+    rows = [AdapterRecord(id=f"ai{i}", tenant_id="t", space_id="s", invocation_id="inv", step_index=i,
+                          step_name=f"step-{i}-" + "x" * 80, adapter_type="pay", operation="op", vendor="v",
+                          input={}, output=None, status=AdapterStatus.AMBIGUOUS, error="lost " * 20, attempts=1,
+                          external_reference=None, reconciliation=None, created_at=now, updated_at=now)
+            for i in range(40)]
+    result = enriched(VerdictHeld(invocation.status, invocation.error), invocation, rows)
+    assert result is not None
+    error, reconciliation = result
+    assert error.startswith("recovery attempts exhausted (6/5); step step-0-") and len(error) == 2000
+    assert len(reconciliation["adapter_reconciliation"]) == 40 and reconciliation["kind"] == "recovery_budget_exhausted"

@@ -18,10 +18,11 @@ from fencepost.core.statuses import AdapterStatus, InvocationStatus, Reconciliat
 from fencepost.host import Ambiguous, Inline
 from fencepost.host.adapter import AdapterCall
 from fencepost.host.finalization import SETTLED_BY_FALLBACK
-from fencepost.host.telemetry import EVIDENCE_FAILED, STATUS
+from fencepost.host.telemetry import EVIDENCE_FAILED, EVIDENCE_REFUSED, STATUS
 from fencepost.store.audit import audit_store
 from fencepost.store.base import Store
 from fencepost.store.faults import FaultInjectingStore
+from fencepost.store.host_records import VerdictHeld
 from helpers.store_backends import StoreBackend
 from host.kit import PARAMS, Ledger, Scripted, Spy, charge_action, events_of, make_host, run_worker
 
@@ -314,3 +315,37 @@ def test_recoverable_is_public() -> None:
 
     error = Public("x", invocation_id="inv", verdict_durable=True)
     assert Public is RecoverableFinalization and error.invocation_id == "inv" and error.verdict_durable
+
+
+class ChangesTheVerdict(Recorder):
+    """A sink that, when the fallback's verdict is reported (after its commit, before any evidence write), has
+    another decision change that verdict, as an operator's note would."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__()
+        self.store = store
+
+    def emit(self, name: str, attributes: Mapping[str, Any]) -> None:
+        super().emit(name, attributes)
+        if name == STATUS and attributes["status"] == "reconciliation_required":
+            invocation_id = attributes["invocation_id"]
+            current = self.store.read(lambda tx: tx.host.get_invocation(invocation_id))
+            assert current is not None
+            held = VerdictHeld(current.status, current.error)
+            assert self.store.transact(lambda tx: tx.host.update_settled_invocation(
+                invocation_id, held, error="an operator's note", reconciliation=current.reconciliation))
+
+
+def test_evidence_after_a_changed_verdict_is_refused_not_raised(backend: StoreBackend, ledger: Ledger) -> None:
+    """K5, H18: each evidence write is conditioned on the verdict this execution wrote; once another decision
+    changed it, every write refuses itself, says so in telemetry, and nothing is raised."""
+    inner = backend.migrated()
+    faulty = FaultInjectingStore(inner, plan={"finish_command": {1, 2}})
+    sink = ChangesTheVerdict(inner)
+    host, invocation_id, raised = inline(faulty, Scripted(ledger, Ambiguous("reset after send")), sink=sink)
+    assert raised is None
+    refused = [a["evidence"] for a in sink.named(EVIDENCE_REFUSED)]
+    assert refused == ["adapter_checkpoint", "event", "reconciliation"]
+    view = host.get(invocation_id)
+    assert view.error == "an operator's note" and view.steps[0].status is AdapterStatus.RUNNING
+    assert reconciliations(inner, invocation_id) == []
