@@ -28,6 +28,7 @@ from fencepost.core.errors import (
     LeaseLost,
     NotAllowed,
     NotFound,
+    RecoverableFinalization,
     SchemaNotReady,
     StoreUnavailable,
 )
@@ -67,6 +68,7 @@ TODAY_KINDS: dict[type[FencepostError], tuple[str, int]] = {
     StoreUnavailable: ("unavailable", 503),
     StoreBusy: ("unavailable", 503),
     IntegrityViolation: ("integrity", 500),
+    RecoverableFinalization: ("recoverable-finalization", 503),  # host-spec M3: "not recorded yet", retry later
 }
 
 # Today's exit codes (docs/configuration.md, docs/workflows.md).
