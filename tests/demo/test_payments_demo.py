@@ -1,22 +1,28 @@
 """``fencepost demo payments`` end to end, as a new user runs it: a real SimPay, real worker subprocesses, real
-SIGKILLs; every row's verdict checked against SimPay's own ledger (host-spec §2.10, issue 12)."""
+SIGKILLs; every row's verdict checked against SimPay's own ledger (host-spec §2.10, issue 12), and row 13's
+verdict-first fallback with the evidence that survived and the one gap audit reports (issue 13, ADR 0031)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fencepost.core.statuses import InvocationStatus
 from fencepost.demo.ledger import Ledger
-from fencepost.demo.runner import MARKER, SCENARIOS, Row
+from fencepost.demo.runner import MARKER, SCENARIOS, PaymentsDemo, Report, Row, prepare
+from fencepost.demo.simpay import SimPay
+from fencepost.store import open_store
+from fencepost.store.audit import audit_store
 from helpers.processes import run_cli
 
 EXPECTED = {1: ("succeeded", 1, 1), 2: ("failed", 0, 1), 3: ("succeeded", 1, 3),
             4: ("reconciliation_required", 1, 1), 5: ("reconciliation_required", 1, 1),
             6: ("reconciliation_required", 1, 1), 7: ("succeeded", 1, 2), 11: ("refused", 0, 0),
-            12: ("reconciliation_required", 0, 0)}
+            12: ("reconciliation_required", 0, 0), 13: ("reconciliation_required", 1, 1)}
 
 
 @pytest.mark.slow
@@ -39,6 +45,19 @@ def test_the_payments_demo_holds_row_by_row_against_the_provider_ledger(tmp_path
     keys = [call["idempotency_key"] for call in ledger.calls() if call["idempotency_key"]]
     assert keys.count(rows[7]["adapter_invocation_id"]) == 2
     assert keys.count(rows[6]["adapter_invocation_id"]) == 1
+    # Row 13: SimPay's one charge under the step's key is the one the surviving evidence names.
+    gap = rows[13]
+    [charge] = [c for c in ledger.charges() if c["idempotency_key"] == gap["adapter_invocation_id"]]
+    assert gap["settled_by"] == "verdict-first-fallback" and gap["reconciliations"] == ["applied_effect"]
+    assert gap["event_charge_id"] == gap["verdict_charge_id"] == charge["id"]
+    assert "AdapterInvocationSucceeded" in gap["events"]
+    # ``fencepost audit`` on the demo's database, run here: the one finding is row 13's missing checkpoint.
+    audit = run_cli(["audit", "--database", report["database"], "--json"], cwd=tmp_path)
+    assert audit.returncode == 1, audit.describe()
+    [finding] = json.loads(audit.stdout)["findings"]
+    assert finding["subject"] == gap["invocation_id"] and gap["adapter_invocation_id"] in finding["detail"]
+    assert "is still running" in finding["detail"] and gap["audit_findings"] == [finding["detail"]]
+    assert report["stray_audit_findings"] == []
 
 
 def test_the_demo_refuses_a_directory_that_is_not_its_own(tmp_path: Path) -> None:
@@ -63,3 +82,93 @@ def test_a_row_that_differs_from_its_expectation_says_how() -> None:
                charges=1, calls=1)
     held.check()
     assert held.holds
+
+
+# ── row 13: the provider charges, then the store refuses the checkpoint write (issue 13) ──
+
+def test_the_store_fault_row_runs_inline_against_simpay_and_holds(tmp_path: Path) -> None:
+    """Row 13 alone, as the demo runs it: a real SimPay and the demo's real SQLite store, wrapped so that the
+    checkpoint write fails; SimPay charged once, the fallback's verdict and event carry that charge, and audit
+    reports exactly the missing checkpoint."""
+    demo = PaymentsDemo(tmp_path / "demo")
+    prepare(demo.directory)
+    store = open_store(demo.database, create=True)
+    store.migrate()
+    simpay = SimPay(demo.directory / "simpay-ledger.db").start()
+    row = Row(next(s for s in SCENARIOS if s.number == 13))
+    try:
+        demo._store_fault(store, simpay, row)
+        demo._measure(store, simpay, row)
+        findings = audit_store(store)
+        row.findings = [f.detail for f in findings if f.subject == row.invocation_id]
+        row.check()
+        [charge] = simpay.ledger.charges()
+    finally:
+        simpay.stop()
+        store.close()
+    assert row.holds, row.problems
+    assert [f.subject for f in findings] == [row.invocation_id]
+    assert row.status == "reconciliation_required" and row.settled_by == "verdict-first-fallback"
+    assert row.event_charge_id == row.verdict_charge_id == charge["id"]
+    assert charge["idempotency_key"] == row.adapter_invocation_id
+
+
+def gap_row(**changes: Any) -> Row:
+    """Row 13 as it holds (the measurements a good run records), with ``changes`` doctored in."""
+    scenario = next(s for s in SCENARIOS if s.number == 13)
+    good = Row(scenario, invocation_id="inv_1", status="reconciliation_required",
+               reason="step charge succeeded at the provider but its checkpoint could not be recorded "
+                      "(StoreUnavailable: injected fault); an operator decides",
+               adapter_invocation_id="ai_1", charges=1, calls=1, provider_charge_id="ch_1", event_charge_id="ch_1",
+               verdict_charge_id="ch_1", settled_by="verdict-first-fallback", reconciliations=["applied_effect"],
+               findings=["evidence gap: adapter invocation ai_1 (step charge) is still running under a "
+                         "reconciliation_required verdict"])
+    return dataclasses.replace(good, **changes)
+
+
+def test_the_store_fault_row_holds_on_its_evidence() -> None:
+    row = gap_row()
+    row.check()
+    assert row.holds, row.problems
+
+
+@pytest.mark.parametrize(("changes", "problem"), [
+    ({"charges": 2}, "2 charge(s) at SimPay, expected 1"),
+    ({"status": "succeeded"}, "verdict succeeded, expected reconciliation_required"),
+    ({"settled_by": None}, "settled by the atomic unit, expected verdict-first-fallback"),
+    ({"event_charge_id": None}, "no AdapterInvocationSucceeded event with SimPay's charge ch_1"),
+    ({"event_charge_id": "ch_other"}, "no AdapterInvocationSucceeded event with SimPay's charge ch_1"),
+    ({"verdict_charge_id": None}, "the verdict does not carry SimPay's charge ch_1"),
+    ({"provider_charge_id": None}, "no charge at SimPay to find in the evidence"),
+    ({"reconciliations": []}, "no applied_effect reconciliation record"),
+    ({"findings": []}, "audit reports nothing, expected exactly the missing checkpoint of ai_1"),
+    ({"findings": ["evidence gap: adapter invocation ai_2 (step charge) is still running under a "
+                   "reconciliation_required verdict"]}, "expected exactly the missing checkpoint of ai_1"),
+    ({"findings": ["evidence gap: adapter invocation ai_1 (step charge) is still running under a "
+                   "reconciliation_required verdict", "reconciliation_required invocation has 0 verdict event(s)"]},
+     "expected exactly the missing checkpoint of ai_1"),
+], ids=["two-charges", "verdict", "not-fallback", "no-event", "other-charge", "verdict-without-charge",
+        "no-provider-charge", "no-record", "no-gap", "another-gap", "a-second-finding"])
+def test_a_doctored_store_fault_row_does_not_hold(changes: dict[str, Any], problem: str) -> None:
+    row = gap_row(**changes)
+    row.check()
+    assert not row.holds
+    assert any(problem in p for p in row.problems), row.problems
+
+
+def test_any_other_audit_finding_fails_the_demo() -> None:
+    """Only row 13 may have a finding: one on another row fails that row, one naming no row fails the report."""
+    scenario = next(s for s in SCENARIOS if s.number == 1)
+    clean = Row(scenario, invocation_id="inv_2", status="succeeded", charges=1, calls=1)
+    clean.check()
+    assert clean.holds
+    dirty = Row(scenario, invocation_id="inv_2", status="succeeded", charges=1, calls=1,
+                findings=["succeeded invocation has 0 verdict event(s)"])
+    dirty.check()
+    assert dirty.problems == ["audit reports succeeded invocation has 0 verdict event(s)"]
+    held = gap_row()
+    held.check()
+    report = Report(Path("."), "sqlite:///x.db", "http://127.0.0.1:1", [clean, held], 1.0)
+    assert report.holds
+    stray = dataclasses.replace(report, stray_findings=["integrity sqlite: page 3 is corrupt"])
+    assert not stray.holds and stray.as_json()["stray_audit_findings"] == ["integrity sqlite: page 3 is corrupt"]

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from fencepost.cli import render
 from fencepost.cli.common import JsonOpt, emit, handled
-from fencepost.demo.runner import PaymentsDemo, Report
+from fencepost.demo.runner import PaymentsDemo, Report, Row
 
 app = typer.Typer(help="Self-verifying demonstrations on embedded SQLite and loopback.", no_args_is_help=True)
 
@@ -30,10 +30,13 @@ def payments(
     `fencepost worker` subprocesses, and one invocation per scenario: a success, a decline, a flaky provider, a
     provider that charges and then times out or answers garbage, a worker SIGKILLed right after the provider
     charged (for an action that is not idempotent and for one that is), an idempotency key reused with another
-    amount, and a handler that kills every worker that runs it. Each row is checked against SimPay's ledger.
-    Takes about 30 seconds. Exits 0 only when every row holds, 1 otherwise. Rows are numbered as in the
-    specification's table of payment scenarios; rows 8-10 (payouts completed later by webhook) come with
-    external completions.
+    amount, a handler that kills every worker that runs it, and (inline, through a store wrapper that injects the
+    fault) a charge whose checkpoint write the store refuses, which ends `reconciliation_required` with an
+    evidence gap that audit reports. Each row is checked against SimPay's ledger, and the demo's store is
+    audited: the one gap of that row is the only finding allowed. Takes about 30 seconds. Exits 0 only when
+    every row holds, 1 otherwise. Rows are numbered as in the specification's table of payment scenarios (row 13,
+    the refused checkpoint, is issue 13's); rows 8-10 (payouts completed later by webhook) come with external
+    completions.
     """
     with handled():
         progress = None if json else (lambda line: render.console.print(line, markup=False))
@@ -53,12 +56,8 @@ def _print(report: Report) -> None:
     table.add_column("evidence")
     table.add_column("holds", no_wrap=True)
     for row in report.rows:
-        reason = (row.reason or "").removeprefix("step charge: ")
-        evidence = reason or (row.events[-2] if len(row.events) >= 2 else "")
-        if row.attempt_count and row.attempt_count > 1:
-            evidence = f"{evidence}; attempt {row.attempt_count}"
         table.add_row(str(row.scenario.number), row.scenario.title, str(row.charges), str(row.calls),
-                      render.styled(row.status), evidence,
+                      render.styled(row.status), _evidence(row),
                       "[green]yes[/green]" if row.holds else "[red]no: " + "; ".join(row.problems) + "[/red]")
     render.console.print(table)
     unknown = [r for r in report.rows if r.status == "reconciliation_required" and r.adapter_invocation_id]
@@ -72,6 +71,30 @@ def _print(report: Report) -> None:
         render.console.print(f"  SimPay's ledger stays in {ledger}: `python -m fencepost.demo.simpay --ledger "
                              f"{ledger}` serves it again, and GET /v1/charges?key=KEY answers what it charged",
                              markup=False)
+    if report.stray_findings:
+        render.console.print("audit findings that no row explains:", markup=False)
+        for finding in report.stray_findings:
+            render.console.print(f"  {finding}", markup=False)
     verdict = "every row holds" if report.holds else "SOME ROWS DO NOT HOLD"
     render.console.print(f"{verdict} ({report.seconds:.0f} s); files in {report.directory}", markup=False)
     sys.stdout.flush()
+
+
+def _evidence(row: Row) -> str:
+    """The evidence cell: the verdict's reason (or the last step event), the attempt; for a verdict-first
+    fallback, what survived (the charge id in the event and the verdict, the record) and the gap audit reports."""
+    reason = (row.reason or "").removeprefix("step charge: ")
+    evidence = reason or (row.events[-2] if len(row.events) >= 2 else "")
+    if row.attempt_count and row.attempt_count > 1:
+        evidence = f"{evidence}; attempt {row.attempt_count}"
+    if row.settled_by:
+        kept = [f"{kind} record" for kind in row.reconciliations]
+        where = [name for name, charge in (("AdapterInvocationSucceeded", row.event_charge_id),
+                                           ("the verdict", row.verdict_charge_id)) if charge]
+        if where:
+            charge = row.event_charge_id or row.verdict_charge_id
+            kept.insert(0, f"charge {charge} in {' and '.join(where)}")
+        evidence = f"settled by {row.settled_by}; kept: {', '.join(kept) or 'nothing'}"
+        for finding in row.findings:
+            evidence += f"; audit: {finding}"
+    return evidence

@@ -26,6 +26,7 @@ from fencepost.demo.simpay import MODES
 from fencepost.demo.simpay_adapter import SimPayAdapter
 from fencepost.host.action import Action, AdapterStep, HandlerContext, RetryPolicy, StepInputContext
 from fencepost.host.service import Host, HostConfig
+from fencepost.host.telemetry import Telemetry
 from fencepost.store.base import Store
 
 SIMPAY_URL_ENV = "FENCEPOST_DEMO_SIMPAY_URL"
@@ -80,10 +81,11 @@ ACTIONS = (
 )
 
 
-def build_host(store: Store, simpay_url: str) -> Host:
-    """The demo's ``Host`` over ``store``, calling the SimPay at ``simpay_url``."""
+def build_host(store: Store, simpay_url: str, *, telemetry: Telemetry | None = None) -> Host:
+    """The demo's ``Host`` over ``store``, calling the SimPay at ``simpay_url``; ``telemetry``: the lifecycle sink
+    (None: the host's default, log records)."""
     return Host(store, actions=ACTIONS, adapters=[SimPayAdapter(simpay_url)],
-                config=HostConfig(recovery_max_attempts=RECOVERY_MAX_ATTEMPTS))
+                config=HostConfig(recovery_max_attempts=RECOVERY_MAX_ATTEMPTS), telemetry=telemetry)
 
 
 def demo_host(store: Store) -> Host:

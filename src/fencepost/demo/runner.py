@@ -5,16 +5,25 @@ The demo runs everything on loopback and embedded SQLite, in a directory of its 
 - SimPay, the local payment provider (``fencepost.demo.simpay``), with a ground-truth ledger in a SQLite file of
   its own, so that what the provider really did is measured, never taken from fencepost;
 - real ``fencepost worker --app fencepost.demo.payments:demo_host`` subprocesses with 3 s leases;
-- one invocation per scenario of host-spec §2.10 that the action host covers so far (rows 1-7, 11 and 12).
+- one invocation per scenario of host-spec §2.10 that the action host covers so far (rows 1-7, 11 and 12),
+  and row 13 (issue 13): the provider charges, then the store refuses the checkpoint write.
 
 The crash scenarios arm ``FENCEPOST_CRASHPOINT=host.step:charge:after-provider-call`` in the only worker
 running, so SimPay has charged and that worker is SIGKILLed before anything is recorded. A fresh worker takes
 the invocation over when the lease expires. The poison scenario's handler SIGKILLs every worker that claims it,
 and the demo restarts workers until the recovery budget ends it.
 
+Row 13 runs inline, in the demo's own process, through a ``FaultInjectingStore`` wrapping the demo's store that
+refuses every write of the step's checkpoint (``update_adapter_invocation``: the marker, its retry, the degraded
+settlement and its retry, the fallback's marker). The fault is the test suite's injector, not a switch in the
+host or the workers: SimPay really charges, the real transactions really roll back, and the host settles
+``reconciliation_required`` by the verdict-first fallback (ADR 0031), leaving the missing checkpoint as a final
+evidence gap that ``fencepost audit`` reports.
+
 Each scenario's row is checked against its expectation: the verdict, the charges in SimPay's ledger under the
-step's ``adapter_invocation_id``, and the provider calls made with it. The demo exits 0 only when every row
-holds.
+step's ``adapter_invocation_id``, and the provider calls made with it. ``audit_store`` then runs over the
+demo's store: every finding must belong to row 13 and be its missing checkpoint (each other row's invocation must
+audit clean, and no finding may name anything else). The demo exits 0 only when every row and the audit hold.
 """
 
 from __future__ import annotations
@@ -25,17 +34,22 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fencepost.core.errors import IdempotencyConflict, InvalidInput
+from fencepost.core.errors import IdempotencyConflict, InvalidInput, RecoverableFinalization
 from fencepost.core.statuses import InvocationStatus
 from fencepost.demo.payments import RECOVERY_MAX_ATTEMPTS, SIMPAY_URL_ENV, WORKER_ENV, build_host
 from fencepost.demo.simpay import SimPay
-from fencepost.host.service import Dispatch, Host, InvocationView
+from fencepost.host.finalization import SETTLED_BY_FALLBACK
+from fencepost.host.service import Dispatch, Host, Inline, InvocationView
+from fencepost.host.telemetry import STATUS
 from fencepost.store import open_store
+from fencepost.store.audit import audit_store
+from fencepost.store.base import Store
+from fencepost.store.faults import FaultInjectingStore
 
 #: Marks a directory as the demo's own, so a re-run may clear it and nothing else is ever deleted.
 MARKER = ".fencepost-demo"
@@ -46,6 +60,10 @@ CRASHPOINT = "host.step:charge:after-provider-call"
 SETTLE_TIMEOUT_SECONDS = 60.0
 POISON_TIMEOUT_SECONDS = 120.0
 REFUSED = "refused"
+#: Row 13's fault: every ``update_adapter_invocation`` the inline execution runs (five: the success marker and
+#: its retry, the degraded settlement's marker and its retry, the fallback's marker) fails inside its real
+#: transaction, which rolls back.
+CHECKPOINT_REFUSED = {"update_adapter_invocation": {1, 2, 3, 4, 5}}
 
 S, F, R = InvocationStatus.SUCCEEDED, InvocationStatus.FAILED, InvocationStatus.RECONCILIATION_REQUIRED
 
@@ -55,12 +73,18 @@ class Scenario:
     """One row of the demo: what is submitted and what must hold afterwards.
 
     Attributes:
-        number: the row of host-spec §2.10. phase: ``plain`` (two workers), ``crash`` (the only worker is
-            SIGKILLed after the provider charged), ``poison`` (workers restarted until the budget settles it) or
-            ``conflict`` (the key of row 1 with another amount).
+        number: the row of host-spec §2.10 (13: issue 13's store-fault row). phase: ``plain`` (two workers),
+            ``crash`` (the only worker is SIGKILLed after the provider charged), ``poison`` (workers restarted
+            until the budget settles it), ``conflict`` (the key of row 1 with another amount) or ``store-fault``
+            (inline, through a store that refuses the checkpoint write).
         expect_status: the verdict (``"refused"`` for a submission that must be refused).
         expect_charges: charges in SimPay's ledger under the step's key. expect_calls: provider calls with it.
         expect_reason: a phrase the verdict's error must contain, when it has one.
+        expect_gap: the verdict-first fallback settled it and its checkpoint is missing: the verdict says
+            ``settled_by: verdict-first-fallback`` and carries SimPay's charge id, an ``AdapterInvocationSucceeded``
+            event carries it too, an ``applied_effect`` reconciliation record exists, and audit reports exactly
+            one finding for the invocation, the step's checkpoint still running. False: audit reports nothing
+            for the invocation.
     """
 
     number: int
@@ -72,6 +96,7 @@ class Scenario:
     expect_charges: int
     expect_calls: int
     expect_reason: str | None = None
+    expect_gap: bool = False
 
 
 SCENARIOS = (
@@ -89,6 +114,8 @@ SCENARIOS = (
              "parameters"),
     Scenario(12, "poison: kills its worker at every claim", "demo.poison", "ok", "poison", R, 0, 0,
              f"recovery attempts exhausted ({RECOVERY_MAX_ATTEMPTS + 1}/{RECOVERY_MAX_ATTEMPTS})"),
+    Scenario(13, "provider charges, then the store refuses the checkpoint write (injected)",
+             "demo.charge", "ok", "store-fault", R, 1, 1, "checkpoint could not be recorded", expect_gap=True),
 )
 
 
@@ -105,6 +132,15 @@ class Row:
     charges: int = 0
     calls: int = 0
     events: list[str] = field(default_factory=list)
+    #: SimPay's charge id under the step's key; the one in the ``AdapterInvocationSucceeded`` event's output;
+    #: the one in the verdict's ``reconciliation`` output (None where there is none).
+    provider_charge_id: str | None = None
+    event_charge_id: str | None = None
+    verdict_charge_id: str | None = None
+    settled_by: str | None = None
+    #: kinds of the invocation's reconciliation records; details of the audit findings naming the invocation.
+    reconciliations: list[str] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -122,6 +158,30 @@ class Row:
             self.problems.append(f"{self.calls} provider call(s), expected {s.expect_calls}")
         if s.expect_reason and s.expect_reason not in (self.reason or ""):
             self.problems.append(f"the reason does not say {s.expect_reason!r}")
+        if s.expect_gap:
+            self._check_gap()
+        elif self.findings:
+            self.problems.append("audit reports " + "; ".join(self.findings))
+
+    def _check_gap(self) -> None:
+        """Row 13: the evidence that survived the refused checkpoint, and exactly the gap audit must report."""
+        if self.settled_by != SETTLED_BY_FALLBACK:
+            self.problems.append(f"settled by {self.settled_by or 'the atomic unit'}, expected {SETTLED_BY_FALLBACK}")
+        charge = self.provider_charge_id
+        if charge is None:
+            self.problems.append("no charge at SimPay to find in the evidence")
+        else:
+            if self.event_charge_id != charge:
+                self.problems.append(f"no AdapterInvocationSucceeded event with SimPay's charge {charge}")
+            if self.verdict_charge_id != charge:
+                self.problems.append(f"the verdict does not carry SimPay's charge {charge}")
+        if "applied_effect" not in self.reconciliations:
+            self.problems.append("no applied_effect reconciliation record")
+        key = self.adapter_invocation_id
+        gap = [f for f in self.findings if key is not None and key in f and "is still running" in f]
+        if len(gap) != 1 or len(self.findings) != 1:
+            shown = "; ".join(self.findings) or "nothing"
+            self.problems.append(f"audit reports {shown}, expected exactly the missing checkpoint of {key}")
 
     def as_json(self) -> dict[str, Any]:
         s = self.scenario
@@ -129,28 +189,36 @@ class Row:
                 "invocation_id": self.invocation_id, "status": self.status, "reason": self.reason,
                 "attempt_count": self.attempt_count, "adapter_invocation_id": self.adapter_invocation_id,
                 "simpay_charges": self.charges, "simpay_calls": self.calls, "events": self.events,
+                "simpay_charge_id": self.provider_charge_id, "event_charge_id": self.event_charge_id,
+                "verdict_charge_id": self.verdict_charge_id, "settled_by": self.settled_by,
+                "reconciliations": self.reconciliations, "audit_findings": self.findings,
                 "expected": {"status": s.expect_status, "charges": s.expect_charges, "calls": s.expect_calls,
-                             "reason": s.expect_reason},
+                             "reason": s.expect_reason, "audit_gap": s.expect_gap},
                 "holds": self.holds, "problems": self.problems}
 
 
 @dataclass
 class Report:
-    """The demo's outcome: one row per scenario, where its files are, and whether every row held."""
+    """The demo's outcome: one row per scenario, where its files are, and whether every row held.
+
+    ``stray_findings``: audit findings naming no row's invocation (each one makes the demo fail).
+    """
 
     directory: Path
     database: str
     simpay_url: str
     rows: list[Row]
     seconds: float
+    stray_findings: list[str] = field(default_factory=list)
 
     @property
     def holds(self) -> bool:
-        return all(row.holds for row in self.rows)
+        return all(row.holds for row in self.rows) and not self.stray_findings
 
     def as_json(self) -> dict[str, Any]:
         return {"directory": str(self.directory), "database": self.database, "simpay_url": self.simpay_url,
-                "seconds": round(self.seconds, 1), "holds": self.holds, "rows": [r.as_json() for r in self.rows]}
+                "seconds": round(self.seconds, 1), "holds": self.holds, "stray_audit_findings": self.stray_findings,
+                "rows": [r.as_json() for r in self.rows]}
 
 
 def prepare(directory: Path) -> None:
@@ -275,23 +343,31 @@ class PaymentsDemo:
                 if scenario.phase == "crash":
                     self._crash(host, workers, rows[scenario.number])
             self._poison(host, workers, rows[12])
+            workers.stop_all()  # row 13 is inline: no worker may be around to take its invocation over
+            self._store_fault(store, simpay, rows[13])
         finally:
             workers.stop_all()
             simpay.stop()
         try:
+            findings = audit_store(store)
             for row in rows.values():
                 self._measure(store, simpay, row)
+                row.findings = [f.detail for f in findings if f.subject == row.invocation_id]
                 row.check()
         finally:
             store.close()
-        return Report(self.directory, self.database, simpay.url, list(rows.values()), time.monotonic() - started)
+        ours = {row.invocation_id for row in rows.values()}
+        stray = [f"{f.check} {f.subject}: {f.detail}" for f in findings if f.subject not in ours]
+        return Report(self.directory, self.database, simpay.url, list(rows.values()), time.monotonic() - started,
+                      stray)
 
     # ── phases ──
-    def _submit(self, host: Host, scenario: Scenario, *, amount: int = 1299) -> InvocationView:
+    def _submit(self, host: Host, scenario: Scenario, *, amount: int = 1299,
+                mode: Dispatch | Inline | None = None) -> InvocationView:
         params = {"order_id": f"order-{scenario.number}", "amount": amount, "mode": scenario.mode}
         return host.submit(scenario.action, params, actor="demo:cashier", authority="role:cashier",
                            idempotency_key=f"demo-{scenario.number}", tenant="demo", space="payments",
-                           mode=Dispatch())
+                           mode=mode or Dispatch())
 
     def _settle(self, host: Host, row: Row, view: InvocationView, timeout: float = SETTLE_TIMEOUT_SECONDS,
                 tick: Callable[[], None] | None = None) -> None:
@@ -362,6 +438,29 @@ class PaymentsDemo:
         self._settle(host, row, view, timeout=POISON_TIMEOUT_SECONDS, tick=restart)
         self.progress(f"  the recovery budget ended it after {kills} killed worker(s)")
 
+    def _store_fault(self, store: Store, simpay: SimPay, row: Row) -> None:
+        """Row 13, inline in this process once every worker has stopped: the same demo host over the demo's store,
+        wrapped so that each checkpoint write of the step fails (``CHECKPOINT_REFUSED``). SimPay charges; the
+        host settles by the verdict-first fallback and raises ``RecoverableFinalization`` with the verdict
+        durable, because the fallback's own checkpoint write failed too (the gap audit reports)."""
+        self.progress("inline, through a store that refuses the step's checkpoint write (injected fault)")
+        faulty = FaultInjectingStore(store, plan=CHECKPOINT_REFUSED)
+        sink = _Shown(self.progress)  # the evidence failure is reported in the demo's output, not as a stray log line
+        try:
+            view = self._submit(build_host(faulty, simpay.url, telemetry=sink), row.scenario, mode=Inline())
+        except RecoverableFinalization as raised:
+            if raised.invocation_id is None or not raised.verdict_durable:
+                row.problems.append(f"the host raised {raised} without a durable verdict")
+            row.invocation_id = raised.invocation_id
+            self.progress(f"  the verdict is durable, an evidence write failed: {raised}")
+        else:
+            row.invocation_id = view.id
+            row.problems.append("the host reported no failed evidence write")
+        faulty.disarm()
+        if row.invocation_id is not None:
+            row.status = str(build_view(store, row.invocation_id).status)
+        self.progress(f"  13. {row.scenario.title}: {row.status} ({faulty.fired} checkpoint write(s) refused)")
+
     # ── measurement ──
     def _measure(self, store: Any, simpay: SimPay, row: Row) -> None:
         if row.invocation_id is None:
@@ -369,12 +468,38 @@ class PaymentsDemo:
         view = build_view(store, row.invocation_id)
         row.reason = view.error or row.reason
         row.attempt_count = view.attempt_count
+        row.settled_by = (view.reconciliation or {}).get("settled_by")
+        row.verdict_charge_id = _charge_id((view.reconciliation or {}).get("output"))
         if view.steps:
             key = view.steps[0].adapter_invocation_id
             row.adapter_invocation_id = key
-            row.charges = 1 if simpay.ledger.find("charge", key=key) is not None else 0
+            charge = simpay.ledger.find("charge", key=key)
+            row.charges = 1 if charge is not None else 0
+            row.provider_charge_id = charge["id"] if charge is not None else None
             row.calls = sum(1 for call in simpay.ledger.calls() if call["idempotency_key"] == key)
-        row.events = event_types(store, view)
+        events = lifecycle_events(store, view)
+        row.events = [e.type for e in events]
+        row.event_charge_id = next((_charge_id(e.payload.get("output")) for e in events
+                                    if e.type == "AdapterInvocationSucceeded"), None)
+        row.reconciliations = [str(r.kind) for r in store.read(lambda tx: tx.host.list_reconciliations(view.id))]
+
+
+class _Shown:
+    """Row 13's telemetry sink: each evidence emission becomes a progress line (status changes are in the table)."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+
+    def emit(self, name: str, attributes: Mapping[str, Any]) -> None:
+        if name != STATUS:
+            shown = ", ".join(f"{k}={v}" for k, v in attributes.items() if k != "invocation_id")
+            self.progress(f"  telemetry: {name} ({shown})")
+
+
+def _charge_id(output: Any) -> str | None:
+    """The ``id`` of a SimPay charge as the adapter returned it, or None."""
+    found = output.get("id") if isinstance(output, dict) else None
+    return found if isinstance(found, str) else None
 
 
 def build_view(store: Any, invocation_id: str) -> InvocationView:
@@ -389,13 +514,15 @@ def build_view(store: Any, invocation_id: str) -> InvocationView:
     return found
 
 
-def event_types(store: Any, invocation: InvocationView) -> list[str]:
-    """The types of the lifecycle events recorded for ``invocation`` and its steps, in order."""
+def lifecycle_events(store: Any, invocation: InvocationView) -> list[Any]:
+    """The lifecycle events (``type``, ``subject``, ``payload``) recorded for ``invocation`` and its steps, in
+    order."""
 
-    def read(tx: Any) -> list[str]:
+    def read(tx: Any) -> list[Any]:
         events = tx.events.list_events(tenant_id=invocation.tenant_id, space_id=invocation.space_id)
         subjects = {invocation.id} | {s.adapter_invocation_id for s in invocation.steps}
-        return [e.type for e in events if e.subject.subject_id in subjects]
+        return [e for e in events if e.subject.subject_id in subjects]
 
-    found: list[str] = store.read(read)
+    found: list[Any] = store.read(read)
     return found
+
