@@ -20,6 +20,7 @@ import json
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,16 +73,31 @@ WINDOWS: tuple[HostWindow, ...] = tuple(HostWindow(p, i) for i in (False, True) 
 POINTS: tuple[str, ...] = tuple(f"{t}:{side}-commit" for t in TRANSACTIONS for side in ("before", "after"))
 
 
+def run_subject(db: CrashDB, ledger: Path, mode: str, *, idempotent: bool, behaviour: str,
+                crash: str | None = None, faults: Mapping[str, Collection[int]] | None = None,
+                ) -> subprocess.CompletedProcess[str]:
+    """Run ``host_subject.py`` on ``db`` to its end (its exit code and output; asserts nothing).
+
+    Args:
+        mode: ``submit``, ``inline`` or ``work``. behaviour: the provider's (see ``host_subject``).
+        crash: the ``FENCEPOST_CRASHPOINT`` armed in it. faults: a ``FaultInjectingStore`` plan
+            (query name -> the occurrences that fail) for its store.
+    """
+    env = subprocess_env(crashpoint=crash)
+    args = [sys.executable, str(SUBJECT), db.url, str(ledger), mode, "1" if idempotent else "0", behaviour]
+    if faults is not None:
+        args.append(json.dumps({query: sorted(occurrences) for query, occurrences in faults.items()}))
+    return subprocess.run(args, env=env, cwd=db.root, capture_output=True, text=True, timeout=120)
+
+
+def ledger_lines(path: Path) -> list[str]:
+    """The lines of one provider ledger file (``requests``, ``charges``); none when it does not exist yet."""
+    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+
+
 def _run(db: CrashDB, ledger: Path, mode: str, window: HostWindow, behaviour: str,
          crash: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = subprocess_env(crashpoint=crash)
-    return subprocess.run([sys.executable, str(SUBJECT), db.url, str(ledger), mode,
-                           "1" if window.idempotent else "0", behaviour],
-                          env=env, cwd=db.root, capture_output=True, text=True, timeout=120)
-
-
-def _lines(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    return run_subject(db, ledger, mode, idempotent=window.idempotent, behaviour=behaviour, crash=crash)
 
 
 def run_host_flow(db: CrashDB, window: HostWindow) -> None:
@@ -113,7 +129,7 @@ def run_host_flow(db: CrashDB, window: HostWindow) -> None:
     verdict = json.loads(converged.stdout.strip().splitlines()[-1])
     expected = (IDEMPOTENT if window.idempotent else NON_IDEMPOTENT)[window.point]
     assert verdict["status"] == expected, (window.id, verdict)
-    charges = _lines(ledger / "charges")
+    charges = ledger_lines(ledger / "charges")
     assert len(charges) <= 1, charges
     if expected == S:
         assert len(charges) == 1
