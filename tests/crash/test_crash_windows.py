@@ -23,6 +23,7 @@ from crash_flows import NOT_COVERED, WINDOWS, References, Window, drain, require
 from crash_harness import Workers, cli, crash_db
 from deliver_flow import WINDOWS as DELIVER_WINDOWS
 from host_flow import POINTS as HOST_POINTS
+from test_fallback_windows import WINDOWS as FALLBACK_WINDOWS
 from package_flows import WINDOWS as PACKAGE_WINDOWS
 from registry_flow import WINDOWS as REGISTRY_WINDOWS
 from transaction_names import transaction_names
@@ -95,6 +96,7 @@ def crash_window_points() -> dict[str, tuple[str, ...]]:
         "tests/crash/registry_flow.py": REGISTRY_WINDOWS,
         "tests/crash/host_flow.py": HOST_POINTS,
         "tests/workflows/test_wf_crash.py": _admission_windows(),
+        "tests/crash/test_fallback_windows.py": tuple(w.point for w in FALLBACK_WINDOWS),
     }
 
 

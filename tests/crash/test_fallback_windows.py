@@ -5,8 +5,8 @@ The subject (``host_subject.py``, mode ``inline``) runs a non-idempotent charge 
 times out (an unknown outcome: the settlement is checkpoint ``ambiguous`` -> ``AdapterInvocationAmbiguous`` ->
 reconciliation record -> ``reconciliation_required``). Its store is a ``FaultInjectingStore`` that fails the
 first two ``finish_command`` (the fence of both atomic ``host.settle`` attempts), so the fallback runs: the
-fenced verdict alone (``host.settle.verdict``), then ``host.settle.evidence.1`` (the checkpoint), ``.2`` (the
-event), ``.3`` (the record). ``FENCEPOST_CRASHPOINT`` kills it at one of those commits. Then:
+fenced verdict alone (``host.settle.verdict``), then one ``host.evidence`` unit per write: ``@1`` the checkpoint,
+``@2`` the event, ``@3`` the record. ``FENCEPOST_CRASHPOINT`` kills it at one of those commits. Then:
 
 - **before the verdict's COMMIT**: no verdict, no evidence, the command still leased, the row ``running``: the
   state of a crash mid-call (K10). A worker process takes it over after the lease expires and settles it
@@ -51,7 +51,7 @@ from helpers.store_backends import BackendUnreachable
 FAULTS = {"finish_command": {1, 2}}
 BEHAVIOUR = "timeout"   # the provider charges, then the reply is lost
 VERDICT_EVENT = VERDICT_EVENTS[InvocationStatus.RECONCILIATION_REQUIRED]
-#: The fallback's evidence, in its order of writing (``host.settle.evidence.<n>``, K5).
+#: The fallback's evidence, in its order of writing (``host.evidence@<n>``, K5).
 EVIDENCE = ("checkpoint", "event", "record")
 #: The ``audit_store`` finding each missing piece of evidence gives (the end of its detail), for an ambiguous row.
 GAP_FINDINGS = {"event": f"is ambiguous without an {STEP_AMBIGUOUS} event",
@@ -90,11 +90,12 @@ class FallbackWindow:
 WINDOWS = (
     FallbackWindow("host.settle.verdict:before-commit", verdict=False, written=()),
     FallbackWindow("host.settle.verdict:after-commit", verdict=True, written=()),
-    FallbackWindow("host.settle.evidence.1:after-commit", verdict=True, written=("checkpoint",)),
-    FallbackWindow("host.settle.evidence.2:after-commit", verdict=True, written=("checkpoint", "event")),
+    FallbackWindow("host.evidence:before-commit@1", verdict=True, written=()),
+    FallbackWindow("host.evidence:after-commit@1", verdict=True, written=("checkpoint",)),
+    FallbackWindow("host.evidence:after-commit@2", verdict=True, written=("checkpoint", "event")),
 )
 #: The one PostgreSQL window of the default run: a durable verdict with part of its evidence.
-POSTGRES_DEFAULT = "host.settle.evidence.1:after-commit"
+POSTGRES_DEFAULT = "host.evidence:after-commit@1"
 
 
 def _matrix() -> list[Any]:

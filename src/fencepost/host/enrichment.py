@@ -95,7 +95,7 @@ def budget_evidence(store: Store, invocation_id: str, held: VerdictHeld, sink: T
         error_text, reconciliation = enrichment
         items.append(EvidenceWrite("parent_enrichment", invocation_id, lambda tx: tx.host.update_settled_invocation(
             invocation_id, held, error=error_text, reconciliation=reconciliation)))
-    errors = write_evidence(store, invocation_id, items, sink, name="host.budget")
+    errors = write_evidence(store, invocation_id, items, sink)
     if errors:
         raise RecoverableFinalization(
             f"the budget verdict is recorded but {len(errors)} evidence write(s) failed (the gap is final): "

@@ -239,12 +239,14 @@ class Execution:
           crash would leave it and recovery decides (K10).
         """
         plan = Settlement(invocation, verdict, writes, events, records)
-        name = "host.finalize" if final else "host.settle"
         tries = 1 if verdict.status is InvocationStatus.SUCCEEDED else 2
         error: StoreUnavailable | None = None
         for _ in range(tries):
             try:
-                self.ctx.fenced(settlement(plan), name=name, finish=FINISH)
+                if final:
+                    self.ctx.fenced(settlement(plan), name="host.finalize", finish=FINISH)
+                else:
+                    self.ctx.fenced(settlement(plan), name="host.settle", finish=FINISH)
             except StoreUnavailable as raised:
                 error = raised
                 continue
@@ -252,11 +254,11 @@ class Execution:
             return verdict.status
         assert error is not None
         if verdict.status is InvocationStatus.RECONCILIATION_REQUIRED:
-            return self._fallback(plan, name, error)
+            return self._fallback(plan, error)
         raise RecoverableFinalization(f"the {verdict.status} verdict could not be recorded: {error}", error,
                                       invocation_id=self.invocation_id) from error
 
-    def _fallback(self, plan: Settlement, name: str, cause: StoreUnavailable) -> InvocationStatus:
+    def _fallback(self, plan: Settlement, cause: StoreUnavailable) -> InvocationStatus:
         """The verdict-first fallback (K5-K9): the fenced verdict, retried once except on lease loss; then every
         evidence write under ``VerdictHeld``; the first raised error after all of them."""
         verdict = fallback_verdict(plan, cause)
@@ -264,7 +266,7 @@ class Execution:
         last = cause
         for _ in range(2):
             try:
-                self.ctx.fenced(unit, name=f"{name}.verdict", finish=FINISH)
+                self.ctx.fenced(unit, name="host.settle.verdict", finish=FINISH)
                 break
             except StoreUnavailable as raised:  # LeaseLost and refusals leave at once (K4, K9)
                 last = raised
@@ -274,8 +276,7 @@ class Execution:
                 f"verdict failed): {last}", last, invocation_id=self.invocation_id) from last
         self._emit_status(verdict.status)
         held = VerdictHeld(verdict.status, verdict.error)
-        errors = write_evidence(self.ctx.store, self.invocation_id, evidence_of(plan, held),
-                                self.runtime.telemetry, name=name)
+        errors = write_evidence(self.ctx.store, self.invocation_id, evidence_of(plan, held), self.runtime.telemetry)
         if errors:  # K7, K8: the verdict stands; the gap is final and audit reports it
             raise RecoverableFinalization(
                 f"the reconciliation_required verdict is recorded but {len(errors)} evidence write(s) failed "

@@ -13,7 +13,7 @@ A ``Settlement`` is a verdict with its evidence: adapter checkpoints, events and
    lease. A stale token touches zero rows there and the whole unit rolls back.
 
 The **verdict-first fallback** (``verdict_unit`` then ``write_evidence``) is for when the atomic unit failed twice
-on a store error: the fenced verdict commits alone, then each evidence write is attempted in its own unit under
+on a store error: the fenced verdict commits alone, then each evidence write is attempted in its own unit (``host.evidence``) under
 the settled-verdict condition (``VerdictHeld``: the parent still has exactly this verdict's status and error). A
 refused write is telemetry; a raised one is collected and the first is raised after all were attempted (K5-K7).
 An evidence gap left this way is final (K8): nothing repairs it, ``fencepost audit`` reports it.
@@ -55,6 +55,9 @@ from fencepost.store.ports import FencedUnit, UnitOfWork
 
 #: The message of a refused status check (host-spec C10).
 NO_LONGER_RUNNING = "Invocation is no longer running"
+
+#: The name of every evidence unit after a durable verdict (crash points ``host.evidence:<side>-commit@<n>``).
+EVIDENCE_UNIT = "host.evidence"
 
 #: Marks a verdict written by the verdict-first fallback, in its ``reconciliation`` JSON (ADR 0031).
 SETTLED_BY_FALLBACK = "verdict-first-fallback"
@@ -256,18 +259,19 @@ def evidence_of(plan: Settlement, held: VerdictHeld) -> list[EvidenceWrite]:
     return items
 
 
-def write_evidence(store: Store, invocation_id: str, items: Sequence[EvidenceWrite], sink: Telemetry, *,
-                   name: str) -> list[Exception]:
-    """Attempt every item, each in its own unit named ``<name>.evidence.<n>`` (1-based), whatever the others did.
+def write_evidence(store: Store, invocation_id: str, items: Sequence[EvidenceWrite],
+                   sink: Telemetry) -> list[Exception]:
+    """Attempt every item, each in its own unit named ``host.evidence`` (its crash points count occurrences:
+    ``host.evidence:after-commit@2`` is after the second item), whatever the others did.
 
     Returns:
         The errors raised, in order (empty when every write was made or refused). A refusal emits
         ``EVIDENCE_REFUSED`` and is not an error (H18); a raised error emits ``EVIDENCE_FAILED``.
     """
     errors: list[Exception] = []
-    for number, item in enumerate(items, start=1):
+    for item in items:
         try:
-            made = store.transact(item.write, name=f"{name}.evidence.{number}")
+            made = store.transact(item.write, name=EVIDENCE_UNIT)
         except Exception as error:  # K7: collect it and go on with the remaining writes
             errors.append(error)
             telemetry.emit(sink, telemetry.EVIDENCE_FAILED, invocation_id=invocation_id, evidence=item.evidence,
