@@ -23,9 +23,9 @@ from crash_flows import NOT_COVERED, WINDOWS, References, Window, drain, require
 from crash_harness import Workers, cli, crash_db
 from deliver_flow import WINDOWS as DELIVER_WINDOWS
 from host_flow import POINTS as HOST_POINTS
-from test_fallback_windows import WINDOWS as FALLBACK_WINDOWS
 from package_flows import WINDOWS as PACKAGE_WINDOWS
 from registry_flow import WINDOWS as REGISTRY_WINDOWS
+from test_fallback_windows import WINDOWS as FALLBACK_WINDOWS
 from transaction_names import transaction_names
 
 from helpers.store_backends import BackendUnreachable

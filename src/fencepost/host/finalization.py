@@ -13,9 +13,10 @@ A ``Settlement`` is a verdict with its evidence: adapter checkpoints, events and
    lease. A stale token touches zero rows there and the whole unit rolls back.
 
 The **verdict-first fallback** (``verdict_unit`` then ``write_evidence``) is for when the atomic unit failed twice
-on a store error: the fenced verdict commits alone, then each evidence write is attempted in its own unit (``host.evidence``) under
-the settled-verdict condition (``VerdictHeld``: the parent still has exactly this verdict's status and error). A
-refused write is telemetry; a raised one is collected and the first is raised after all were attempted (K5-K7).
+on a store error: the fenced verdict commits alone, then each evidence write is attempted in its own unit
+(``host.evidence``) under the settled-verdict condition (``VerdictHeld``: the parent still has exactly this
+verdict's status and error). A refused write is telemetry; a raised one is collected and the first is raised
+after all were attempted (K5-K7).
 An evidence gap left this way is final (K8): nothing repairs it, ``fencepost audit`` reports it.
 
 The execution decides which path a verdict may take (``fencepost.host.execution``); this module only writes.
