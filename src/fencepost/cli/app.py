@@ -117,7 +117,7 @@ def build_worker(store: Store, work_dir: Path, config: WorkerConfig, keep_sandbo
 
     Args:
         host: a user's action host (``--app``): its ``host.invoke`` invocations are served too, with its
-            recovery budget (ADR 0024).
+            recovery budget (ADR 0024), and its completion-deadline sweep runs before each claim (N13).
         limits: the disk and memory caps of every rehearsal sandbox (defaults when None). The
             process-wide heap limit is the caller's to install (``sandbox.install_heap_limit``): it is
             process state, set once by the command that owns the process.
@@ -127,7 +127,7 @@ def build_worker(store: Store, work_dir: Path, config: WorkerConfig, keep_sandbo
                       time_limit=REHEARSAL_SCENARIO_TIME_LIMIT, max_deliveries=REHEARSAL_MAX_DELIVERIES)
     if host is not None:
         host.register(registry)
-    return Worker(store, registry, config)
+    return Worker(store, registry, config, sweeps=host.sweeps() if host is not None else None)
 
 
 def limit_sandboxes(slots: int, limits: SandboxLimits) -> None:

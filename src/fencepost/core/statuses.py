@@ -166,6 +166,9 @@ class ReconciliationKind(StrEnum):
     HANDLER_DECISION_REQUIRED = "handler_decision_required"
     APPLIED_EFFECT = "applied_effect"                     # an effect is recorded, the invocation not continued (G6, G8)
     RECOVERY_BUDGET_EXHAUSTED = "recovery_budget_exhausted"  # H4
+    COMPLETION_OVERDUE = "completion_overdue"                 # N12: the sweep found a handoff past its deadline
+    COMPLETION_CONTRADICTED = "completion_contradicted"       # N7: a second callback contradicts the first
+    COMPLETION_RESULT_INVALID = "completion_result_invalid"   # N9: a settling result fails the result schema
 
 
 class ReconciliationLog(StrEnum):
@@ -193,3 +196,21 @@ class EventOutboxStatus(StrEnum):
     PUBLISHED = "published"
     RETRY_PENDING = "retry_pending"
     DEAD_LETTERED = "dead_lettered"
+
+
+class CompletionOutcome(StrEnum):
+    """What an external completion reports (host-spec N, §2.6)."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class CompletionDisposition(StrEnum):
+    """What the host did with an external completion (host-spec N decision table, N33)."""
+
+    SETTLED = "settled"                  # it settled the invocation (parked, or parked and swept)
+    STILL_EXECUTING = "still_executing"  # refused: the invocation has not parked yet (N4); nothing written
+    ABSORBED = "absorbed"                # an identical repeat of the recorded completion (N6)
+    CONTRADICTED = "contradicted"        # differs from the recorded completion: reconciliation_required (N7)
+    EVIDENCE_ONLY = "evidence_only"      # recorded as evidence; the verdict is kept (N10, N11, N20)
+    NOT_FOUND = "not_found"              # no handoff has this reference (yet): the provider retries (N33)

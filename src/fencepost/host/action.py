@@ -144,6 +144,10 @@ class Action:
             the same ``adapter_invocation_id`` (G14); False (the default) settles an interrupted step as unknown.
         finalization: ``"after_adapters"``: declared events and the verdict commit together after the steps
             (A17, J3). ``before_adapters`` is not offered yet (ADR 0025).
+        completion_deadline: how long a handoff (a step answering ``Accepted``) may wait for its external
+            completion before the sweep settles it ``reconciliation_required`` (host-spec A15, N12); None: the
+            action does not park handoffs, and a step that hands off settles ``reconciliation_required`` at once
+            (ADR 0035).
     """
 
     id: str
@@ -154,6 +158,7 @@ class Action:
     result: type[BaseModel] | None = None
     idempotent: bool = False
     finalization: Literal["after_adapters"] = "after_adapters"
+    completion_deadline: timedelta | None = None
 
     def __post_init__(self) -> None:
         if not _ID.match(self.id):
@@ -170,6 +175,9 @@ class Action:
             raise InvalidInput(f"action {self.id}: step names must be unique")
         if self.finalization != "after_adapters":
             raise InvalidInput(f"action {self.id}: only finalization='after_adapters' is supported (ADR 0025)")
+        if self.completion_deadline is not None and not (
+                timedelta(seconds=1) <= self.completion_deadline <= timedelta(days=366)):
+            raise InvalidInput(f"action {self.id}: completion_deadline is between 1 second and 366 days")
         if len(self.steps) > 64:
             raise InvalidInput(f"action {self.id}: at most 64 steps")
 

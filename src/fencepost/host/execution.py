@@ -85,6 +85,7 @@ from fencepost.store.host_records import (
     AdapterScope,
     AdapterWrite,
     CreateAdapterRow,
+    Handoff,
     InvocationRecord,
     InvocationVerdict,
     LeaseHeld,
@@ -109,6 +110,11 @@ class Runtime:
     adapters: Mapping[str, Adapter]
     sleep: Callable[[float], None] = time.sleep
     telemetry: Telemetry = field(default_factory=LogTelemetry)
+
+
+def _handoff_id(invocation: InvocationRecord) -> str | None:
+    """The adapter invocation id of the invocation's recorded handoff, if any."""
+    return (invocation.pending_completion or {}).get("adapter_invocation_id") if invocation.handoff_reference else None
 
 
 class _HandlerRaised(Exception):
@@ -164,6 +170,8 @@ class Execution:
         self.fresh = fresh
         self.lease = ctx.lease  # C3: the credentials, captured before the invocation is loaded
         self.invocation_id = ctx.command.id
+        self.action: Action | None = None
+        self.handoff: dict[str, Any] | None = None  # the handoff this execution recorded (N1)
 
     # ── the whole execution ──
     def run(self) -> InvocationStatus:
@@ -339,6 +347,7 @@ class Execution:
         except ValidationError as error:
             return self._fail(invocation, _text(f"invalid params: {error.error_count()} error(s)"),
                               [r for r in decision.rows.values() if r.status is AdapterStatus.SUCCEEDED])
+        self.action = action
         handled = self._handler(invocation, action, params, reclaim)
         if isinstance(handled, InvocationStatus):
             return handled
@@ -530,22 +539,8 @@ class Execution:
             event = step_event(invocation, adapter_id, STEP_FAILED, {"step": step.name, "reason": reason})
             return self._fail(invocation, f"step {step.name} failed: {reason}", applied, writes=(write,),
                               events=(event,))
-        if outcome.verdict is StepVerdict.ACCEPTED:  # a handoff: recorded as an applied effect (ADR 0025)
-            write = AdapterWrite(scope, UpdateAdapterRow(
-                adapter_id, AdapterStatus.SUCCEEDED, output=dict(outcome.output or {}),
-                external_reference=outcome.external_reference, attempts=attempts), LeaseHeld(self.lease), running)
-            event = step_event(invocation, adapter_id, HANDOFF_ACCEPTED, {
-                "step": step.name, "external_reference": outcome.external_reference})
-            record = reconciliation_record(invocation, adapter_id, ReconciliationKind.APPLIED_EFFECT, {
-                "step": step.name, "reason": "handed off; external completions are not supported yet",
-                "external_reference": outcome.external_reference})
-            return self._settle(invocation, Verdict(
-                InvocationStatus.RECONCILIATION_REQUIRED,
-                _text(f"step {step.name} handed off ({outcome.external_reference}): external completions are not "
-                      "supported yet; an operator decides"), kind=ReconciliationKind.APPLIED_EFFECT,
-                evidence={"step": step.name, "adapter_invocation_id": adapter_id,
-                          "external_reference": outcome.external_reference}), writes=(write,), events=(event,),
-                records=(record,))
+        if outcome.verdict is StepVerdict.ACCEPTED:  # a handoff (host-spec N1, N2; ADR 0035)
+            return self._handoff_accepted(invocation, step, adapter, adapter_id, outcome, attempts, applied)
         # AMBIGUOUS: checkpoint -> event -> verdict, one unit (K1, F2-F11, F17)
         meta = {"reason": reason, "external_reference": None,
                 "event_subject": {"subject_type": adapter_subject(adapter_id).subject_type, "subject_id": adapter_id}}
@@ -565,10 +560,86 @@ class Execution:
                                                 kind=ReconciliationKind.ADAPTER_OUTCOME_AMBIGUOUS, evidence=evidence),
                             writes=(write,), events=(event,), records=(record,))
 
+    def _handoff_accepted(self, invocation: InvocationRecord, step: AdapterStep, adapter: Adapter, adapter_id: str,
+                          outcome: StepOutcome, attempts: int,
+                          applied: list[AdapterRecord]) -> AdapterRecord | InvocationStatus:
+        """A step answered ``Accepted``. With the action's ``completion_deadline``, the handoff and the step's
+        marker commit in one unit, the handoff written first (N1, E6: no state has the marker without the
+        handoff), and the remaining steps run; finalization parks. Without a deadline, or for a second handoff in
+        one invocation (a refused handoff, L5), it settles ``reconciliation_required`` as an applied effect."""
+        scope = self._scope(invocation)
+        reference = str(outcome.external_reference)
+        output = dict(outcome.output or {})
+        marker = AdapterWrite(scope, UpdateAdapterRow(adapter_id, AdapterStatus.SUCCEEDED, output=output,
+                                                      external_reference=reference, attempts=attempts),
+                              LeaseHeld(self.lease), frozenset({AdapterStatus.RUNNING}))
+        event = step_event(invocation, adapter_id, HANDOFF_ACCEPTED, {
+            "step": step.name, "external_reference": reference, "provider": adapter.vendor})
+        deadline = self.action.completion_deadline if self.action is not None else None
+        earlier = self.handoff or (invocation.pending_completion if invocation.handoff_reference else None)
+        if deadline is None or earlier is not None:
+            if earlier is not None:
+                reason = (f"step {step.name} handed off ({reference}) after step {earlier.get('step')} already "
+                          f"had ({earlier.get('external_reference')}): a second handoff is refused; an operator "
+                          "decides")
+            else:
+                reason = (f"step {step.name} handed off ({reference}) but the action declares no "
+                          "completion_deadline, so it cannot park; an operator decides")
+            record = reconciliation_record(invocation, adapter_id, ReconciliationKind.APPLIED_EFFECT, {
+                "step": step.name, "reason": reason, "external_reference": reference})
+            evidence: dict[str, Any] = {"step": step.name, "adapter_invocation_id": adapter_id,
+                                        "external_reference": reference}
+            if earlier is not None:
+                evidence["handoffs"] = [earlier.get("external_reference"), reference]
+            if applied:
+                evidence["applied"] = [{"step": r.step_name, "adapter_invocation_id": r.id,
+                                        "external_reference": r.external_reference} for r in applied]
+            return self._settle(invocation, Verdict(InvocationStatus.RECONCILIATION_REQUIRED, _text(reason),
+                                                    kind=ReconciliationKind.APPLIED_EFFECT, evidence=evidence),
+                                writes=(marker,), events=(event,), records=(record,))
+        details = {"step": step.name, "adapter_invocation_id": adapter_id, "external_reference": reference,
+                   "provider": adapter.vendor, "accepted_output": output}
+
+        def unit(tx: FencedUnit) -> AdapterRecord:
+            lock_running(tx, invocation.id)
+            handoff = Handoff(provider=adapter.vendor, external_reference=reference, details=details,
+                              due_at=tx.now() + deadline)
+            if not tx.host.record_handoff(invocation.id, tx.lease, handoff):
+                raise SettlementRefused(f"the handoff of step {step.name} was refused")
+            checkpoint(tx, marker)
+            tx.events.append_event_with_outbox(event)
+            stored = tx.host.get_adapter_invocation(adapter_id)
+            assert stored is not None
+            return stored
+
+        stored: AdapterRecord = self.ctx.fenced(unit, name="host.step.handoff")
+        crashpoint(f"host.step:{step.name}:after-handoff")
+        self.handoff = details
+        return stored
+
+    def _park(self, invocation: InvocationRecord, result: dict[str, Any], events: tuple[NewEvent, ...],
+              details: dict[str, Any]) -> InvocationStatus:
+        """Parking (N2): after the remaining steps, the result and ``parked_at`` on the handoff, the declared and
+        repaired events, and the command finished: the invocation stays ``running`` with no lease, outside the
+        recovery budget, until its completion or the deadline sweep settles it."""
+
+        def unit(tx: FencedUnit) -> None:
+            lock_running(tx, invocation.id)
+            for event in events:
+                tx.events.append_event_with_outbox(event)
+            if not tx.host.park_invocation(invocation.id, tx.lease, {**details, "result": result}):
+                raise SettlementRefused("the invocation could not park")
+
+        self.ctx.fenced(unit, name="host.park", finish=FINISH)
+        return InvocationStatus.RUNNING
+
     def _finalize(self, invocation: InvocationRecord, action: Action, handler_output: dict[str, Any],
                   outputs: dict[str, dict[str, Any]], declared: list[tuple[str, dict[str, Any]]],
                   repaired: list[AdapterRecord], applied: list[AdapterRecord]) -> InvocationStatus:
         result: dict[str, Any] = {**handler_output, "steps": outputs}
+        parked = self.handoff or (invocation.pending_completion if invocation.handoff_reference else None)
+        if parked is not None:  # the result is validated when the completion settles it, merged (N9)
+            return self._park(invocation, result, self._final_events(invocation, repaired, declared), parked)
         if action.result is not None:
             try:
                 result = action.result.model_validate(result).model_dump(mode="json")
@@ -580,15 +651,21 @@ class Execution:
                                                                         f"{applied_summary(applied)}"),
                         kind=ReconciliationKind.APPLIED_EFFECT))
                 return self._fail(invocation, text, [])
-        # G11, G12: a success recorded before this execution is repaired from the stored row; its stable id keeps
-        # the first event if it was written, else this one (recovered) is.
+        return self._settle(invocation, Verdict(InvocationStatus.SUCCEEDED, result=result),
+                            events=self._final_events(invocation, repaired, declared), final=True)
+
+    @staticmethod
+    def _final_events(invocation: InvocationRecord, repaired: list[AdapterRecord],
+                      declared: list[tuple[str, dict[str, Any]]]) -> tuple[NewEvent, ...]:
+        """G11, G12: a success recorded before this execution is repaired from the stored row (its stable id keeps
+        the first event if it was written, else this one, ``recovered``); then the action's declared events."""
         events = [step_event(invocation, row.id, STEP_SUCCEEDED, {
             "step": row.step_name, "adapter_type": row.adapter_type, "operation": row.operation, "vendor": row.vendor,
-            "input": row.input, "output": row.output or {}, "recovered": True}) for row in repaired]
+            "input": row.input, "output": row.output or {}, "recovered": True})
+            for row in repaired if row.external_reference is None or row.id != _handoff_id(invocation)]
         events += [NewEvent(id=event_id(invocation.id, event_type, f"declared:{position}"),
                             tenant_id=invocation.tenant_id, space_id=invocation.space_id,
                             subject=invocation_event(invocation, event_type, {}).subject, type=event_type,
                             payload=payload) for position, (event_type, payload) in enumerate(declared)]
-        return self._settle(invocation, Verdict(InvocationStatus.SUCCEEDED, result=result), events=tuple(events),
-                            final=True)
+        return tuple(events)
 

@@ -27,18 +27,27 @@ from typing import Any
 from pydantic import ValidationError
 
 from fencepost.core.errors import Conflict, InvalidInput, NotFound, RecoverableFinalization
-from fencepost.core.statuses import AdapterStatus, InvocationMode, InvocationStatus
+from fencepost.core.statuses import (
+    AdapterStatus,
+    CompletionDisposition,
+    CompletionOutcome,
+    InvocationMode,
+    InvocationStatus,
+)
 from fencepost.host import telemetry
 from fencepost.host.action import Action, ActionRegistry
 from fencepost.host.adapter import Adapter
+from fencepost.host.completion import Completion, CompletionReceipt, apply_completion
 from fencepost.host.execution import Execution, Runtime
 from fencepost.host.handler import HostHandler, kind_of
 from fencepost.host.idempotency import binding_digest, check_replay, invocation_id, params_digest
 from fencepost.host.lifecycle import STARTED, invocation_event
+from fencepost.host.sweep import sweep_overdue
 from fencepost.host.telemetry import LogTelemetry, Telemetry
 from fencepost.outbox.context import CommandContext
 from fencepost.outbox.handlers import HandlerRegistry
 from fencepost.outbox.heartbeat import Heartbeat
+from fencepost.outbox.worker import Sweep
 from fencepost.store.base import Store
 from fencepost.store.host_records import AdapterRecord, InvocationRecord, NewInvocation
 from fencepost.store.ports import UnitOfWork
@@ -186,6 +195,51 @@ class Host:
         for action in self.actions:
             registry.register(kind_of(action.id, action.version), handler,
                               max_deliveries=self.config.recovery_max_attempts)
+
+    def sweeps(self) -> list[Sweep]:
+        """The housekeeping a worker serving this host runs before it claims (N13): the completion-deadline
+        sweep, at most once a second, about a second at a time."""
+        return [Sweep(name="host.completion-deadline",
+                      run=lambda store, budget: sweep_overdue(store, self.runtime.telemetry, budget_seconds=budget))]
+
+    # ── external completions (host-spec N; ADR 0035) ──
+    def complete(self, provider: str, external_reference: str, outcome: CompletionOutcome | str, *,
+                 result: dict[str, Any] | None = None, error: str | None = None,
+                 evidence: dict[str, Any] | None = None) -> CompletionReceipt:
+        """Record a provider's completion of a handoff and settle what it proves (the decision table of
+        host-spec N; ``fencepost.host.completion``).
+
+        Args:
+            provider: the handing-off adapter's ``vendor``. external_reference: the reference its ``Accepted``
+                reply carried (the only way a completion finds its invocation, N30). outcome: ``completed`` or
+                ``failed``. result, evidence: JSON objects or None. error: the provider's error text or None.
+        Returns:
+            A ``CompletionReceipt``: ``settled``, ``still_executing`` (retry after parking), ``absorbed`` (an
+            identical repeat), ``contradicted``, ``evidence_only`` or ``not_found`` (retry later, N33).
+        Raises:
+            InvalidInput: malformed arguments. Conflict: two invocations hold this reference.
+            StoreUnavailable: the store failed; nothing was recorded, the provider should retry.
+        """
+        try:
+            parsed = CompletionOutcome(outcome)
+        except ValueError:
+            raise InvalidInput("outcome is 'completed' or 'failed'") from None
+        completion = Completion(provider, external_reference, parsed, result, error, evidence)
+
+        def unit(tx: UnitOfWork) -> CompletionReceipt:
+            return apply_completion(tx, self.runtime.actions, completion)
+
+        receipt: CompletionReceipt = self.store.transact(unit, name="host.complete")
+        if receipt.disposition in (CompletionDisposition.SETTLED, CompletionDisposition.CONTRADICTED,
+                                   CompletionDisposition.EVIDENCE_ONLY) and receipt.status is not None:
+            telemetry.emit(self.runtime.telemetry, telemetry.STATUS, invocation_id=receipt.invocation_id,
+                           status=str(receipt.status))
+        return receipt
+
+    def reconcile_overdue_completions(self, *, budget_seconds: float = 5.0) -> int:
+        """Settle every handoff past its completion deadline ``reconciliation_required`` (N12-N15; the worker's
+        sweep runs this too). Returns how many it settled."""
+        return sweep_overdue(self.store, self.runtime.telemetry, budget_seconds=budget_seconds)
 
     # ── submission ──
     def submit(self, action_id: str, params: Any, *, actor: str, idempotency_key: str, authority: str = "",
