@@ -7,7 +7,8 @@ false (``fencepost serve`` sets it false when it listens beyond loopback).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI
@@ -15,10 +16,12 @@ from fastapi.openapi.utils import get_openapi
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fencepost import __version__
-from fencepost.api import problems
+from fencepost.api import problems, signatures
 from fencepost.api.archive import MAX_EXTRACTED_BYTES
+from fencepost.api.completions import SECURITY_SCHEME, CompletionProvider, completions, providers_of
 from fencepost.api.context import ApiContext
 from fencepost.api.routes import health, router, workers
+from fencepost.host import Host
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store.base import Store
 
@@ -119,7 +122,8 @@ class HostAllowList:
 
 def _problem_openapi(schema: dict[str, Any], *, open_reads: bool) -> dict[str, Any]:
     """Every 4xx/5xx response is ``application/problem+json`` with the Problem schema; with open reads, GET
-    operations declare no security requirement and no 401."""
+    operations declare no security requirement and no 401. The completion endpoint's signature is a security
+    scheme of its own."""
     ref = {"$ref": "#/components/schemas/Problem"}
     for operations in schema.get("paths", {}).values():
         for method, operation in operations.items():
@@ -131,6 +135,10 @@ def _problem_openapi(schema: dict[str, Any], *, open_reads: bool) -> dict[str, A
                     response["content"] = {problems.PROBLEM_JSON: {"schema": ref}}
                     if code == "422":
                         response["description"] = "Invalid input or request validation failed"
+    schema.setdefault("components", {}).setdefault("securitySchemes", {})[SECURITY_SCHEME] = {
+        "type": "apiKey", "in": "header", "name": signatures.HEADER,
+        "description": "t=<unix seconds>,v1=<hex HMAC-SHA256(provider secret, '<t>.' + raw body)>; several v1 "
+                       "allowed while rotating a secret (docs/api.md)"}
     components = schema.get("components", {}).get("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):
         components.pop(unused, None)
@@ -139,7 +147,11 @@ def _problem_openapi(schema: dict[str, Any], *, open_reads: bool) -> dict[str, A
 
 def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed_hosts: list[str] | None = None,
                on_work: Callable[[], None] | None = None, max_upload_bytes: int = 32 * 1024 * 1024,
-               max_package_bytes: int = MAX_EXTRACTED_BYTES, ui: bool = True, poll_ms: int = 1000) -> FastAPI:
+               max_package_bytes: int = MAX_EXTRACTED_BYTES, ui: bool = True, poll_ms: int = 1000,
+               host: Host | None = None,
+               completion_providers: Mapping[str, CompletionProvider | str | Sequence[str]] | None = None,
+               signature_window_seconds: float = signatures.DEFAULT_WINDOW_SECONDS,
+               signature_clock: Callable[[], float] = time.time) -> FastAPI:
     """Build the ASGI app over an open ``store``.
 
     Args:
@@ -152,9 +164,21 @@ def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed
         max_package_bytes: the largest total an uploaded archive may expand to (422 above it).
         ui: serve the operator pages and their static files too.
         poll_ms: the operator page's polling interval while an Attempt is open.
+        host: the action host that ``POST /v1/host/completions/{provider}`` settles (ADR 0036).
+        completion_providers: provider name (an adapter's ``vendor``) -> a ``CompletionProvider``, or its secret
+            or secrets (then with the JSON parser). Without any, every completion is refused (401).
+        signature_window_seconds: how far a completion's signed timestamp may be from ``signature_clock()``.
+        signature_clock: unix seconds (the wall clock; tests pass their own).
+    Raises:
+        ValueError: no API token; completion providers without a host; a weak secret; a window outside 1..3600.
     """
     if not api_token:
         raise ValueError("an API token is required")
+    providers = providers_of(completion_providers)
+    if providers and host is None:
+        raise ValueError("completion providers need the host their completions settle")
+    if not 1 <= signature_window_seconds <= 3600:
+        raise ValueError("the signature window is 1 to 3600 seconds")
     app = FastAPI(title="fencepost", version=__version__,
                   description="Delivery rehearsals: enqueue Attempts on a durable outbox, watch their fenced "
                               "leases, reconcile or abort, compare evidence and read the release gate. Errors "
@@ -162,11 +186,14 @@ def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed
                   docs_url=None, redoc_url=None)
     app.state.fencepost = ApiContext(store=store, service=RehearsalService(store), api_token=api_token,
                                      open_reads=open_reads, on_work=on_work, max_upload_bytes=max_upload_bytes,
-                                     max_package_bytes=max_package_bytes, poll_ms=poll_ms)
+                                     max_package_bytes=max_package_bytes, poll_ms=poll_ms, host=host,
+                                     completion_providers=providers, signature_window=signature_window_seconds,
+                                     signature_clock=signature_clock)
     problems.install(app)
     app.include_router(health)
     app.include_router(router)
     app.include_router(workers)
+    app.include_router(completions)
     if ui:
         from fencepost.ui.pages import mount
 

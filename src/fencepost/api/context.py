@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fencepost.api.archive import MAX_EXTRACTED_BYTES
+from fencepost.api.signatures import DEFAULT_WINDOW_SECONDS
 from fencepost.core.errors import NotFound
+from fencepost.host import Host
 from fencepost.outbox.registry import WorkerCensus, census_view, read_census
 from fencepost.rehearsal import views
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store.base import Store
 from fencepost.store.records import AttemptRecord, ReceiptRecord
+
+if TYPE_CHECKING:
+    from fencepost.api.completions import CompletionProvider
 
 
 @dataclass
@@ -30,6 +36,10 @@ class ApiContext:
         max_upload_bytes: largest request body accepted.
         max_package_bytes: largest total an uploaded archive may expand to.
         poll_ms: how often the operator page polls while an Attempt is open.
+        host: the action host that completions settle (None: no provider is registered).
+        completion_providers: provider name -> its secrets and parser (ADR 0036).
+        signature_window: how many seconds a completion's signed timestamp may be from ``signature_clock()``.
+        signature_clock: unix time for the signature window (the server's wall clock: providers sign with theirs).
     """
 
     store: Store
@@ -40,6 +50,10 @@ class ApiContext:
     max_upload_bytes: int = 32 * 1024 * 1024
     max_package_bytes: int = MAX_EXTRACTED_BYTES
     poll_ms: int = 1000
+    host: Host | None = None
+    completion_providers: dict[str, CompletionProvider] = field(default_factory=dict)
+    signature_window: float = DEFAULT_WINDOW_SECONDS
+    signature_clock: Callable[[], float] = time.time
     _ready: bool = field(default=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

@@ -200,3 +200,16 @@ class Ready(_Model):
     status: Literal["ready"]
     backend: str
     schema_version: int
+
+
+# ── external completions ──
+class CompletionAnswer(_Model):
+    """What the host did with a provider's completion (200: taken; the provider stops re-sending)."""
+
+    disposition: Literal["settled", "absorbed", "evidence_only", "contradicted"] = Field(
+        description="settled: it settled the invocation; absorbed: an identical completion was already recorded; "
+                    "evidence_only: recorded, the invocation's verdict kept; contradicted: it differs from the "
+                    "recorded completion, the invocation now needs an operator (the first one is kept).")
+    invocation_id: str
+    status: Literal["pending", "awaiting_approval", "running", "succeeded", "failed", "reconciliation_required"]
+    detail: str

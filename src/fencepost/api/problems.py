@@ -70,7 +70,8 @@ ERRORS: dict[type[FencepostError], ProblemKind] = {
     IntegrityViolation: ProblemKind("integrity", 500, "Integrity violation"),  # fail closed, loudly
 }
 
-# Kinds the HTTP layer answers itself (framework and middleware), never raised as a ``FencepostError``.
+# Kinds the HTTP layer answers itself (framework, middleware, and the completion endpoint from its signature check
+# and the host's receipt), never raised as a ``FencepostError``.
 PROTOCOL_KINDS = (
     ProblemKind("validation-error", 422, "Request validation failed"),
     ProblemKind("invalid-host", 400, "Host not allowed"),
@@ -78,6 +79,10 @@ PROTOCOL_KINDS = (
     ProblemKind("method-not-allowed", 405, "Method not allowed"),
     ProblemKind("payload-too-large", 413, "Request body too large"),
     ProblemKind("unsupported-media-type", 415, "Unsupported media type"),
+    # completions (ADR 0036): one 401 for every refused signature; 404 and 409 tell the provider to retry later
+    ProblemKind("invalid-signature", 401, "Valid signature required"),
+    ProblemKind("unknown-reference", 404, "No handoff has this reference yet"),
+    ProblemKind("still-executing", 409, "Invocation still executing"),
 )
 
 # kind -> problem, for ``problem(kind, ...)``.

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import importlib
 import ipaddress
 import logging
+import os
 import secrets
 import signal
 import socket
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -30,6 +33,9 @@ from fencepost.core.errors import InvalidInput
 from fencepost.outbox import Worker, WorkerConfig
 from fencepost.outbox.worker import INTERRUPT_WAIT_SECONDS, default_worker_id
 from fencepost.store.url import DEFAULT_URL
+
+if TYPE_CHECKING:
+    from fencepost.api.completions import CompletionProvider
 
 LOOPBACK_NAMES = {"localhost"}
 
@@ -77,6 +83,51 @@ def _configure_logging(log_format: str) -> None:
         logger.setLevel(logging.INFO)
 
 
+#: The attribute of the ``--app`` module that may name a completion parser per provider (ADR 0036).
+PARSERS_ATTRIBUTE = "COMPLETION_PARSERS"
+
+
+def completion_providers(app_spec: str | None, specs: list[str], environ: Mapping[str, str]
+                         ) -> dict[str, CompletionProvider]:
+    """The providers of ``--completion-secret PROVIDER=ENV_VAR`` (repeatable; a provider named twice accepts
+    both secrets, for a rotation), each with the parser its ``--app`` module's ``COMPLETION_PARSERS`` names, else
+    the JSON one.
+
+    Raises:
+        InvalidInput: a malformed spec, secrets without ``--app``, an unset, empty or short variable (named, its
+            value never shown), a ``COMPLETION_PARSERS`` that is not a mapping of parsers, or one naming a
+            provider without a secret.
+    """
+    from fencepost.api.completions import MIN_SECRET, CompletionProvider
+    from fencepost.host.webhooks import JSON_PARSER
+
+    secrets: dict[str, list[str]] = {}
+    for spec in specs:
+        provider, sep, variable = spec.partition("=")
+        if not sep or not provider or not variable or len(provider) > 100:
+            raise InvalidInput(f"--completion-secret is PROVIDER=ENV_VAR, not {spec!r}")
+        value = environ.get(variable, "")
+        if len(value) < MIN_SECRET:
+            raise InvalidInput(f"--completion-secret {provider}: environment variable {variable} is "
+                               f"{'not set' if not value else 'shorter than ' + str(MIN_SECRET) + ' characters'}")
+        secrets.setdefault(provider, []).append(value)
+    if secrets and not app_spec:
+        raise InvalidInput("--completion-secret needs --app: completions settle that host's invocations")
+    parsers: Any = {}
+    if app_spec:
+        module = importlib.import_module(app_spec.partition(":")[0])  # load_host imported it already
+        parsers = getattr(module, PARSERS_ATTRIBUTE, {})
+    if not isinstance(parsers, Mapping):
+        raise InvalidInput(f"--app: {PARSERS_ATTRIBUTE} must map a provider name to a parser")
+    for name, parser in parsers.items():
+        if name not in secrets:
+            raise InvalidInput(f"--app: {PARSERS_ATTRIBUTE} names {name!r}, which has no --completion-secret")
+        if not callable(getattr(parser, "parse", None)):
+            raise InvalidInput(f"--app: {PARSERS_ATTRIBUTE}[{name!r}] has no parse(body, headers) method")
+    return {name: CompletionProvider(tuple(values), parsers.get(name, JSON_PARSER))
+            for name, values in secrets.items()}
+
+
 def serve(
     database: DatabaseOpt = DEFAULT_URL,
     host: Annotated[str, typer.Option(envvar="FENCEPOST_HOST", show_envvar=True,
@@ -101,17 +152,33 @@ def serve(
                                             help="Log lines (stderr) as json or text.")] = "text",
     sandbox_max_bytes: SandboxBytesOpt = DEFAULT_SANDBOX_MAX_BYTES,
     sandbox_max_memory: SandboxMemoryOpt = DEFAULT_SANDBOX_MAX_MEMORY,
+    host_app: Annotated[str | None, typer.Option(
+        "--app", envvar="FENCEPOST_APP", show_envvar=True, metavar="MODULE:ATTRIBUTE",
+        help="Your Host (a fencepost.host.Host, or a callable store -> Host): the in-process workers serve its "
+             "invocations, and completions settle them. The module may define COMPLETION_PARSERS = "
+             "{provider: parser} for vendor-shaped webhooks.")] = None,
+    completion_secret: Annotated[list[str] | None, typer.Option(
+        "--completion-secret", metavar="PROVIDER=ENV_VAR",
+        help="Accept POST /v1/host/completions/PROVIDER signed with the secret in environment variable ENV_VAR "
+             "(read from the environment, never given here; 16+ characters). Repeatable; name a provider twice "
+             "to accept two secrets while rotating. Needs --app.")] = None,
+    signature_window: Annotated[float, typer.Option(
+        "--signature-window", envvar="FENCEPOST_SIGNATURE_WINDOW", show_envvar=True, min=1, max=3600,
+        help="Seconds a completion's signed timestamp may be from this server's clock, either way "
+             "(1-3600).")] = 300.0,
 ) -> None:
     """Serve the HTTP API and the operator pages; run Attempts with an in-process worker pool.
 
     Open the printed address in a browser. Actions (create, start, reconcile, abort) need the API token;
-    paste it into the page's token field. SIGINT or SIGTERM stops the server, then the workers: a running
-    command is interrupted, records nothing, and its lease is released.
+    paste it into the page's token field. With --app and --completion-secret, providers post their signed
+    completions to /v1/host/completions/PROVIDER (docs/api.md). SIGINT or SIGTERM stops the server, then the
+    workers: a running command is interrupted, records nothing, and its lease is released.
     """
     import uvicorn
 
     from fencepost.api import create_app
     from fencepost.cli.app import build_worker, limit_sandboxes, require_work_dir
+    from fencepost.cli.host_cmds import load_host
 
     if log_format not in ("json", "text"):
         raise typer.BadParameter("must be json or text", param_hint="--log-format")
@@ -120,12 +187,14 @@ def serve(
     _configure_logging(log_format)
     with opened(database) as store, handled():
         limits = sandbox_limits(sandbox_max_bytes, sandbox_max_memory)
+        user_host = load_host(host_app, store) if host_app else None
+        providers = completion_providers(host_app, completion_secret or [], os.environ)
         pool: list[Worker] = []
         if not no_worker:
             for _ in range(workers):
                 config = WorkerConfig(lease_seconds=lease_seconds, worker_id=default_worker_id())
                 require_work_dir(work_dir)
-                pool.append(build_worker(store, work_dir, config, limits=limits))
+                pool.append(build_worker(store, work_dir, config, limits=limits, host=user_host))
             limit_sandboxes(workers, limits)
 
         def wake() -> None:
@@ -135,7 +204,8 @@ def serve(
         token = api_token or secrets.token_urlsafe(24)
         loopback = is_loopback(host)
         app = create_app(store, api_token=token, open_reads=loopback, on_work=wake,
-                         allowed_hosts=["127.0.0.1", "localhost", "::1", "[::1]"] if loopback else None)
+                         allowed_hosts=["127.0.0.1", "localhost", "::1", "[::1]"] if loopback else None,
+                         host=user_host, completion_providers=providers, signature_window_seconds=signature_window)
         sock = _bind(host, port)
         bound_port = sock.getsockname()[1]
         shown = f"[{host.strip('[]')}]" if ":" in host else host
