@@ -30,6 +30,7 @@ from fencepost.core.statuses import (
     EventOutboxStatus,
     InvocationMode,
     InvocationStatus,
+    LeaseEventKind,
     ReconciliationKind,
     ReconciliationLog,
 )
@@ -666,8 +667,11 @@ class HostContract(StoreContract):
         for damage in ("handoff_provider = 'simpay'", "handoff_reference = 'po_1'",
                        "handoff_provider = 'simpay', handoff_reference = 'po_1', external_completion = '[1]'",
                        *(f"{column} = updated_at" for column in ("completion_due_at", "parked_at", "overdue_at"))):
+            def damaged(tx: UnitOfWork, assignment: str = damage) -> list[tuple[Any, ...]]:
+                return backend.inspect(tx, f"UPDATE invocations SET {assignment}")
+
             with pytest.raises(Conflict):
-                store.transact(lambda tx, d=damage: backend.inspect(tx, f"UPDATE invocations SET {d}"))
+                store.transact(damaged)
         got = invocation(store, "inv_1")
         assert (got.handoff_provider, got.handoff_reference, got.parked_at, got.external_completion) == (
             None, None, None, None)
@@ -721,8 +725,11 @@ class HostContract(StoreContract):
             lease = running(store, invocation_id, backend.long_lease)
             assert hand_off(store, invocation_id, lease, handoff(reference, provider=provider))
             if invocation_id == "inv_c":
-                assert store.transact(lambda tx, i=invocation_id, lz=lease: tx.host.update_leased_invocation(
-                    i, lz, InvocationVerdict(InvocationStatus.FAILED, error="ended otherwise")))
+                def ended(tx: UnitOfWork, held: Lease = lease) -> bool:
+                    return tx.host.update_leased_invocation("inv_c", held, InvocationVerdict(
+                        InvocationStatus.FAILED, error="ended otherwise"))
+
+                assert store.transact(ended)
             backend.advance(0.01)
 
         def found(provider: str, reference: str) -> list[str]:
@@ -764,8 +771,11 @@ class HostContract(StoreContract):
         assert listed[0] == invocation(store, "inv_a") and listed[1].completion_due_at == now - second
         assert [r.id for r in store.read(lambda tx: tx.host.list_overdue_handoffs(limit=1))] == ["inv_a"]
         for limit in (0, 1001):
+            def listed_up_to(tx: UnitOfWork, most: int = limit) -> list[InvocationRecord]:
+                return tx.host.list_overdue_handoffs(limit=most)
+
             with pytest.raises(ValueError):
-                store.read(lambda tx, n=limit: tx.host.list_overdue_handoffs(limit=n))
+                store.read(listed_up_to)
 
     def test_a_handoff_becomes_overdue_when_the_store_clock_passes_its_deadline(
             self, store: Store, backend: ContractHarness) -> None:
@@ -852,7 +862,8 @@ class HostContract(StoreContract):
         assert got.overdue_at is not None and got.overdue_at.utcoffset() == timedelta(0)
         assert got.command_status is CommandStatus.DELIVERED
         history = store.read(lambda tx: tx.outbox.lease_events("inv_1"))
-        assert [e.event for e in history].count("deliver") == 1  # the park's: an ended command is left as it is
+        # only the park's deliver: a command already ended is left as it is
+        assert [e.event for e in history].count(LeaseEventKind.DELIVER) == 1
         # the verdict is written under its expected status only
         assert not unleased(store, "inv_1", InvocationStatus.RUNNING, verdict_of(got, error="again"))
         assert invocation(store, "inv_1") == got
