@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, cast
 
 import psycopg
@@ -190,15 +191,15 @@ def test_inline_in_a_caller_transaction_is_refused(backend: StoreBackend, store:
     assert state["orders"] == ["o-1"] and len(state["invocations"]) == 1
 
 
-def test_sqlite_refuses_an_application_connection(backend: StoreBackend, store: Store) -> None:
-    if backend.is_postgres:
-        pytest.skip("PostgreSQL works on an application's connection")
+def test_sqlite_refuses_an_application_connection(tmp_path: Path) -> None:
+    store = SQLiteStore(str(tmp_path / "control.db"))
     conn = sqlite3.connect(":memory:")
     try:
         with pytest.raises(InvalidInput, match=r"store\.transaction\(\)"), store.unit_on(conn):
             pass
     finally:
         conn.close()
+        store.close()
 
 
 # ── PostgreSQL: the application's own psycopg connection ──
@@ -277,3 +278,38 @@ def test_postgres_a_swallowed_statement_error_is_raised_when_the_unit_ends(pg_st
         with pytest.raises(Conflict, match="rolled back"), pg_store.unit_on(conn) as tx, pytest.raises(Conflict):
             cast(Any, tx).execute_raw("SELECT 1/0")
         conn.rollback()
+
+
+@pytest.mark.parametrize("first_ends", ["commit", "rollback"])
+def test_postgres_two_callers_racing_on_one_key(pg_store: Store, ledger: Ledger, first_ends: str) -> None:
+    """The second caller's insert waits on the first one's uncommitted key (READ COMMITTED): after a commit it
+    replays the winner, after a rollback it inserts its own; one invocation either way."""
+    host = make_host(pg_store, charge_action(Spy()), Scripted(ledger))
+    first, second = psycopg.connect(postgres_url()), psycopg.connect(postgres_url())
+    try:
+        with pg_store.unit_on(first) as tx:
+            winner = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k", tx=tx)
+        ended = threading.Event()
+
+        def end_first() -> None:
+            time.sleep(0.3)
+            ended.set()
+            first.commit() if first_ends == "commit" else first.rollback()
+
+        ender = threading.Thread(target=end_first)
+        ender.start()
+        with pg_store.unit_on(second) as tx:
+            got = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k", tx=tx)
+            assert ended.is_set()  # it waited for the first transaction to end
+        ender.join(10)
+        second.commit()
+    finally:
+        first.close()
+        second.close()
+    assert got.id == winner.id and _count(pg_store) == 1
+    counts = pg_store.read(lambda tx: tx.outbox.count_by_status())
+    assert counts == {CommandStatus.PENDING: 1}
+    if first_ends == "commit":
+        assert got.created_at == winner.created_at
+    else:
+        assert got.created_at > winner.created_at  # written afresh by the second caller
