@@ -5,21 +5,24 @@ Each example submits one inline invocation on a fresh, migrated SQLite file thro
 whose plan fails chosen occurrences of the writes (and the locks and reads) the claim, the steps and the
 settlement run; the provider answers each step with a drawn reply; the action is idempotent or not, has one or
 two steps, and the lease may be taken away during one provider call, by an operator's abort (``fence_out``) or by
-a takeover (the lease expires and another worker claims the command). Whatever the draw:
+a takeover (the lease expires and another worker claims the command); and another writer may change the verdict
+between the fallback's verdict and its evidence. Whatever the draw:
 
 1. after the run the invocation is ``running`` (recoverable) or has a verdict, and a verdict only if the run
    returned one or raised ``RecoverableFinalization(verdict_durable=True)``;
 2. a ``succeeded`` verdict has its evidence: every step row succeeded with its ``AdapterInvocationSucceeded``
    event, and ``fencepost audit`` finds nothing about the invocation;
 3. once the lease was taken away, this execution wrote nothing more: no verdict, no checkpoint, no event, no
-   reconciliation record (the store equals what it held right after the lease was taken);
+   reconciliation record (the store equals what it held right after the lease was taken); once the verdict was
+   changed under the fallback, no evidence write landed (``VerdictHeld``); a ``running`` invocation holds nothing
+   of a settlement (K9: no unfenced write);
 4. ``RecoverableFinalization(verdict_durable=True)`` leaves ``reconciliation_required`` marked ``settled_by``
    the fallback; ``verdict_durable=False`` leaves the invocation not terminal;
 5. the provider is only ever asked under the id of a durable step row, each step under one key, and a
    non-idempotent step is asked at most once, recovery included;
 6. recovery converges: with the faults disarmed and the lease expired, a worker ends the invocation terminal;
    any audit finding about it is an evidence gap, and one exists only after a durable-verdict
-   ``RecoverableFinalization`` or a lost lease. (An aborted command is an operator's decision: no worker claims
+   ``RecoverableFinalization``, a lost lease or a changed verdict; recovery never changes a verdict (K8). (An aborted command is an operator's decision: no worker claims
    it, and the invocation stays as the abort left it.)
 """
 
@@ -44,7 +47,7 @@ from fencepost.host.handler import kind_of
 from fencepost.store.audit import audit_store
 from fencepost.store.base import Store
 from fencepost.store.faults import FaultInjectingStore
-from fencepost.store.host_records import InvocationRecord
+from fencepost.store.host_records import InvocationRecord, VerdictHeld
 from helpers.store_backends import StoreBackend, store_backend
 from host.kit import PARAMS, Ledger, Spy, charge_action, events_of, make_host, run_worker
 from host.test_degraded_settlement import fence_out
@@ -150,6 +153,33 @@ class Steal:
         self.after = snapshot(self.store, invocation.id)
 
 
+class Meddling(FaultInjectingStore):
+    """The fault-injecting store, plus another writer that changes the verdict once, right after the fallback's
+    verdict committed and before its first evidence unit opens (what an operator's note or a budget enrichment
+    does): from then on ``VerdictHeld`` must refuse every evidence write of the fallback (K5, H18)."""
+
+    def __init__(self, inner: Store, plan: dict[str, frozenset[int]], *, meddle: bool) -> None:
+        super().__init__(inner, plan=plan)
+        self.meddle = meddle
+        self.after: Snapshot | None = None
+
+    @contextmanager
+    def transaction(self, *, write: bool = True, name: str | None = None) -> Iterator[Any]:
+        if self.meddle and self.after is None and name is not None and name.endswith(".evidence.1"):
+            self._change_the_verdict()
+        with super().transaction(write=write, name=name) as tx:
+            yield tx
+
+    def _change_the_verdict(self) -> None:
+        [invocation] = self.inner.read(lambda tx: tx.host.list_invocations())
+        assert invocation.status.terminal, "evidence before a durable verdict"
+        held = VerdictHeld(invocation.status, invocation.error)
+        assert self.inner.transact(lambda tx: tx.host.update_settled_invocation(
+            invocation.id, held, error=f"{invocation.error} (noted by an operator)",
+            reconciliation=invocation.reconciliation))
+        self.after = snapshot(self.inner, invocation.id)
+
+
 @contextmanager
 def sqlite_backend(factory: pytest.TempPathFactory) -> Iterator[StoreBackend]:
     with store_backend("sqlite-wal", factory.mktemp("settle")) as backend:
@@ -211,28 +241,30 @@ def check_provider(ledger: Ledger, provider: Provider, store: Store, invocation_
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(plan=PLANS, replies=st.lists(st.sampled_from(REPLIES), min_size=1, max_size=2),
-       idempotent=st.booleans(), steal=st.sampled_from(STEALS), steal_at=st.integers(0, 1))
+       idempotent=st.booleans(), steal=st.sampled_from(STEALS), steal_at=st.integers(0, 1), meddle=st.booleans())
 @example(plan={"update_adapter_invocation": frozenset({1, 2, 3})}, replies=["ambiguous"], idempotent=False,
-         steal="none", steal_at=0)
+         steal="none", steal_at=0, meddle=False)
 @example(plan={"insert_event": frozenset({2, 3, 5})}, replies=["timeout-after-charge"], idempotent=True,
-         steal="none", steal_at=0)
+         steal="none", steal_at=0, meddle=False)
 @example(plan={"finish_command": frozenset({1, 2})}, replies=["permanent"], idempotent=False, steal="none",
-         steal_at=0)
+         steal_at=0, meddle=False)
 @example(plan={"finish_command": frozenset({1, 2})}, replies=["succeeded"], idempotent=True, steal="none",
-         steal_at=0)
+         steal_at=0, meddle=False)
 @example(plan={"update_leased_invocation": frozenset({1, 2, 3, 4})}, replies=["timeout-after-charge"],
-         idempotent=True, steal="none", steal_at=0)
+         idempotent=True, steal="none", steal_at=0, meddle=False)
+@example(plan={"finish_command": frozenset({1, 2})}, replies=["ambiguous"], idempotent=True, steal="none",
+         steal_at=0, meddle=True)
 @example(plan={"finish_command": frozenset({1, 2})}, replies=["ambiguous"], idempotent=False, steal="takeover",
-         steal_at=0)
+         steal_at=0, meddle=False)
 @example(plan={"update_adapter_invocation": frozenset({1, 2, 3, 4, 5})}, replies=["succeeded", "succeeded"],
-         idempotent=False, steal="none", steal_at=0)
+         idempotent=False, steal="none", steal_at=0, meddle=False)
 def test_settlement_under_any_fault_sequence_is_truthful_and_recovers(
         tmp_path_factory: pytest.TempPathFactory, plan: dict[str, frozenset[int]], replies: list[str],
-        idempotent: bool, steal: str, steal_at: int) -> None:
+        idempotent: bool, steal: str, steal_at: int, meddle: bool) -> None:
     steps = ("charge", "ship")[:len(replies)]
     with sqlite_backend(tmp_path_factory) as backend:
         inner = backend.migrated()
-        faulty = FaultInjectingStore(inner, plan=plan)
+        faulty = Meddling(inner, plan, meddle=meddle)
         ledger = Ledger()
         thief = Steal(steal, steps[min(steal_at, len(steps) - 1)], backend, inner)
         provider = Provider(ledger, inner, dict(zip(steps, replies, strict=True)), thief)
@@ -258,7 +290,7 @@ def test_settlement_under_any_fault_sequence_is_truthful_and_recovers(
         stolen = thief.after is not None
         event(f"after the run: {invocation.status}, "
               f"{'no RF' if raised is None else 'durable RF' if raised.verdict_durable else 'RF'}"
-              f"{', lease taken' if stolen else ''}")
+              f"{', lease taken' if stolen else ''}{', verdict changed' if faulty.after else ''}")
 
         # 1: recoverable or a verdict, and a verdict only if the run said so.
         assert invocation.status in (InvocationStatus.RUNNING, *(s for s in InvocationStatus if s.terminal))
@@ -275,6 +307,9 @@ def test_settlement_under_any_fault_sequence_is_truthful_and_recovers(
         if stolen:
             assert raised is not None and not raised.verdict_durable, "a lost lease must raise, never settle"
             assert snapshot(inner, invocation_id) == thief.after, "the execution wrote after losing its lease"
+        # 3b: once the verdict changed under the fallback, every evidence write was refused (VerdictHeld).
+        if faulty.after is not None:
+            assert snapshot(inner, invocation_id) == faulty.after, "evidence written under a verdict no longer held"
         # 4
         if raised is not None:
             assert raised.invocation_id == invocation_id
@@ -306,13 +341,12 @@ def test_settlement_under_any_fault_sequence_is_truthful_and_recovers(
             assert final.status.terminal, f"recovery did not converge: {final.status}"
             assert all(check == GAP_CHECK for check, _ in findings), findings
             if findings:
-                assert (raised is not None and raised.verdict_durable) or stolen, findings
+                assert (raised is not None and raised.verdict_durable) or stolen or faulty.after, findings
             if final.status is InvocationStatus.SUCCEEDED:
                 check_succeeded_has_evidence(inner, invocation_id, steps)
             check_verdict_kind(inner, invocation_id)
             if invocation.status.terminal:
-                assert verdict_of(final) == verdict_of(invocation), \
-                    "recovery changed a verdict (K8: final)"
+                assert verdict_of(final) == verdict_of(invocation), "recovery changed a verdict (K8: final)"
         check_provider(ledger, provider, inner, invocation_id, idempotent)
         assert provider.violations == []
 
