@@ -17,13 +17,14 @@ between the fallback's verdict and its evidence. Whatever the draw:
    changed under the fallback, no evidence write landed (``VerdictHeld``); a ``running`` invocation holds nothing
    of a settlement (K9: no unfenced write);
 4. ``RecoverableFinalization(verdict_durable=True)`` leaves ``reconciliation_required`` marked ``settled_by``
-   the fallback; ``verdict_durable=False`` leaves the invocation not terminal;
+   the fallback; ``verdict_durable=False`` leaves the invocation not terminal; only ``reconciliation_required``
+   is ever settled by the fallback, and a ``failed`` verdict has all its evidence (ADR 0031);
 5. the provider is only ever asked under the id of a durable step row, each step under one key, and a
    non-idempotent step is asked at most once, recovery included;
 6. recovery converges: with the faults disarmed and the lease expired, a worker ends the invocation terminal;
    any audit finding about it is an evidence gap, and one exists only after a durable-verdict
-   ``RecoverableFinalization``, a lost lease or a changed verdict; recovery never changes a verdict (K8). (An aborted command is an operator's decision: no worker claims
-   it, and the invocation stays as the abort left it.)
+   ``RecoverableFinalization``, a lost lease or a changed verdict; recovery never changes a verdict (K8). (An
+   aborted command is an operator's decision: no worker claims it, and the invocation stays as the abort left it.)
 """
 
 from __future__ import annotations
