@@ -116,6 +116,7 @@ class Snapshot:
 
 
 def snapshot(store: Store, invocation_id: str) -> Snapshot:
+    """What ``store`` holds about the invocation now (read outside the faults)."""
     invocation = store.read(lambda tx: tx.host.get_invocation(invocation_id))
     assert invocation is not None
     rows = store.read(lambda tx: tx.host.list_adapter_invocations(invocation_id))
@@ -183,11 +184,13 @@ class Meddling(FaultInjectingStore):
 
 @contextmanager
 def sqlite_backend(factory: pytest.TempPathFactory) -> Iterator[StoreBackend]:
+    """A fresh sqlite-wal database with its ManualClock, per example (the ``backend`` fixture is per test)."""
     with store_backend("sqlite-wal", factory.mktemp("settle")) as backend:
         yield backend
 
 
 def findings_about(store: Store, invocation_id: str) -> list[tuple[str, str]]:
+    """``fencepost audit``'s findings about the invocation, as (check, detail)."""
     return [(f.check, f.detail) for f in audit_store(store) if f.subject == invocation_id]
 
 
