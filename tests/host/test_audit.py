@@ -1,13 +1,16 @@
 """``fencepost audit`` learns the host's invariants (issue 12): a sound run has no finding; each damage is found; a
-terminal verdict's evidence gap (host-spec K8, ADR 0032) is a finding, also in the CLI's output."""
+terminal verdict's evidence gap (host-spec K8, ADR 0032) is a finding, also in the CLI's output; a parked, swept
+or settled handoff is consistent and each handoff damage is a finding (host-spec N8, ADR 0034)."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from fencepost.core.statuses import AdapterStatus, InvocationStatus, ReconciliationLog
+from fencepost.core.statuses import AdapterStatus, CommandStatus, InvocationStatus, ReconciliationLog
 from fencepost.store.base import Store
 from fencepost.store.host_records import InvocationVerdict, NewEvent, Subject
+from fencepost.store.records import Lease
 from fencepost.testing import host as hc
 from helpers.processes import run_cli
 from helpers.store_backends import StoreBackend, schema_url
@@ -120,3 +123,110 @@ def test_fencepost_audit_prints_the_evidence_gap(store: Store, backend: StoreBac
     assert [f for f in report["findings"] if f["check"] == GAPS] == [{
         "check": GAPS, "subject": "inv_gap", "detail": "evidence gap: adapter invocation ai_gap (step step0) is "
                                                        "ambiguous without a governance reconciliation record"}]
+
+
+# ── external completion handoffs (host-spec N2, N8, N19, N20; ADR 0034) ──
+HANDOFF_CHECKS = ("invocation_command_status", "invocation_handoffs")
+
+
+def handoff_findings(store: Store) -> dict[str, list[str]]:
+    """``subject -> sorted details`` of the two checks a handoff's state answers to."""
+    found: dict[str, list[str]] = {}
+    for f in store.read(lambda tx: tx.audit.invariant_findings()):
+        if f.check in HANDOFF_CHECKS:
+            found.setdefault(f.subject, []).append(f"{f.check}: {f.detail}")
+    return {subject: sorted(details) for subject, details in found.items()}
+
+
+def handed_off(store: Store, backend: StoreBackend, invocation_id: str, *, parked: bool,
+               lease_seconds: float = 600) -> Lease:
+    """A running invocation with a due handoff, parked (its command finished DELIVERED) when ``parked``."""
+    lease = hc.running(store, invocation_id, lease_seconds)
+    assert hc.hand_off(store, invocation_id, lease, hc.handoff(f"po_{invocation_id}",
+                                                               due_at=hc.store_now(store)))
+    if parked:
+        assert hc.park(store, invocation_id, lease)
+    return lease
+
+
+def sweep(store: Store, invocation_id: str) -> None:
+    """The sweep's verdict on ``invocation_id``: reconciliation_required with overdue_at (N12)."""
+    record = hc.invocation(store, invocation_id)
+    assert hc.unleased(store, invocation_id, InvocationStatus.RUNNING, hc.verdict_of(
+        record, status=InvocationStatus.RECONCILIATION_REQUIRED, error="did not complete by its deadline",
+        overdue_at=hc.store_now(store)))
+
+
+def settle(store: Store, invocation_id: str, status: InvocationStatus) -> None:
+    """A callback's settlement of ``invocation_id`` from its current status, keeping its instants."""
+    record = hc.invocation(store, invocation_id)
+    assert hc.unleased(store, invocation_id, record.status, hc.verdict_of(
+        record, status=status, result={"paid": True}, pending_completion=None,
+        external_completion={"outcome": "completed"}))
+
+
+def past_the_check(store: Store, backend: StoreBackend, invocation_id: str, assignment: str) -> None:
+    """``UPDATE invocations SET <assignment>`` on one row past the CHECKs that refuse it (a row edited behind the
+    store's back: SQLite ignores CHECKs for the statement, PostgreSQL drops the named constraint first)."""
+    update = f"UPDATE invocations SET {assignment} WHERE id = '{invocation_id}'"
+
+    def fn(tx: Any) -> None:
+        if tx.backend == "sqlite":
+            backend.inspect(tx, "PRAGMA ignore_check_constraints = ON")
+            try:
+                backend.inspect(tx, update)
+            finally:
+                backend.inspect(tx, "PRAGMA ignore_check_constraints = OFF")
+        else:
+            backend.inspect(tx, "ALTER TABLE invocations DROP CONSTRAINT invocations_parked_needs_handoff")
+            backend.inspect(tx, update)
+
+    store.transact(fn)
+
+
+def test_parked_swept_and_settled_handoffs_are_consistent(store: Store, backend: StoreBackend) -> None:
+    handed_off(store, backend, "inv_parked", parked=True)  # running, command DELIVERED
+    handed_off(store, backend, "inv_settled", parked=True)
+    settle(store, "inv_settled", InvocationStatus.SUCCEEDED)
+    handed_off(store, backend, "inv_late", parked=True)  # parked, swept, then settled by a late callback (N19)
+    sweep(store, "inv_late")
+    settle(store, "inv_late", InvocationStatus.FAILED)
+    handed_off(store, backend, "inv_evidence", parked=False, lease_seconds=backend.short_lease)
+    handed_off(store, backend, "inv_running", parked=False)  # still executing under its lease
+    backend.advance(backend.short_lease + (0.05 if backend.clock is None else 1.0))
+    sweep(store, "inv_evidence")  # swept unparked: the verdict is kept, evidence only (N20)
+    record = hc.invocation(store, "inv_evidence")
+    assert hc.unleased(store, "inv_evidence", InvocationStatus.RECONCILIATION_REQUIRED, hc.verdict_of(
+        record, pending_completion=None, external_completion={"outcome": "completed"}))
+    assert handoff_findings(store) == {}
+
+
+def test_each_handoff_damage_is_a_finding(store: Store, backend: StoreBackend) -> None:
+    # settled after a sweep without having parked (N8's invariant): the store writes it, the audit finds it
+    handed_off(store, backend, "inv_unparked", parked=False, lease_seconds=backend.short_lease)
+    backend.advance(backend.short_lease + (0.05 if backend.clock is None else 1.0))
+    sweep(store, "inv_unparked")
+    settle(store, "inv_unparked", InvocationStatus.SUCCEEDED)
+    # parked but its command still held: the park's unit did not finish it
+    lease = hc.running(store, "inv_half_parked", 600)
+    assert hc.hand_off(store, "inv_half_parked", lease, hc.handoff("po_half"))
+    assert hc.park(store, "inv_half_parked", lease, deliver=False)
+    # a parked one given a verdict behind the store's back: a terminal verdict still needs a finished command
+    lease = hc.running(store, "inv_terminal", 600)
+    assert hc.hand_off(store, "inv_terminal", lease, hc.handoff("po_terminal"))
+    assert hc.park(store, "inv_terminal", lease, deliver=False)
+    store.transact(lambda tx: backend.inspect(
+        tx, "UPDATE invocations SET status = 'succeeded' WHERE id = 'inv_terminal'"))
+    # running, not parked, with its command finished: nobody will run it
+    lease = hc.running(store, "inv_dropped", 600)
+    store.transact(lambda tx: tx.outbox.finish(lease, CommandStatus.DELIVERED))
+    # parked_at without a handoff, past the CHECK
+    hc.dispatched(store, "inv_no_handoff")
+    past_the_check(store, backend, "inv_no_handoff", "parked_at = updated_at")
+    assert handoff_findings(store) == {
+        "inv_unparked": ["invocation_handoffs: succeeded invocation carries overdue_at without parked_at (settled "
+                         "after a sweep without having parked)"],
+        "inv_half_parked": ["invocation_command_status: invocation running and parked but command PROCESSING"],
+        "inv_terminal": ["invocation_command_status: invocation succeeded but command PROCESSING"],
+        "inv_dropped": ["invocation_command_status: invocation running but command DELIVERED"],
+        "inv_no_handoff": ["invocation_handoffs: parked_at, overdue_at or completion_due_at without a handoff"]}

@@ -16,7 +16,8 @@ from helpers.waiting import wait_until
 
 APP = textwrap.dedent('''
     from pydantic import BaseModel
-    from fencepost.host import Action, AdapterStep, Host, PermanentFailure, Succeeded
+    from fencepost.host import Action, AdapterStep, Ambiguous, Host, PermanentFailure, Succeeded
+    from fencepost.store.faults import FaultInjectingStore
 
     class Params(BaseModel):
         order_id: str
@@ -26,6 +27,8 @@ APP = textwrap.dedent('''
         def execute(self, call):
             if call.input["order_id"] == "decline":
                 return PermanentFailure("card declined")
+            if call.input["order_id"] == "lost":
+                return Ambiguous("connection reset after the request was sent")
             return Succeeded({"key": call.adapter_invocation_id[:6], "order": call.input["order_id"]})
 
     ACTION = Action(id="shop.echo", version=1, params=Params, handler=lambda ctx, p: {"order": p.order_id},
@@ -33,6 +36,9 @@ APP = textwrap.dedent('''
 
     def make(store):
         return Host(store, actions=[ACTION], adapters=[Echo()])
+
+    def unrecordable(store):  # the store refuses the fence of the success verdict once
+        return Host(FaultInjectingStore(store, plan={"finish_command": {1}}), actions=[ACTION], adapters=[Echo()])
 ''')
 
 
@@ -97,6 +103,22 @@ def test_a_bad_app_spec_is_refused_in_one_line(app_dir: Path) -> None:
     assert bad.returncode == 2 and "cannot import nosuchmodule" in bad.stderr
 
 
+@pytest.mark.parametrize(("spec", "expected"), [
+    ("./shopapp.py:make", "names a module"),          # a file path, not a module
+    ("shopapp:ACTION", "neither a Host nor a callable"),  # an Action, not a Host factory
+    ("shopapp:Echo", "raised TypeError"),             # a class that does not take the store
+    ("broken:make", "does not parse"),                # a syntax error in the user's module
+    ("raising:make", "raised RuntimeError"),          # the module raises while it is imported
+])
+def test_every_bad_app_is_one_line_exit_2_never_a_traceback(app_dir: Path, spec: str, expected: str) -> None:
+    (app_dir / "broken.py").write_text("def make(store:\n", encoding="utf-8")
+    (app_dir / "raising.py").write_text("raise RuntimeError('no config')\n", encoding="utf-8")
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    bad = run_cli(["host", "submit", "shop.echo", "--app", spec, "--key", "k", "-d", url], cwd=app_dir)
+    assert bad.returncode == 2, bad.stderr
+    assert expected in bad.stderr and "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
 def test_docs_warn_against_secrets_in_params() -> None:
     text = (Path(__file__).resolve().parents[2] / "docs" / "host.md").read_text(encoding="utf-8")
     assert "## Secrets never belong in params" in text  # A20
@@ -135,3 +157,32 @@ def test_list_never_cuts_an_id_or_a_verdict_in_a_narrow_terminal(app_dir: Path) 
     invocation_id = json.loads(ran.stdout)["id"]
     listed = run_cli(["host", "list", "-d", url], cwd=app_dir, env={**subprocess_env(), "COLUMNS": "60"})
     assert invocation_id in listed.stdout and "failed" in listed.stdout, listed.stdout
+
+
+def test_an_unrecorded_inline_outcome_exits_5_naming_the_invocation(app_dir: Path) -> None:
+    """RecoverableFinalization from an inline run: exit 5, one line that names the invocation to look at."""
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    ran = run_cli(["host", "submit", "shop.echo", "--app", "shopapp:unrecordable", "--params",
+                   '{"order_id": "o1"}', "--key", "k", "--inline", "-d", url], cwd=app_dir)
+    assert ran.returncode == 5, ran.stderr
+    [line] = ran.stderr.strip().splitlines()
+    listed = run_cli(["host", "list", "--json", "-d", url], cwd=app_dir)
+    [invocation] = json.loads(listed.stdout)["invocations"]
+    assert f"fencepost host show {invocation['id']}" in line and invocation["status"] == "running"
+
+
+def test_show_lists_reconciliation_records_and_event_payloads(app_dir: Path) -> None:
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    ran = run_cli(["host", "submit", "shop.echo", "--app", "shopapp:make", "--params", '{"order_id": "lost"}',
+                   "--key", "k", "--inline", "--json", "-d", url], cwd=app_dir)
+    assert ran.returncode == 1, ran.stderr
+    invocation_id = json.loads(ran.stdout)["id"]
+    shown = run_cli(["host", "show", invocation_id, "--json", "-d", url], cwd=app_dir)
+    data = json.loads(shown.stdout)
+    [record] = data["reconciliations"]
+    assert record["log"] == "governance" and record["kind"] == "adapter_outcome_ambiguous"
+    assert record["adapter_invocation_id"] == data["steps"][0]["adapter_invocation_id"]
+    [ambiguous] = [e for e in data["events"] if e["type"] == "AdapterInvocationAmbiguous"]
+    assert "connection reset" in ambiguous["payload"]["reason"]
+    text = run_cli(["host", "show", invocation_id, "-d", url], cwd=app_dir)
+    assert "reconciliation record (governance) adapter_outcome_ambiguous" in text.stdout

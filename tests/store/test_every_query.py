@@ -181,6 +181,21 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
         InvocationStatus.RECONCILIATION_REQUIRED, error="budget exhausted")))
     assert host_contract.enrich(store, "inv-every-query", VerdictHeld(InvocationStatus.RECONCILIATION_REQUIRED,
                                                                       "budget exhausted"), "enriched", {"n": 1})
+    # External completion handoffs (ADR 0034; host-spec N): a handoff parked, found, listed as due and settled
+    # unleased (its command already DELIVERED), and a pending invocation ended unleased (its command finished).
+    handoff_lease = host_contract.running(store, "inv-handoff", 30)
+    assert host_contract.hand_off(store, "inv-handoff", handoff_lease, host_contract.handoff(
+        "po-every-query", due_at=host_contract.store_now(store)))
+    assert host_contract.park(store, "inv-handoff", handoff_lease)
+    assert [r.id for r in store.read(lambda tx: tx.host.find_handoffs(
+        provider="simpay", external_reference="po-every-query"))] == ["inv-handoff"]
+    assert host_contract.overdue(store) == ["inv-handoff"]
+    parked = host_contract.invocation(store, "inv-handoff")
+    assert host_contract.unleased(store, "inv-handoff", InvocationStatus.RUNNING, host_contract.verdict_of(
+        parked, status=InvocationStatus.SUCCEEDED, external_completion={"outcome": "completed"}))
+    host_contract.dispatched(store, "inv-unleased")
+    assert host_contract.unleased(store, "inv-unleased", InvocationStatus.PENDING, host_contract.verdict_of(
+        host_contract.invocation(store, "inv-unleased"), status=InvocationStatus.FAILED, error="withdrawn"))
     # SQLite's clock is the store's Clock, so nothing else runs its clock statement; run it once here.
     store.read(lambda tx: tx.run("store_now", {"now": tx.now()}))  # type: ignore[attr-defined]
 

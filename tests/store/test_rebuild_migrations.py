@@ -13,6 +13,8 @@ two admitted plans, whose admission steps reference the events.
   references, or that forgets a view, is rolled back with foreign keys on again.
 - PostgreSQL: the same widening is an ordinary migration, ``ALTER TABLE ... DROP CONSTRAINT ...,
   ADD CONSTRAINT ...``.
+- The shipped 0006 (ADR 0034) needs no rebuild: on every backend, a database populated at version 5 keeps every
+  row, its invocations gain six NULL handoff columns, and the new CHECKs hold.
 """
 
 from __future__ import annotations
@@ -28,12 +30,14 @@ import pytest
 
 from fencepost.catalog.lifecycle import CatalogService
 from fencepost.core.errors import Conflict, SchemaNotReady
+from fencepost.core.statuses import InvocationStatus
 from fencepost.rehearsal.service import RehearsalService, release_gate
 from fencepost.store import Store
 from fencepost.store.base import MigrationStep
 from fencepost.store.migrations import load_migrations
 from fencepost.store.sqlite.migrate import FOREIGN_KEYS_OFF, apply_migrations, rebuilds
 from fencepost.store.sqlite.store import SQLiteStore
+from fencepost.testing import host as host_contract
 from fencepost.workflows.service import WorkflowService
 from helpers.store_backends import (
     BackendUnreachable,
@@ -395,3 +399,41 @@ def test_shipped_0004_rebuilds_commands_keeping_every_row_and_admits_delivery_ze
     with pytest.raises(Conflict, match="CHECK"):
         store.transact(lambda tx: tx.outbox.insert_leased(command_id="c_1", kind="other", payload={},
                                                           owner="caller", lease_seconds=30))
+
+
+# ── 0006: the handoff columns, added to a populated database without a rebuild (ADR 0034) ──
+def test_shipped_0006_adds_the_handoff_columns_to_existing_invocations(
+        backend: StoreBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = backend.open()
+    shipped = store.migrations()
+    assert [s.version for s in shipped][-1] == 6 and not rebuilds(shipped[5])
+    monkeypatch.setattr(store, "migrations", lambda: shipped[:5])
+    store.migrate()
+    assert store.schema_version() == 5
+    populate(store, tmp_path / "packages")
+    # an invocation with an adapter row and a reconciliation entry, both referencing it, written at version 5
+    lease = host_contract.running(store, "inv_old", 600)
+    assert host_contract.create(store, "inv_old", lease, "ai_old")
+    assert host_contract.append(store, host_contract.reconciliation("rc_old", "inv_old",
+                                                                    adapter_invocation_id="ai_old"))
+    contents = postgres_contents if store.backend == "postgres" else sqlite_contents
+    before = contents(store)
+    assert before["invocations"] and before["adapter_invocations"] and before["host_reconciliations"]
+
+    monkeypatch.setattr(store, "migrations", lambda: shipped)
+    assert [s.version for s in store.migrate()] == [6]
+
+    after = contents(store)
+    assert {t: rows for t, rows in after.items() if t != "invocations"} == {
+        t: rows for t, rows in before.items() if t != "invocations"}
+    # every old invocation row keeps its values, and has no handoff
+    assert [row[:-6] for row in after["invocations"]] == before["invocations"]
+    assert [row[-6:] for row in after["invocations"]] == [(None,) * 6]
+    got = host_contract.invocation(store, "inv_old")
+    assert (got.status, got.handoff_provider, got.handoff_reference, got.completion_due_at, got.parked_at,
+            got.overdue_at, got.external_completion) == (InvocationStatus.RUNNING, None, None, None, None, None, None)
+    # the old row takes a handoff under its lease, and the new CHECKs hold for it
+    assert host_contract.hand_off(store, "inv_old", lease, host_contract.handoff("po_old"))
+    with pytest.raises(Conflict):
+        write(store, "UPDATE invocations SET handoff_provider = NULL WHERE id = 'inv_old'")
+    assert store.migrate() == []

@@ -34,9 +34,9 @@ def payments(
     fault) a charge whose checkpoint write the store refuses, which ends `reconciliation_required` with an
     evidence gap that audit reports. Each row is checked against SimPay's ledger, and the demo's store is
     audited: the one gap of that row is the only finding allowed. Takes about 30 seconds. Exits 0 only when
-    every row holds, 1 otherwise. Rows are numbered as in the specification's table of payment scenarios (row 13,
-    the refused checkpoint, is issue 13's); rows 8-10 (payouts completed later by webhook) come with external
-    completions.
+    every row holds, 1 otherwise. Rows are numbered as in the specification's table of payment scenarios, with
+    row 13 (the refused checkpoint) added after it; rows 8-10 (payouts completed later by webhook) come with
+    external completions.
     """
     with handled():
         progress = None if json else (lambda line: render.console.print(line, markup=False))

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from fencepost.cli import render
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
-from fencepost.core.errors import InvalidInput
+from fencepost.core.errors import InvalidInput, RecoverableFinalization
 from fencepost.core.statuses import InvocationStatus
 from fencepost.host import Dispatch, Host, Inline, InvocationView
 from fencepost.store.base import Store
@@ -40,12 +40,20 @@ def load_host(spec: str, store: Store) -> Host:
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise InvalidInput(f"--app must be module:attribute, not {spec!r}")
+    if "/" in module_name or "\\" in module_name or module_name.endswith(".py") or module_name.startswith("."):
+        raise InvalidInput(f"--app names a module (dotted, importable from the current directory), not a file: "
+                           f"for ./shop/app.py use --app shop.app:{attribute}")
     if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise InvalidInput(f"--app: cannot import {module_name}: {error}") from None
+    except SyntaxError as error:
+        raise InvalidInput(f"--app: {module_name} does not parse: {error.msg} ({error.filename}, line "
+                           f"{error.lineno})") from None
+    except Exception as error:  # the user's module failed while it was imported
+        raise InvalidInput(f"--app: importing {module_name} raised {type(error).__name__}: {error}") from None
     target: Any = module
     for part in attribute.split("."):
         target = getattr(target, part, None)
@@ -55,7 +63,11 @@ def load_host(spec: str, store: Store) -> Host:
         return Host(store, actions=list(target.actions), adapters=list(target.runtime.adapters.values()),
                     config=target.config)
     if callable(target):
-        made = target(store)
+        try:
+            made = target(store)
+        except Exception as error:  # not a store -> Host factory, or one that failed
+            raise InvalidInput(f"--app: {spec}(store) raised {type(error).__name__}: {error}; --app names a Host "
+                               "or a callable taking the store and returning a Host") from None
         if isinstance(made, Host):
             return made
     raise InvalidInput(f"--app: {spec} is neither a Host nor a callable returning one")
@@ -70,10 +82,19 @@ def _events(store: Store, view: InvocationView) -> list[dict[str, Any]]:
     subjects = {view.id, *(step.adapter_invocation_id for step in view.steps)}
     events = store.read(lambda tx: tx.events.list_events(tenant_id=view.tenant_id, space_id=view.space_id))
     return [{"id": e.id, "sequence": e.sequence, "type": e.type, "subject": e.subject.subject_id,
-             "occurred_at": e.occurred_at.isoformat()} for e in events if e.subject.subject_id in subjects]
+             "occurred_at": e.occurred_at.isoformat(), "payload": e.payload}
+            for e in events if e.subject.subject_id in subjects]
 
 
-def _show_text(view: InvocationView, events: list[dict[str, Any]] | None = None) -> None:
+def _reconciliations(store: Store, view: InvocationView) -> list[dict[str, Any]]:
+    """The invocation's reconciliation records (the governance and completion logs, ADR 0032), oldest first."""
+    records = store.read(lambda tx: tx.host.list_reconciliations(view.id))
+    return [{"id": r.id, "log": str(r.log), "kind": str(r.kind), "adapter_invocation_id": r.adapter_invocation_id,
+             "payload": r.payload, "created_at": r.created_at.isoformat()} for r in records]
+
+
+def _show_text(view: InvocationView, events: list[dict[str, Any]] | None = None,
+               reconciliations: list[dict[str, Any]] | None = None) -> None:
     print_ = render.console.print
     print_(f"{view.id}  {view.action_id} v{view.action_version}  {render.styled(str(view.status))}"
            f"  attempts {view.attempt_count}  key {view.idempotency_key}")
@@ -94,6 +115,10 @@ def _show_text(view: InvocationView, events: list[dict[str, Any]] | None = None)
             print_(f"    error {step.error}", markup=False)
     for event in events or []:
         print_(f"  event {event['sequence']:>4} {event['type']}  {event['occurred_at']}", markup=False)
+    for record in reconciliations or []:
+        about = f"  adapter invocation {record['adapter_invocation_id']}" if record["adapter_invocation_id"] else ""
+        print_(f"  reconciliation record ({record['log']}) {record['kind']}{about}  {record['created_at']}",
+               markup=False)
 
 
 @app.command("submit")
@@ -117,7 +142,8 @@ def submit(
     --inline it runs now and its verdict is printed. Exit 0: submitted, or succeeded inline (also for a
     replay of the key, which returns the existing invocation); 1: an inline run ended failed or
     reconciliation_required; 2: bad input; 3: the key is bound to other params, actor, authority or action
-    version.
+    version; 5: the outcome could not be recorded yet (the message names the invocation; read it with
+    fencepost host show).
     """
     with opened(database) as store, handled():
         try:
@@ -129,8 +155,17 @@ def submit(
         if not key:
             raise InvalidInput("--key is required: an idempotency key makes a retried submit safe")
         host = load_host(host_app, store)
-        view = host.submit(action, parsed, actor=actor, authority=authority, idempotency_key=key, tenant=tenant,
-                           space=space, mode=Inline() if inline else Dispatch())
+        try:
+            view = host.submit(action, parsed, actor=actor, authority=authority, idempotency_key=key,
+                               tenant=tenant, space=space, mode=Inline() if inline else Dispatch())
+        except RecoverableFinalization as error:  # name the invocation, so the user can look at what is stored
+            if error.invocation_id is None:
+                raise
+            raise RecoverableFinalization(
+                f"{error}; invocation {error.invocation_id} (fencepost host show {error.invocation_id}): "
+                + ("its verdict is recorded" if error.verdict_durable
+                   else "a worker serving this action recovers it once the caller lease expires"),
+                error.cause, invocation_id=error.invocation_id, verdict_durable=error.verdict_durable) from None
     emit(json, _view_json(view), lambda: _show_text(view))
     if inline and view.status in (InvocationStatus.FAILED, InvocationStatus.RECONCILIATION_REQUIRED):
         raise typer.Exit(1)
@@ -144,7 +179,9 @@ def show(invocation_id: Annotated[str, typer.Argument(help="The invocation id.")
     with opened(database) as store, handled():
         view = Host(store).get(invocation_id)
         events = _events(store, view)
-    emit(json, {**_view_json(view), "events": events}, lambda: _show_text(view, events))
+        records = _reconciliations(store, view)
+    emit(json, {**_view_json(view), "events": events, "reconciliations": records},
+         lambda: _show_text(view, events, records))
 
 
 @app.command("list")

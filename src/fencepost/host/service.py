@@ -6,7 +6,8 @@
   the params, binds the key (B), and in one transaction writes the invocation and its ``host.invoke`` command:
   ``pending`` for workers (``Dispatch``), or ``running`` under a lease the caller holds (``Inline``), which it
   then runs at once with a heartbeat (A2, A4). A replay of a key returns the existing invocation and runs
-  nothing again (B2).
+  nothing again (B2). With ``tx=`` it writes them in the caller's open unit of work instead, dispatched only,
+  so that the caller's own rows and the invocation commit together or not at all (§1.Y-16, ADR 0033).
 - ``execute(id)`` re-runs an inline invocation whose run raised ``RecoverableFinalization`` while this host
   still holds its caller lease (A3, A6: the caller caps its own retries); a settled invocation is returned.
 - ``get(id)`` and ``list(...)`` read ``InvocationView``s; ``register(registry)`` serves ``host.invoke`` on a
@@ -244,21 +245,29 @@ class Host:
     # ── submission ──
     def submit(self, action_id: str, params: Any, *, actor: str, idempotency_key: str, authority: str = "",
                tenant: str = "default", space: str = "default", version: int | None = None,
-               mode: Dispatch | Inline | None = None) -> InvocationView:
-        """Submit an action (host-spec A2, B1-B7).
+               mode: Dispatch | Inline | None = None, tx: UnitOfWork | None = None) -> InvocationView:
+        """Submit an action (host-spec A2, B1-B7), in its own unit of work or in the caller's (§1.Y-16, ADR 0033).
 
         Args:
             action_id, version: the action (default: its highest registered version). params: validated by the
                 action's params model; what is stored and digested is ``model_dump(mode="json")`` (B6).
             actor, authority: who submits, under which authority binding (B1). idempotency_key: 1..255 chars,
                 unique per tenant, space and action (B10). mode: ``Dispatch()`` (default) or ``Inline()``.
+            tx: the caller's open unit of work (``store.transaction()``, or ``PostgresStore.unit_on(conn)`` over
+                the application's own psycopg connection): the invocation and its command are written in it and
+                commit with it, or not at all; nothing is committed, retried or run here. Dispatched only.
         Returns:
             The invocation: ``pending`` when dispatched; its verdict after an inline run; the existing one on a
-            replay of the key with the same binding (nothing runs again, B2).
+            replay of the key with the same binding (nothing runs again, B2). With ``tx``, the record as that
+            unit sees it (written, not yet committed, when new).
         Raises:
-            InvalidInput: unknown action, invalid params or arguments. IdempotencyConflict: the key is bound to
-            another action version, actor, authority or params (B3, B4). RecoverableFinalization: an inline run
+            InvalidInput: unknown action, invalid params or arguments; ``Inline()`` with ``tx`` (an inline run
+            would call the provider before the caller commits). IdempotencyConflict: the key is bound to
+            another action version, actor, authority or params (B3, B4); with ``tx``, nothing of this call
+            was written and the caller's transaction is still usable. RecoverableFinalization: an inline run
             could not record its outcome; ``execute(id)`` retries it while this host holds its lease (A3, A6).
+            StoreBusy, StoreUnavailable, Conflict: with ``tx``, raised as is (no retry: the caller owns the
+            transaction and retries it whole).
         """
         try:
             action = self.actions.resolve(action_id, version)
@@ -278,6 +287,11 @@ class Host:
                                            for e in error.errors()[:5])) from None
         plain = validated.model_dump(mode="json")
         inline = isinstance(mode, Inline)
+        if inline and tx is not None:
+            # The inline run calls the provider at once, before the caller's transaction commits: a rollback
+            # would then leave a provider effect with no invocation that records it (ADR 0033).
+            raise InvalidInput("Inline() cannot run in the caller's transaction: submit with Dispatch() "
+                               "(workers run it once the transaction commits), or without tx")
         new = NewInvocation(
             id=invocation_id(tenant, space, action.id, idempotency_key), tenant_id=tenant, space_id=space,
             action_id=action.id, action_version=action.version, idempotency_key=idempotency_key, actor=actor,
@@ -310,6 +324,11 @@ class Host:
             check_replay(winner, action_version=action.version, actor=actor, authority=authority, params=plain)
             return winner, None
 
+        if tx is not None:
+            # The caller's unit: no retry (a busy retry would replay the caller's own writes, which only the
+            # caller can do) and no read through a unit of ours, which could not see this uncommitted row.
+            record, _ = unit(tx)
+            return view(record, tx.host.list_adapter_invocations(record.id))
         record, claimed = self.store.transact(unit, name="host.submit")
         if claimed is not None:  # inserted running under this caller's lease: its status change (S3)
             telemetry.emit(self.runtime.telemetry, telemetry.STATUS, invocation_id=record.id,

@@ -28,6 +28,13 @@ EVIDENCE_FAILED = "fencepost.host.invocation.adapter_evidence_failed"
 
 log = logging.getLogger("fencepost.host")
 
+#: What each emission means, for the log line of the default sink.
+MESSAGES = {
+    STATUS: "invocation status changed",
+    EVIDENCE_REFUSED: "evidence not written after a durable verdict: the verdict changed since (not an error)",
+    EVIDENCE_FAILED: "evidence write failed after a durable verdict: an evidence gap fencepost audit reports",
+}
+
 
 class Telemetry(Protocol):
     """A telemetry sink (host-spec S1): ``emit`` is called after the commit it reports, never before."""
@@ -42,7 +49,8 @@ class LogTelemetry:
 
     def emit(self, name: str, attributes: Mapping[str, Any]) -> None:
         level = logging.INFO if name == STATUS else logging.WARNING
-        log.log(level, name, extra={"event": name, **{f"attr_{k}": v for k, v in attributes.items()}})
+        text = MESSAGES.get(name, name) + ": " + ", ".join(f"{k}={v}" for k, v in attributes.items())
+        log.log(level, text, extra={"event": name, **{f"attr_{k}": v for k, v in attributes.items()}})
 
 
 class NullTelemetry:

@@ -15,10 +15,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fencepost.core.clock import Clock, SystemClock
-from fencepost.core.errors import SchemaNotReady, StoreUnavailable
+from fencepost.core.errors import InvalidInput, SchemaNotReady, StoreUnavailable
 from fencepost.core.statuses import CommandStatus
 from fencepost.store.ports import FencedUnit, UnitOfWork
 from fencepost.store.records import Lease
@@ -119,6 +119,20 @@ class Store(ABC):
                     raise
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 0.25)
+
+    def unit_on(self, connection: Any) -> AbstractContextManager[UnitOfWork, bool | None]:
+        """A unit of work on an application-owned connection that is already inside a transaction, for writes
+        that must commit with the application's own (``Host.submit(..., tx=)``, host-spec §1.Y-16, ADR 0033).
+        The unit never commits, rolls back or closes the connection: the application does.
+
+        Only PostgreSQL offers it (``PostgresStore.unit_on``). On SQLite the application writes its rows in
+        fencepost's own unit instead: ``store.transaction()`` runs on ``SQLiteStore.connection()``.
+
+        Raises:
+            InvalidInput: this backend cannot work on an application connection.
+        """
+        raise InvalidInput(f"a {self.backend} store cannot work on an application's connection: open "
+                           "store.transaction() and write your rows on store.connection() inside it")
 
     def read(self, fn: Callable[[UnitOfWork], T]) -> T:
         """Run a read-only ``fn(tx)`` on one consistent snapshot."""

@@ -60,6 +60,11 @@ class InvocationRecord:
         lease_owner: who holds the command's lease now (None when none does); the token never leaves the store.
         lease_until: when that lease expires. command_status: the command's status (None without a command).
         error, result, reconciliation, pending_completion: the verdict and its evidence (None until written).
+        handoff_provider, handoff_reference: the external completion handoff a step recorded (host-spec N1,
+            E6): both set or both None. completion_due_at: its deadline (None: no deadline). parked_at: when
+            the host parked the invocation after its remaining steps and finalization (N2). overdue_at: when
+            the deadline sweep moved it to ``reconciliation_required`` (N12). external_completion: the first
+            completion recorded for the handoff (N6, N7), a plain JSON object. Instants are aware UTC.
     """
 
     id: str
@@ -85,6 +90,54 @@ class InvocationRecord:
     lease_owner: str | None
     lease_until: datetime | None
     command_status: CommandStatus | None
+    handoff_provider: str | None = None
+    handoff_reference: str | None = None
+    completion_due_at: datetime | None = None
+    parked_at: datetime | None = None
+    overdue_at: datetime | None = None
+    external_completion: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """An external completion handoff to record on a running invocation: ``HostPort.record_handoff`` (host-spec
+    N1, E6: durable before the step's marker).
+
+    Attributes:
+        provider: the adapter's vendor, 1..100 chars: with ``external_reference``, how a callback is matched
+            (N30). external_reference: the provider's reference for the operation, 1..500 chars.
+        details: a plain JSON object, stored as the invocation's ``pending_completion`` (the step, its
+            ``adapter_invocation_id``, whatever the host keeps about the pending operation).
+        due_at: the completion deadline (aware UTC), or None for none (the sweep never marks it overdue).
+    """
+
+    provider: str
+    external_reference: str
+    details: dict[str, Any]
+    due_at: datetime | None
+
+
+@dataclass(frozen=True)
+class UnleasedVerdict:
+    """Full new values for an unleased invocation row, written under its row lock (N8):
+    ``HostPort.update_unleased_invocation``. Every field is written as given (None stores NULL): the caller
+    read the row under ``lock_invocation`` and passes the values it decided from it, including those it keeps.
+
+    Attributes:
+        status: the new status. error, result, reconciliation: the verdict and its evidence.
+        pending_completion: the handoff's pending details (None clears them, N20). external_completion: the
+            recorded completion (N6). parked_at, overdue_at: aware UTC instants, or None; either needs the
+            row's handoff (a CHECK refuses them without one).
+    """
+
+    status: InvocationStatus
+    error: str | None
+    result: Any
+    reconciliation: dict[str, Any] | None
+    pending_completion: dict[str, Any] | None
+    external_completion: dict[str, Any] | None
+    parked_at: datetime | None
+    overdue_at: datetime | None
 
 
 @dataclass(frozen=True)

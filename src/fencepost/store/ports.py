@@ -26,6 +26,7 @@ from fencepost.store.host_records import (
     AdapterWrite,
     EventOutboxRecord,
     EventRecord,
+    Handoff,
     InvocationRecord,
     InvocationVerdict,
     NewEvent,
@@ -33,6 +34,7 @@ from fencepost.store.host_records import (
     NewReconciliation,
     ReconciliationRecord,
     Subject,
+    UnleasedVerdict,
     VerdictHeld,
 )
 from fencepost.store.records import (
@@ -416,7 +418,7 @@ class AuditPort(Protocol):
 
 
 class HostPort(Protocol):
-    """The action host's invocations and adapter rows (host-spec sections B, C, E, I; ADR 0022).
+    """The action host's invocations and adapter rows (host-spec sections B, C, E, I, N; ADRs 0022, 0034).
 
     Reads are plain. The writes an execution makes under its lease take that lease as an argument (the
     credentials captured before the invocation was loaded, host-spec C3) and carry its condition themselves,
@@ -477,6 +479,76 @@ class HostPort(Protocol):
         Raises:
             NotImplementedError: a non-None ``held.completion_digest`` (the I4 guard comes with issue 13).
             ValueError: ``held.status`` is not terminal (a running row is written under its lease).
+        """
+        ...
+
+    # ── external completion handoffs (host-spec N; ADR 0034) ──
+    def record_handoff(self, invocation_id: str, lease: Lease, handoff: Handoff) -> bool:
+        """Record a step's external completion handoff (host-spec N1, E6, L5), durable before its marker.
+
+        Sets ``handoff_provider``, ``handoff_reference``, ``pending_completion = handoff.details`` and
+        ``completion_due_at = handoff.due_at`` while the invocation is ``running``, holds no handoff yet and
+        ``lease`` is its command's current lease (the ``lease_held`` condition of ``update_leased_invocation``).
+
+        Returns:
+            True when recorded; False, changing nothing, otherwise: not running, a handoff already recorded (a
+            second handoff in one invocation is refused), a stale lease or another invocation's lease.
+        Raises:
+            Conflict: a value breaks the schema (a provider outside 1..100 chars, a reference outside 1..500).
+            ValueError: a naive ``due_at`` (SQLite; PostgreSQL reads it as server-local time: pass aware UTC).
+        """
+        ...
+
+    def park_invocation(self, invocation_id: str, lease: Lease, pending_completion: dict[str, Any]) -> bool:
+        """Park a handed-off invocation after its remaining steps and finalization (host-spec N2).
+
+        Sets ``parked_at`` to this unit's ``now()`` and replaces ``pending_completion`` (a plain JSON object:
+        the handler result kept for the callback) while the invocation is ``running``, has a handoff, is not
+        parked yet and ``lease`` is its command's current lease. The invocation stays ``running``; the caller
+        finishes the command DELIVERED in the same fenced unit, so it is no longer leased nor claimable.
+
+        Returns:
+            True when parked; False, changing nothing, otherwise (no handoff, already parked, not running, a
+            stale lease).
+        """
+        ...
+
+    def find_handoffs(self, *, provider: str, external_reference: str) -> list[InvocationRecord]:
+        """Every invocation whose handoff is exactly ``(provider, external_reference)``, in any status, oldest
+        first (host-spec N30: a callback is matched by these only, never by ids in its body; N33: an empty
+        list is the caller's ``NotFound``). Exact, case-sensitive match: a prefix or another provider is
+        not a match."""
+        ...
+
+    def list_overdue_handoffs(self, *, limit: int = 100) -> list[InvocationRecord]:
+        """The deadline sweep's candidates (host-spec N12): ``running`` invocations with a handoff whose
+        ``completion_due_at`` <= this unit's ``now()``, ``overdue_at`` still None, and whose command holds no
+        live lease (not PROCESSING, or its ``lease_until`` <= now), oldest due first. A plain read: the sweep
+        re-checks each candidate under ``lock_invocation`` before it writes (N14).
+
+        Raises:
+            ValueError: ``limit`` outside 1..1000.
+        """
+        ...
+
+    def update_unleased_invocation(self, invocation_id: str, expected: InvocationStatus,
+                                   verdict: UnleasedVerdict) -> bool:
+        """Write every field of ``verdict`` (and ``updated_at``) on an invocation no lease holds (host-spec N8,
+        N12, N14): a callback's settlement or evidence, the sweep's ``reconciliation_required`` verdict.
+
+        Callers lock the row first (``lock_invocation``) in the same unit, decide from what they read there
+        and pass the full values they decided, including those they keep. The write happens only while the
+        row's status is ``expected`` and its command holds no live lease (PROCESSING with ``lease_until`` >
+        now). In the same unit a command still PENDING, or PROCESSING under an expired lease, is finished
+        DELIVERED with its lease cleared (a ``deliver`` lease event without owner), so that no worker claims
+        the invocation again; a command already finished is left as it is.
+
+        Returns:
+            True when written; False, changing nothing, when the row is missing, its status is not
+            ``expected``, or a live lease holds its command.
+        Raises:
+            Conflict: a value breaks the schema (``parked_at`` or ``overdue_at`` on a row without a handoff, a
+                JSON field that is not an object).
         """
         ...
 

@@ -4,8 +4,10 @@
 lease-conditioned invocation write, and the conditional adapter-row write (scope, duplicate creates,
 expected statuses, the lease and verdict conditions, the no-regression rule also held by the database, the
 fence last) with the race of a takeover against a stale write (host-spec I17), the append-only reconciliation
-logs (first write wins per id and log, in the parent's scope: L13, V) and the settled-parent enrichment
-(exact status and error, H17). ``EventsContract``: the
+logs (first write wins per id and log, in the parent's scope: L13, V), the settled-parent enrichment
+(exact status and error, H17) and the external completion handoffs (one per invocation under the lease, parking,
+the exact match, the sweep's candidates, the unleased verdict that ends the command: N1, N2, N8, N12, N18, N30).
+``EventsContract``: the
 first-write-wins event log across the whole store, sequences per space, and the outbox row only for an
 event stored now.
 """
@@ -16,7 +18,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -28,6 +30,7 @@ from fencepost.core.statuses import (
     EventOutboxStatus,
     InvocationMode,
     InvocationStatus,
+    LeaseEventKind,
     ReconciliationKind,
     ReconciliationLog,
 )
@@ -37,6 +40,7 @@ from fencepost.store.host_records import (
     AdapterScope,
     AdapterWrite,
     CreateAdapterRow,
+    Handoff,
     InvocationRecord,
     InvocationVerdict,
     LeaseHeld,
@@ -46,6 +50,7 @@ from fencepost.store.host_records import (
     NewReconciliation,
     ReconciliationRecord,
     Subject,
+    UnleasedVerdict,
     UpdateAdapterRow,
     VerdictHeld,
 )
@@ -186,6 +191,61 @@ def enrich(store: Store, invocation_id: str, held: VerdictHeld, error: str | Non
     """``update_settled_invocation`` in its own unit."""
     return store.transact(lambda tx: tx.host.update_settled_invocation(invocation_id, held, error=error,
                                                                        reconciliation=evidence))
+
+
+def handoff(reference: str = "po_1", *, provider: str = "simpay", due_at: datetime | None = None,
+            details: dict[str, Any] | None = None) -> Handoff:
+    """A ``Handoff`` of step ``payout`` (``ai_1``) to ``provider``."""
+    return Handoff(provider=provider, external_reference=reference,
+                   details=details if details is not None else {"step": "payout", "adapter_invocation_id": "ai_1"},
+                   due_at=due_at)
+
+
+def hand_off(store: Store, invocation_id: str, lease: Lease, h: Handoff) -> bool:
+    """``record_handoff`` in its own unit."""
+    return store.transact(lambda tx: tx.host.record_handoff(invocation_id, lease, h))
+
+
+def park(store: Store, invocation_id: str, lease: Lease, pending: dict[str, Any] | None = None, *,
+         deliver: bool = True) -> bool:
+    """``park_invocation`` and, when it parked and ``deliver``, the command finished DELIVERED in the same unit
+    (as the host's fenced unit ends it, host-spec N2)."""
+    def fn(tx: UnitOfWork) -> bool:
+        parked = tx.host.park_invocation(invocation_id, lease, pending if pending is not None else {"result": 1})
+        if parked and deliver:
+            tx.outbox.finish(lease, CommandStatus.DELIVERED)
+        return parked
+
+    return store.transact(fn)
+
+
+def store_now(store: Store) -> datetime:
+    """The store's clock now (SQLite: the ManualClock; PostgreSQL: the server)."""
+    return store.read(lambda tx: tx.now())
+
+
+def overdue(store: Store) -> list[str]:
+    """The ids ``list_overdue_handoffs`` returns now, in its order."""
+    return [r.id for r in store.read(lambda tx: tx.host.list_overdue_handoffs())]
+
+
+def unleased(store: Store, invocation_id: str, expected: InvocationStatus, verdict: UnleasedVerdict) -> bool:
+    """``lock_invocation`` then ``update_unleased_invocation`` in one unit, as every caller does (N8)."""
+    def fn(tx: UnitOfWork) -> bool:
+        tx.host.lock_invocation(invocation_id)
+        return tx.host.update_unleased_invocation(invocation_id, expected, verdict)
+
+    return store.transact(fn)
+
+
+def verdict_of(record: InvocationRecord, **changes: Any) -> UnleasedVerdict:
+    """The ``UnleasedVerdict`` that keeps ``record`` as it is, with ``changes``."""
+    fields: dict[str, Any] = dict(
+        status=record.status, error=record.error, result=record.result, reconciliation=record.reconciliation,
+        pending_completion=record.pending_completion, external_completion=record.external_completion,
+        parked_at=record.parked_at, overdue_at=record.overdue_at)
+    fields.update(changes)
+    return UnleasedVerdict(**fields)
 
 
 class HostContract(StoreContract):
@@ -551,6 +611,270 @@ class HostContract(StoreContract):
         with pytest.raises(NotImplementedError):  # the completion-digest guard (I4) comes with issue 13
             enrich(store, "inv_1", VerdictHeld(InvocationStatus.FAILED, None, completion_digest="cd1:x"), "x", None)
         assert invocation(store, "inv_1").error is None
+
+    # ── external completion handoffs (host-spec N1, N2, N12, N18, N30; ADR 0034) ──
+    def test_a_handoff_roundtrips_with_its_deadline_as_aware_utc(self, store: Store,
+                                                                 backend: ContractHarness) -> None:
+        lease = running(store, "inv_1", backend.long_lease)
+        before = invocation(store, "inv_1")
+        assert (before.handoff_provider, before.handoff_reference, before.completion_due_at, before.parked_at,
+                before.overdue_at, before.external_completion) == (None, None, None, None, None, None)
+        due = datetime(2026, 3, 4, 5, 6, 7, 891011, tzinfo=timezone(timedelta(hours=2)))  # stored as UTC
+        details = {"step": "payout", "adapter_invocation_id": "ai_1", "nested": {"n": [1, 2]}}
+        assert hand_off(store, "inv_1", lease, handoff("po_1", due_at=due, details=details))
+        got = invocation(store, "inv_1")
+        assert (got.status, got.handoff_provider, got.handoff_reference, got.pending_completion) == (
+            InvocationStatus.RUNNING, "simpay", "po_1", details)
+        assert got.completion_due_at == due and got.completion_due_at.utcoffset() == timedelta(0)
+        assert (got.parked_at, got.overdue_at, got.external_completion) == (None, None, None)
+        assert got.updated_at >= before.updated_at and got.lease_owner == "w1"
+
+    def test_a_second_handoff_in_one_invocation_is_refused(self, store: Store, backend: ContractHarness) -> None:
+        lease = running(store, "inv_1", backend.long_lease)
+        assert hand_off(store, "inv_1", lease, handoff("po_1"))
+        first = invocation(store, "inv_1")
+        assert not hand_off(store, "inv_1", lease, handoff("po_2", details={"step": "second"}))
+        assert not hand_off(store, "inv_1", lease, handoff("po_1", provider="otherpay"))
+        assert invocation(store, "inv_1") == first
+
+    def test_a_handoff_needs_the_current_lease_and_a_running_invocation(self, store: Store,
+                                                                        backend: ContractHarness) -> None:
+        stale = running(store, "inv_1", backend.short_lease)
+        current = take_over(store, backend)
+        assert not hand_off(store, "inv_1", stale, handoff())
+        assert invocation(store, "inv_1").handoff_reference is None
+        dispatched(store, "inv_2", key="other")  # another invocation's lease is no credential here
+        assert not hand_off(store, "inv_2", current, handoff())
+        assert invocation(store, "inv_2").handoff_reference is None
+        assert store.transact(lambda tx: tx.host.update_leased_invocation(
+            "inv_1", current, InvocationVerdict(InvocationStatus.FAILED, error="declined")))
+        assert not hand_off(store, "inv_1", current, handoff())  # no longer running
+        assert invocation(store, "inv_1").handoff_reference is None
+
+    @pytest.mark.parametrize("provider, reference", [("", "po_1"), ("p" * 101, "po_1"), ("simpay", ""),
+                                                     ("simpay", "r" * 501)])
+    def test_the_schema_refuses_a_provider_or_reference_out_of_bounds(self, store: Store, backend: ContractHarness,
+                                                                      provider: str, reference: str) -> None:
+        lease = running(store, "inv_1", backend.long_lease)
+        with pytest.raises(Conflict):
+            hand_off(store, "inv_1", lease, handoff(reference, provider=provider))
+        assert invocation(store, "inv_1").handoff_reference is None
+        assert hand_off(store, "inv_1", lease, handoff("r" * 500, provider="p" * 100))  # the bounds themselves
+
+    def test_the_schema_keeps_a_handoff_whole_and_its_instants_with_it(self, store: Store,
+                                                                       backend: ContractHarness) -> None:
+        dispatched(store, "inv_1")
+        for damage in ("handoff_provider = 'simpay'", "handoff_reference = 'po_1'",
+                       "handoff_provider = 'simpay', handoff_reference = 'po_1', external_completion = '[1]'",
+                       *(f"{column} = updated_at" for column in ("completion_due_at", "parked_at", "overdue_at"))):
+            def damaged(tx: UnitOfWork, assignment: str = damage) -> list[tuple[Any, ...]]:
+                return backend.inspect(tx, f"UPDATE invocations SET {assignment}")
+
+            with pytest.raises(Conflict):
+                store.transact(damaged)
+        got = invocation(store, "inv_1")
+        assert (got.handoff_provider, got.handoff_reference, got.parked_at, got.external_completion) == (
+            None, None, None, None)
+
+    def test_parking_sets_parked_at_from_the_store_clock_and_keeps_the_invocation_running(
+            self, store: Store, backend: ContractHarness) -> None:
+        lease = running(store, "inv_1", backend.long_lease)
+        assert hand_off(store, "inv_1", lease, handoff())
+        backend.advance(0.05)
+
+        def fn(tx: UnitOfWork) -> tuple[bool, datetime]:
+            parked = tx.host.park_invocation("inv_1", lease, {"result": {"payout": "po_1"}})
+            tx.outbox.finish(lease, CommandStatus.DELIVERED)
+            return parked, tx.now()
+
+        parked, now = store.transact(fn)
+        assert parked
+        got = invocation(store, "inv_1")
+        assert (got.status, got.parked_at, got.updated_at, got.pending_completion) == (
+            InvocationStatus.RUNNING, now, now, {"result": {"payout": "po_1"}})
+        assert got.parked_at is not None and got.parked_at.utcoffset() == timedelta(0)
+        assert (got.command_status, got.lease_owner, got.handoff_reference) == (CommandStatus.DELIVERED, None, "po_1")
+        assert store.transact(lambda tx: tx.outbox.claim(owner="w", kinds=[KIND], limit=5,
+                                                          lease_seconds=backend.long_lease)) == []
+
+    def test_parking_is_refused_without_a_handoff_and_a_second_time(self, store: Store,
+                                                                    backend: ContractHarness) -> None:
+        lease = running(store, "inv_1", backend.long_lease)
+        assert not park(store, "inv_1", lease)
+        assert invocation(store, "inv_1").parked_at is None
+        assert hand_off(store, "inv_1", lease, handoff())
+        assert park(store, "inv_1", lease, {"v": 1}, deliver=False)
+        first = invocation(store, "inv_1")
+        backend.advance(0.05)
+        assert not park(store, "inv_1", lease, {"v": 2}, deliver=False)
+        assert invocation(store, "inv_1") == first
+
+    def test_parking_needs_the_current_lease(self, store: Store, backend: ContractHarness) -> None:
+        stale = running(store, "inv_1", backend.short_lease)
+        assert hand_off(store, "inv_1", stale, handoff())
+        current = take_over(store, backend)
+        assert not park(store, "inv_1", stale)
+        assert invocation(store, "inv_1").parked_at is None
+        assert park(store, "inv_1", current)
+        assert invocation(store, "inv_1").parked_at is not None
+
+    def test_find_handoffs_matches_provider_and_reference_exactly_in_any_status(
+            self, store: Store, backend: ContractHarness) -> None:
+        for invocation_id, provider, reference in (("inv_a", "simpay", "po_12"), ("inv_b", "otherpay", "po_1"),
+                                                   ("inv_c", "simpay", "po_1"), ("inv_d", "simpay", "po_1")):
+            lease = running(store, invocation_id, backend.long_lease)
+            assert hand_off(store, invocation_id, lease, handoff(reference, provider=provider))
+            if invocation_id == "inv_c":
+                def ended(tx: UnitOfWork, held: Lease = lease) -> bool:
+                    return tx.host.update_leased_invocation("inv_c", held, InvocationVerdict(
+                        InvocationStatus.FAILED, error="ended otherwise"))
+
+                assert store.transact(ended)
+            backend.advance(0.01)
+
+        def found(provider: str, reference: str) -> list[str]:
+            return [r.id for r in store.read(lambda tx: tx.host.find_handoffs(provider=provider,
+                                                                              external_reference=reference))]
+
+        assert found("simpay", "po_1") == ["inv_c", "inv_d"]  # oldest first, a failed one included
+        assert found("simpay", "po_12") == ["inv_a"] and found("otherpay", "po_1") == ["inv_b"]
+        for provider, reference in (("simpay", "po_"), ("simpay", "po_123"), ("simpay", "PO_1"), ("SIMPAY", "po_1"),
+                                    ("otherpay", "po_12"), ("simpay", "po_1 "), ("simpay", "po_%")):
+            assert found(provider, reference) == [], (provider, reference)
+        [record] = store.read(lambda tx: tx.host.find_handoffs(provider="otherpay", external_reference="po_1"))
+        assert record == invocation(store, "inv_b")
+
+    def test_list_overdue_handoffs_lists_due_unleased_ones_oldest_due_first(self, store: Store,
+                                                                            backend: ContractHarness) -> None:
+        now = store_now(store)
+        second = timedelta(seconds=1)
+        leases = {}
+        for invocation_id, due, parked in (("inv_a", now - 2 * second, True), ("inv_b", now - 3 * second, False),
+                                           ("inv_d", now + 3600 * second, True), ("inv_e", None, True),
+                                           ("inv_f", now - 4 * second, True), ("inv_g", now - 5 * second, True)):
+            leases[invocation_id] = lease = running(store, invocation_id, backend.long_lease)
+            assert hand_off(store, invocation_id, lease, handoff(f"po_{invocation_id}", due_at=due))
+            if parked:
+                assert park(store, invocation_id, lease)
+        # inv_f was swept already (overdue_at set); inv_g ended otherwise
+        assert unleased(store, "inv_f", InvocationStatus.RUNNING, verdict_of(invocation(store, "inv_f"),
+                                                                              overdue_at=now))
+        assert unleased(store, "inv_g", InvocationStatus.RUNNING, verdict_of(
+            invocation(store, "inv_g"), status=InvocationStatus.RECONCILIATION_REQUIRED, error="other"))
+        # inv_c: due, not parked, under a short lease that expires below
+        leases["inv_c"] = running(store, "inv_c", backend.short_lease)
+        assert hand_off(store, "inv_c", leases["inv_c"], handoff("po_inv_c", due_at=now - second))
+        assert "inv_b" not in overdue(store)  # a live lease holds it
+        backend.expire()
+        listed = store.read(lambda tx: tx.host.list_overdue_handoffs())
+        assert [r.id for r in listed] == ["inv_a", "inv_c"]
+        assert listed[0] == invocation(store, "inv_a") and listed[1].completion_due_at == now - second
+        assert [r.id for r in store.read(lambda tx: tx.host.list_overdue_handoffs(limit=1))] == ["inv_a"]
+        for limit in (0, 1001):
+            def listed_up_to(tx: UnitOfWork, most: int = limit) -> list[InvocationRecord]:
+                return tx.host.list_overdue_handoffs(limit=most)
+
+            with pytest.raises(ValueError):
+                store.read(listed_up_to)
+
+    def test_a_handoff_becomes_overdue_when_the_store_clock_passes_its_deadline(
+            self, store: Store, backend: ContractHarness) -> None:
+        lease = running(store, "inv_1", backend.long_lease)
+        due = store_now(store) + timedelta(seconds=1)
+        assert hand_off(store, "inv_1", lease, handoff(due_at=due))
+        assert park(store, "inv_1", lease)
+        assert overdue(store) == []
+        backend.advance(1.2)
+        assert overdue(store) == ["inv_1"]
+
+    def test_update_unleased_refuses_another_status_and_a_live_lease(self, store: Store,
+                                                                     backend: ContractHarness) -> None:
+        lease = running(store, "inv_1", backend.long_lease)
+        assert hand_off(store, "inv_1", lease, handoff(due_at=store_now(store)))
+        before = invocation(store, "inv_1")
+        swept = verdict_of(before, status=InvocationStatus.RECONCILIATION_REQUIRED, error="did not complete",
+                           overdue_at=store_now(store))
+        assert not unleased(store, "inv_1", InvocationStatus.PENDING, swept)
+        assert not unleased(store, "inv_1", InvocationStatus.RUNNING, swept)  # the live lease holds it
+        assert not store.transact(lambda tx: tx.host.update_unleased_invocation(
+            "inv_missing", InvocationStatus.RUNNING, swept))
+        assert invocation(store, "inv_1") == before
+        assert (before.command_status, before.lease_owner) == (CommandStatus.PROCESSING, "w1")
+        assert store.transact(lambda tx: tx.host.update_leased_invocation(  # the lease still works
+            "inv_1", lease, InvocationVerdict(InvocationStatus.SUCCEEDED)))
+
+    def test_update_unleased_finishes_an_expired_command_so_that_no_claim_finds_it(
+            self, store: Store, backend: ContractHarness) -> None:
+        lease = running(store, "inv_1", backend.short_lease)
+        assert hand_off(store, "inv_1", lease, handoff(due_at=store_now(store)))
+        backend.expire()
+        assert overdue(store) == ["inv_1"]
+
+        def sweep(tx: UnitOfWork) -> tuple[bool, datetime]:
+            record = tx.host.lock_invocation("inv_1")
+            assert record is not None
+            verdict = verdict_of(record, status=InvocationStatus.RECONCILIATION_REQUIRED,
+                                 error="did not complete by its deadline", overdue_at=tx.now())
+            return tx.host.update_unleased_invocation("inv_1", InvocationStatus.RUNNING, verdict), tx.now()
+
+        done, now = store.transact(sweep)
+        assert done
+        got = invocation(store, "inv_1")
+        assert (got.status, got.error, got.overdue_at, got.parked_at, got.handoff_reference, got.updated_at) == (
+            InvocationStatus.RECONCILIATION_REQUIRED, "did not complete by its deadline", now, None, "po_1", now)
+        assert (got.command_status, got.lease_owner, got.lease_until) == (CommandStatus.DELIVERED, None, None)
+        assert store.transact(lambda tx: tx.outbox.claim(owner="w2", kinds=[KIND], limit=5,
+                                                          lease_seconds=backend.long_lease)) == []
+        assert not store.transact(lambda tx: tx.host.update_leased_invocation(
+            "inv_1", lease, InvocationVerdict(InvocationStatus.SUCCEEDED)))
+        history = store.read(lambda tx: tx.outbox.lease_events("inv_1"))
+        assert (history[-1].event, history[-1].owner, history[-1].delivery) == ("deliver", None, 1)
+        assert overdue(store) == []
+
+    def test_update_unleased_finishes_a_pending_command(self, store: Store, backend: ContractHarness) -> None:
+        dispatched(store, "inv_1")
+        assert unleased(store, "inv_1", InvocationStatus.PENDING, verdict_of(
+            invocation(store, "inv_1"), status=InvocationStatus.FAILED, error="withdrawn"))
+        got = invocation(store, "inv_1")
+        assert (got.status, got.error, got.command_status) == (InvocationStatus.FAILED, "withdrawn",
+                                                                CommandStatus.DELIVERED)
+        assert store.transact(lambda tx: tx.outbox.claim(owner="w", kinds=[KIND], limit=5,
+                                                          lease_seconds=backend.long_lease)) == []
+
+    def test_update_unleased_settles_a_parked_handoff_and_roundtrips_every_field(
+            self, store: Store, backend: ContractHarness) -> None:
+        lease = running(store, "inv_1", backend.long_lease)
+        assert hand_off(store, "inv_1", lease, handoff(due_at=store_now(store)))
+        assert park(store, "inv_1", lease, {"result": {"a": 1}})
+        parked = invocation(store, "inv_1")
+        # N18: aware instants survive the round trip, a non-UTC offset read back as the same instant in UTC
+        swept_at = datetime(2026, 5, 6, 7, 8, 9, 123456, tzinfo=timezone(timedelta(hours=-5)))
+        completion = {"outcome": "completed", "digest": "cd1:" + "a" * 64, "result": {"paid": True, "n": [1.5]}}
+        verdict = UnleasedVerdict(status=InvocationStatus.SUCCEEDED, error=None, result={"a": 1, "paid": True},
+                                  reconciliation={"kind": "late"}, pending_completion=None,
+                                  external_completion=completion, parked_at=parked.parked_at, overdue_at=swept_at)
+        assert unleased(store, "inv_1", InvocationStatus.RUNNING, verdict)
+        got = invocation(store, "inv_1")
+        assert (got.status, got.error, got.result, got.reconciliation, got.pending_completion,
+                got.external_completion) == (InvocationStatus.SUCCEEDED, None, {"a": 1, "paid": True},
+                                             {"kind": "late"}, None, completion)
+        assert got.parked_at == parked.parked_at and got.overdue_at == swept_at
+        assert got.overdue_at is not None and got.overdue_at.utcoffset() == timedelta(0)
+        assert got.command_status is CommandStatus.DELIVERED
+        history = store.read(lambda tx: tx.outbox.lease_events("inv_1"))
+        # only the park's deliver: a command already ended is left as it is
+        assert [e.event for e in history].count(LeaseEventKind.DELIVER) == 1
+        # the verdict is written under its expected status only
+        assert not unleased(store, "inv_1", InvocationStatus.RUNNING, verdict_of(got, error="again"))
+        assert invocation(store, "inv_1") == got
+
+    def test_update_unleased_refused_by_the_schema_changes_nothing(self, store: Store) -> None:
+        dispatched(store, "inv_1")
+        before = invocation(store, "inv_1")
+        with pytest.raises(Conflict):  # overdue_at needs a handoff
+            unleased(store, "inv_1", InvocationStatus.PENDING, verdict_of(
+                before, status=InvocationStatus.RECONCILIATION_REQUIRED, overdue_at=store_now(store)))
+        assert invocation(store, "inv_1") == before and before.command_status is CommandStatus.PENDING
 
     # ── the race (I17) ──
     def test_conditional_write_race(self, store: Store, backend: ContractHarness) -> None:

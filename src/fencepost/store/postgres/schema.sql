@@ -363,12 +363,33 @@ CREATE TABLE invocations (
     pending_completion TEXT CHECK (pending_completion IS NULL OR (fencepost_is_json_object(pending_completion))),
     created_at       TIMESTAMPTZ NOT NULL,
     updated_at       TIMESTAMPTZ NOT NULL,
+    -- External completion handoffs (migration 0006, ADR 0034; host-spec N): added by ALTER TABLE, so they
+    -- follow the last column.
+    handoff_provider TEXT CHECK (handoff_provider IS NULL OR length(handoff_provider) BETWEEN 1 AND 100),
+    handoff_reference TEXT CHECK (handoff_reference IS NULL OR length(handoff_reference) BETWEEN 1 AND 500),
+    completion_due_at TIMESTAMPTZ,
+    parked_at        TIMESTAMPTZ,
+    overdue_at       TIMESTAMPTZ,
+    external_completion TEXT CHECK (external_completion IS NULL OR fencepost_is_json_object(external_completion)),
     UNIQUE (tenant_id, space_id, action_id, idempotency_key),
     UNIQUE (tenant_id, space_id, id),
-    CHECK (updated_at >= created_at)
+    CHECK (updated_at >= created_at),
+    -- A handoff is a provider and its reference together; its instants exist only with it.
+    CONSTRAINT invocations_handoff_pair CHECK ((handoff_provider IS NULL) = (handoff_reference IS NULL)),
+    CONSTRAINT invocations_due_needs_handoff CHECK (completion_due_at IS NULL OR handoff_reference IS NOT NULL),
+    CONSTRAINT invocations_parked_needs_handoff CHECK (parked_at IS NULL OR handoff_reference IS NOT NULL),
+    CONSTRAINT invocations_overdue_needs_handoff CHECK (overdue_at IS NULL OR handoff_reference IS NOT NULL)
 );
 
 CREATE INDEX invocations_by_status ON invocations (status, created_at);
+
+-- A callback is matched by (provider, external reference) only (host-spec N30).
+CREATE INDEX invocations_by_handoff ON invocations (handoff_provider, handoff_reference)
+WHERE handoff_reference IS NOT NULL;
+
+-- The deadline sweep (N12) scans running invocations by due time.
+CREATE INDEX invocations_handoffs_due ON invocations (completion_due_at)
+WHERE status = 'running' AND completion_due_at IS NOT NULL;
 
 -- One row per adapter step of an invocation; its id is the step's adapter_invocation_id, the provider's
 -- idempotency key (host-spec E2). The composite reference keeps a row in its parent's scope (I5).

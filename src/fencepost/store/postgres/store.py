@@ -39,12 +39,12 @@ from typing import Any
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from fencepost.core.clock import Clock
 from fencepost.core.crashpoints import crashpoint
-from fencepost.core.errors import Conflict, FencepostError, SchemaNotReady, StoreUnavailable
+from fencepost.core.errors import Conflict, FencepostError, InvalidInput, SchemaNotReady, StoreUnavailable
 from fencepost.store.base import MigrationStep, Store, StoreBusy, WorkWaiter
 from fencepost.store.migrations import load_migrations
 from fencepost.store.postgres.listen import PostgresWorkWaiter
@@ -67,6 +67,12 @@ _BEGIN_WRITE_LAZY = b"BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE"
 #: other unit reads it at its first use, after the locks it takes first (the package lock of an admission or
 #: a guard change), so that recorded instants follow the order in which the units serialized.
 EAGER_CLOCK_UNITS = frozenset({"outbox.claim", "outbox.deliver", "outbox.heartbeat", "outbox.enqueue"})
+#: The session settings a unit on an application's connection saves, sets for itself and restores (ADR 0033).
+_READ_SESSION = (b"SELECT current_database(), current_setting('search_path'), current_setting('TimeZone'), "
+                 b"current_setting('lock_timeout')")
+#: ``is_local`` true: the values also revert when the transaction ends, whatever happens to it.
+_SET_SESSION = (b"SELECT set_config('search_path', %s, true), set_config('TimeZone', %s, true), "
+                b"set_config('lock_timeout', %s, true)")
 _MIGRATION_LOCK = b"SELECT pg_advisory_xact_lock(%s, hashtext(coalesce(current_schema(), '')))"
 _CREATE_SCHEMA_TABLE = """
 CREATE TABLE IF NOT EXISTS fencepost_schema (
@@ -238,6 +244,7 @@ class PostgresStore(Store):
         self.scrub = _Scrubber(dsn)
         self.queries = _pyformat_queries("fencepost.store.postgres")
         self._local = threading.local()
+        self._home_settings: tuple[str, str] | None = None
         try:
             conninfo_to_dict(dsn)
         except psycopg.Error:
@@ -355,6 +362,93 @@ class PostgresStore(Store):
             self._local.open = False
         if name:
             crashpoint(f"{name}:after-commit")
+
+    def _home(self) -> tuple[str, str]:
+        """This store's database name and effective ``search_path`` (read once from a pooled connection)."""
+        home = self._home_settings
+        if home is None:
+            with self._connection() as conn:
+                try:
+                    with conn.cursor(row_factory=tuple_row) as cursor:
+                        row = cursor.execute(_READ_SESSION).fetchone()
+                except psycopg.Error as error:
+                    raise translate_postgres_error(error, self.scrub) from None
+            assert row is not None
+            home = (str(row[0]), str(row[1]))
+            self._home_settings = home
+        return home
+
+    @contextmanager
+    def unit_on(self, connection: Any) -> Iterator[SqlUnitOfWork]:
+        """A unit of work inside the application's own open transaction on its own psycopg 3 connection
+        (host-spec §1.Y-16, ADR 0033): ``with store.unit_on(conn) as tx: host.submit(..., tx=tx)``.
+
+        Its statements run in the application's transaction and commit or roll back with it: this never
+        commits, rolls back, closes or pools ``connection``. For its own statements it sets this store's
+        ``search_path``, UTC and lock timeout as transaction-local settings (``set_config(..., true)``) and puts
+        the application's values back when the block ends. The instant is the server's ``clock_timestamp()``
+        at its first use, as in the store's own units.
+
+        Args:
+            connection: a ``psycopg.Connection`` to this store's database that is in a transaction or will
+                start one at its first statement: not autocommit (the application calls ``conn.commit()``),
+                or autocommit inside a ``with conn.transaction():`` block.
+        Raises:
+            InvalidInput: not a psycopg connection; closed, busy or broken; in autocommit mode outside a
+                transaction block; its transaction already failed; connected to another database.
+            StoreBusy, Conflict, StoreUnavailable: translated driver errors of the unit's statements, which
+                leave the application's transaction failed (it must roll back). A statement error that the
+                block swallowed is raised again when the block ends, since that transaction can no longer
+                commit.
+        """
+        if not isinstance(connection, psycopg.Connection):
+            raise InvalidInput("unit_on takes a psycopg 3 Connection")
+        conn: psycopg.Connection[Any] = connection
+        states = psycopg.pq.TransactionStatus
+        status = states.UNKNOWN if conn.closed else conn.info.transaction_status
+        if status == states.UNKNOWN:
+            raise InvalidInput("the connection is closed or broken")
+        if status == states.ACTIVE:
+            raise InvalidInput("the connection is running a statement")
+        if status == states.INERROR:
+            raise InvalidInput("the connection's transaction has already failed: roll it back first")
+        if status == states.IDLE and conn.autocommit:
+            # Each statement would commit on its own: the invocation would be durable without the
+            # application's rows, which is what this unit exists to prevent.
+            raise InvalidInput("the connection is in autocommit mode outside a transaction block: use a "
+                               "connection with autocommit off, or open `with conn.transaction():` first")
+        database, search_path = self._home()
+        try:
+            with conn.cursor(row_factory=tuple_row) as cursor:
+                saved = cursor.execute(_READ_SESSION).fetchone()
+                assert saved is not None
+                if saved[0] != database:
+                    raise InvalidInput("the connection is to another database than this store's")
+                lock_timeout = f"{max(1, round(self.lock_timeout_seconds * 1000))}ms"
+                cursor.execute(_SET_SESSION, (search_path, "UTC", lock_timeout))
+        except psycopg.Error as error:
+            raise translate_postgres_error(error, self.scrub) from None
+        executor = PostgresExecutor(conn, self)
+
+        def restore() -> None:
+            # After a failed statement the transaction is aborted and its rollback reverts the settings.
+            if executor.failure is None and not conn.closed and conn.info.transaction_status == states.INTRANS:
+                with conn.cursor(row_factory=tuple_row) as cursor:
+                    cursor.execute(_SET_SESSION, (saved[1], saved[2], saved[3]))
+
+        try:
+            yield SqlUnitOfWork(executor, self.queries, self.claim_rotation)
+        except BaseException:
+            with suppress(psycopg.Error):  # the caller's error is the one to see
+                restore()
+            raise
+        if executor.failure is not None:
+            raise type(executor.failure)(
+                f"a statement of this unit failed ({executor.failure}); the transaction must be rolled back")
+        try:
+            restore()
+        except psycopg.Error as error:
+            raise translate_postgres_error(error, self.scrub) from None
 
     def work_waiter(self, kinds: Sequence[str], *, listen: bool = True, name: str | None = None) -> WorkWaiter:
         """With ``listen``, a waiter on its own LISTEN connection (``application_name``

@@ -111,12 +111,30 @@ SELECT version, name, checksum FROM fencepost_schema ORDER BY version;
 
 -- name: audit_invocation_command_status
 -- An invocation and its host.invoke command end together: a verdict with the command finished (DELIVERED, or
--- FAILED for a verdict the worker wrote), an open invocation with its command still claimable or held.
-SELECT i.id AS subject, 'invocation ' || i.status || ' but command ' || coalesce(c.status, 'missing') AS detail
+-- FAILED for a verdict the worker wrote), an open invocation with its command still claimable or held. A
+-- parked handoff (running with parked_at, host-spec N2) is the one open invocation whose command has ended:
+-- parking finished it DELIVERED in the same unit.
+SELECT i.id AS subject, 'invocation ' || i.status || CASE WHEN i.parked_at IS NOT NULL AND i.status = 'running'
+       THEN ' and parked' ELSE '' END || ' but command ' || coalesce(c.status, 'missing') AS detail
 FROM invocations i LEFT JOIN commands c ON c.id = i.id
 WHERE c.id IS NULL
    OR (i.status IN ('succeeded', 'failed', 'reconciliation_required') AND c.status NOT IN ('DELIVERED', 'FAILED'))
-   OR (i.status IN ('pending', 'running') AND c.status NOT IN ('PENDING', 'PROCESSING'));
+   OR (i.status = 'running' AND i.parked_at IS NOT NULL AND c.status != 'DELIVERED')
+   OR (i.status IN ('pending', 'running') AND i.parked_at IS NULL AND c.status NOT IN ('PENDING', 'PROCESSING'));
+
+-- name: audit_invocation_handoffs
+-- The handoff's instants (host-spec N8, N19; ADR 0034): a succeeded or failed invocation that carries overdue_at
+-- without parked_at was settled after a sweep although it never parked (only evidence may follow such a sweep,
+-- N20); parked_at, overdue_at or a deadline without a handoff (provider and reference) belong to nothing.
+SELECT i.id AS subject,
+       CASE WHEN i.handoff_reference IS NULL OR i.handoff_provider IS NULL
+            THEN 'parked_at, overdue_at or completion_due_at without a handoff'
+            ELSE i.status || ' invocation carries overdue_at without parked_at (settled after a sweep without '
+                 || 'having parked)' END AS detail
+FROM invocations i
+WHERE ((i.handoff_reference IS NULL OR i.handoff_provider IS NULL)
+       AND (i.parked_at IS NOT NULL OR i.overdue_at IS NOT NULL OR i.completion_due_at IS NOT NULL))
+   OR (i.status IN ('succeeded', 'failed') AND i.overdue_at IS NOT NULL AND i.parked_at IS NULL);
 
 -- name: audit_invocation_steps
 -- A pending invocation has no adapter row; a succeeded one has only succeeded rows (host-spec J3).

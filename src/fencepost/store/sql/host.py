@@ -1,7 +1,7 @@
-"""``HostPort`` over SQL: invocations, the conditional adapter-row write and the reconciliation logs of
-``host.sql``, written once.
+"""``HostPort`` over SQL: invocations, the conditional adapter-row write, the reconciliation logs and the
+external completion handoffs of ``host.sql``, written once.
 
-Seed: platform-host-8.1-readme-excerpt.md; host-spec sections B, C, E and I. Every write the lease protects
+Seed: platform-host-8.1-readme-excerpt.md; host-spec sections B, C, E, I and N. Every write the lease protects
 names the lease it was given (``LeaseHeld``: the credentials the execution captured before it loaded the
 invocation, C3), never a value read back from a row, and follows the host's lock order: the invocation row,
 then the adapter row, then the command, whose lease check comes last (ADR 0002, ADR 0022).
@@ -19,6 +19,7 @@ from fencepost.core.statuses import (
     CommandStatus,
     InvocationMode,
     InvocationStatus,
+    LeaseEventKind,
     ReconciliationKind,
     ReconciliationLog,
 )
@@ -26,12 +27,14 @@ from fencepost.store.host_records import (
     AdapterRecord,
     AdapterWrite,
     CreateAdapterRow,
+    Handoff,
     InvocationRecord,
     InvocationVerdict,
     LeaseHeld,
     NewInvocation,
     NewReconciliation,
     ReconciliationRecord,
+    UnleasedVerdict,
     UpdateAdapterRow,
     VerdictHeld,
 )
@@ -110,6 +113,56 @@ class SqlHost:
         return bool(self._unit.run("update_settled_invocation", {
             "id": invocation_id, "held_status": str(held.status), "held_error": held.error, "error": error,
             "reconciliation": _json_or_none(reconciliation), "now": self._unit.now()}).rows)
+
+    # ── external completion handoffs (ADR 0034; host-spec N) ──
+    def record_handoff(self, invocation_id: str, lease: Lease, handoff: Handoff) -> bool:
+        if lease.command_id != invocation_id:
+            return False  # an invocation's lease is its own command's (ADR 0022)
+        return self._unit.run("record_handoff", {
+            "id": invocation_id, "provider": handoff.provider, "reference": handoff.external_reference,
+            "details": canonical_json(handoff.details), "due_at": handoff.due_at, "now": self._unit.now(),
+            **lease_params(lease)}).rowcount == 1
+
+    def park_invocation(self, invocation_id: str, lease: Lease, pending_completion: dict[str, Any]) -> bool:
+        if lease.command_id != invocation_id:
+            return False
+        return self._unit.run("park_invocation", {
+            "id": invocation_id, "pending_completion": canonical_json(pending_completion),
+            "now": self._unit.now(), **lease_params(lease)}).rowcount == 1
+
+    def find_handoffs(self, *, provider: str, external_reference: str) -> list[InvocationRecord]:
+        return [invocation_from_row(r) for r in self._unit.run("find_handoffs", {
+            "provider": provider, "reference": external_reference}).rows]
+
+    def list_overdue_handoffs(self, *, limit: int = 100) -> list[InvocationRecord]:
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be between 1 and 1000")
+        return [invocation_from_row(r) for r in self._unit.run("list_overdue_handoffs", {
+            "now": self._unit.now(), "limit": limit}).rows]
+
+    def update_unleased_invocation(self, invocation_id: str, expected: InvocationStatus,
+                                   verdict: UnleasedVerdict) -> bool:
+        # Lock order (ADR 0022): the invocation row, then the command. Every step before the last UPDATE
+        # changes nothing unless the command is finished, and a refusal after it is impossible, so False
+        # always means nothing changed.
+        rows = self._unit.run("lock_unleased_invocation", {"id": invocation_id}).rows
+        if not rows or rows[0]["status"] != str(expected):
+            return False
+        now = self._unit.now()
+        finished = self._unit.run("finish_unleased_command", {"id": invocation_id, "now": now}).rows
+        if finished:
+            # The heartbeat history ends like an operator's abort: no owner, the command's last delivery.
+            self._unit.run("insert_lease_event", {
+                "command_id": invocation_id, "event": str(LeaseEventKind.DELIVER), "owner": None,
+                "delivery": int(finished[0]["delivery_count"]), "at": now, "lease_until": None})
+        elif self._unit.run("command_leased", {"id": invocation_id, "now": now}).rows:
+            return False  # a live lease holds the command: its execution writes the verdict
+        return bool(self._unit.run("update_unleased_invocation", {
+            "id": invocation_id, "expected": str(expected), "status": str(verdict.status), "error": verdict.error,
+            "result": _json_or_none(verdict.result), "reconciliation": _json_or_none(verdict.reconciliation),
+            "pending_completion": _json_or_none(verdict.pending_completion),
+            "external_completion": _json_or_none(verdict.external_completion), "parked_at": verdict.parked_at,
+            "overdue_at": verdict.overdue_at, "now": now}).rows)
 
     # ── the reconciliation logs (ADR 0032) ──
     def append_reconciliation(self, record: NewReconciliation) -> bool:
@@ -194,7 +247,10 @@ def invocation_from_row(row: dict[str, Any]) -> InvocationRecord:
         pending_completion=_parsed(row["pending_completion"]), created_at=row["created_at"],
         updated_at=row["updated_at"], attempt_count=int(row["attempt_count"]), lease_owner=row["lease_owner"],
         lease_until=row["lease_until"],
-        command_status=None if command_status is None else CommandStatus(command_status))
+        command_status=None if command_status is None else CommandStatus(command_status),
+        handoff_provider=row["handoff_provider"], handoff_reference=row["handoff_reference"],
+        completion_due_at=row["completion_due_at"], parked_at=row["parked_at"], overdue_at=row["overdue_at"],
+        external_completion=_parsed(row["external_completion"]))
 
 
 def adapter_from_row(row: dict[str, Any]) -> AdapterRecord:

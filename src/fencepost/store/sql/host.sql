@@ -1,5 +1,5 @@
--- The action host (host-spec sections A, B, C, E, I, K, L13, H17; ADRs 0022-0027, 0032): invocations, their
--- adapter rows and the reconciliation logs.
+-- The action host (host-spec sections A, B, C, E, I, K, L13, H17, N; ADRs 0022-0027, 0032, 0034): invocations,
+-- their adapter rows, the reconciliation logs and the external completion handoffs.
 -- Common to every dialect; blocks marked per-dialect are written in each <backend>/dialect.sql. Instants
 -- arrive as parameters read once per transaction from the store's clock (:now).
 --
@@ -19,16 +19,17 @@ RETURNING id;
 i.id, i.tenant_id, i.space_id, i.action_id, i.action_version, i.idempotency_key, i.actor, i.authority,
 i.binding_digest, i.params_digest, i.params, i.mode, i.status, i.error, i.result, i.reconciliation,
 i.pending_completion, i.created_at, i.updated_at, coalesce(c.delivery_count, 0) AS attempt_count,
-c.lease_owner, c.lease_until, c.status AS command_status
+c.lease_owner, c.lease_until, c.status AS command_status, i.handoff_provider, i.handoff_reference,
+i.completion_due_at, i.parked_at, i.overdue_at, i.external_completion
 
 -- name: get_invocation
--- instants: created_at, updated_at, lease_until
+-- instants: created_at, updated_at, lease_until, completion_due_at, parked_at, overdue_at
 SELECT {{invocation_columns}}
 FROM invocations AS i LEFT JOIN commands AS c ON c.id = i.id
 WHERE i.id = :id;
 
 -- name: lock_invocation
--- instants: created_at, updated_at, lease_until
+-- instants: created_at, updated_at, lease_until, completion_due_at, parked_at, overdue_at
 -- The first lock of the host's order: the invocation row (FOR UPDATE on PostgreSQL, host-spec I17), read
 -- with its command's public lease columns.
 SELECT {{invocation_columns}}
@@ -37,14 +38,14 @@ WHERE i.id = :id
 {{lock_invocation_row}};
 
 -- name: find_invocation_by_key
--- instants: created_at, updated_at, lease_until
+-- instants: created_at, updated_at, lease_until, completion_due_at, parked_at, overdue_at
 SELECT {{invocation_columns}}
 FROM invocations AS i LEFT JOIN commands AS c ON c.id = i.id
 WHERE i.tenant_id = :tenant_id AND i.space_id = :space_id AND i.action_id = :action_id
   AND i.idempotency_key = :idempotency_key;
 
 -- name: list_invocations
--- instants: created_at, updated_at, lease_until
+-- instants: created_at, updated_at, lease_until, completion_due_at, parked_at, overdue_at
 -- Newest first; each filter applies only when given.
 SELECT {{invocation_columns}}
 FROM invocations AS i LEFT JOIN commands AS c ON c.id = i.id
@@ -139,6 +140,80 @@ RETURNING id;
 SELECT id, log, tenant_id, space_id, invocation_id, adapter_invocation_id, kind, payload, created_at
 FROM host_reconciliations WHERE invocation_id = :invocation_id
 ORDER BY created_at, id, log;
+
+-- ── external completion handoffs (ADR 0034; host-spec N) ──
+
+-- name: record_handoff
+-- A step's handoff (N1, E6), durable before its marker: only while the invocation is running, holds no
+-- handoff yet (one per invocation) and the lease the execution captured is its command's current one.
+UPDATE invocations
+SET handoff_provider = :provider, handoff_reference = :reference, pending_completion = :details,
+    completion_due_at = :due_at, updated_at = :now
+WHERE id = :id AND status = 'running' AND handoff_reference IS NULL
+  AND {{lease_held}};
+
+-- name: park_invocation
+-- Parking (N2) after the remaining steps and finalization: parked_at from the unit's clock with the pending
+-- details, once, while running under the current lease. The caller's fenced unit then finishes the command.
+UPDATE invocations
+SET parked_at = :now, pending_completion = :pending_completion, updated_at = :now
+WHERE id = :id AND status = 'running' AND handoff_reference IS NOT NULL AND parked_at IS NULL
+  AND {{lease_held}};
+
+-- name: find_handoffs
+-- instants: created_at, updated_at, lease_until, completion_due_at, parked_at, overdue_at
+-- The invocations of one handoff (N30: matched by provider and reference only, exactly), any status, oldest
+-- first; invocations_by_handoff serves it.
+SELECT {{invocation_columns}}
+FROM invocations AS i LEFT JOIN commands AS c ON c.id = i.id
+WHERE i.handoff_provider = :provider AND i.handoff_reference = :reference
+ORDER BY i.created_at, i.id;
+
+-- name: list_overdue_handoffs
+-- instants: created_at, updated_at, lease_until, completion_due_at, parked_at, overdue_at
+-- The sweep's candidates (N12): running handoffs due by :now, not yet overdue, whose command holds no live
+-- lease (not PROCESSING, or its lease expired), oldest due first; invocations_handoffs_due serves the scan.
+-- Each is re-checked under its row lock before any write (N14).
+SELECT {{invocation_columns}}
+FROM invocations AS i LEFT JOIN commands AS c ON c.id = i.id
+WHERE i.status = 'running' AND i.completion_due_at IS NOT NULL AND i.completion_due_at <= :now
+  AND i.handoff_reference IS NOT NULL AND i.overdue_at IS NULL
+  AND (c.id IS NULL OR c.status != 'PROCESSING' OR c.lease_until <= :now)
+ORDER BY i.completion_due_at, i.id
+LIMIT :limit;
+
+-- name: lock_unleased_invocation
+-- update_unleased_invocation's first step: the invocation row lock, first in the host's lock order (the
+-- caller normally holds it already from lock_invocation), and its status.
+SELECT i.status FROM invocations AS i
+WHERE i.id = :id
+{{lock_invocation_row}};
+
+-- name: finish_unleased_command
+-- The command of an invocation settled without a lease (N8, N12): a PENDING one, or a PROCESSING one whose
+-- lease expired, becomes DELIVERED with its lease cleared, as finish_command leaves it, so that no worker
+-- claims it again. A live lease matches nothing (the caller then changes nothing).
+UPDATE commands
+SET status = 'DELIVERED', lease_owner = NULL, lease_token = NULL, lease_until = NULL,
+    finished_at = :now, updated_at = :now
+WHERE id = :id AND (status = 'PENDING' OR (status = 'PROCESSING' AND lease_until <= :now))
+RETURNING delivery_count;
+
+-- name: command_leased
+-- Whether the invocation's command holds a live lease now: read after finish_unleased_command matched
+-- nothing, so a claim that committed between the row lock and that UPDATE is seen (PostgreSQL re-reads the
+-- row it waited for; SQLite's BEGIN IMMEDIATE admits no such claim).
+SELECT 1 AS leased FROM commands WHERE id = :id AND status = 'PROCESSING' AND lease_until > :now;
+
+-- name: update_unleased_invocation
+-- The full row an unleased writer decided under the row lock (N8, N12, N14): only while the status is still
+-- :expected.
+UPDATE invocations
+SET status = :status, error = :error, result = :result, reconciliation = :reconciliation,
+    pending_completion = :pending_completion, external_completion = :external_completion,
+    parked_at = :parked_at, overdue_at = :overdue_at, updated_at = :now
+WHERE id = :id AND status = :expected
+RETURNING id;
 
 -- fragment: json_text_array
 -- per-dialect

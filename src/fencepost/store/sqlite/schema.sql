@@ -303,12 +303,28 @@ CREATE TABLE invocations (
     pending_completion TEXT CHECK (pending_completion IS NULL OR (json_valid(pending_completion) AND json_type(pending_completion) = 'object')),
     created_at       TEXT NOT NULL,
     updated_at       TEXT NOT NULL,
+    -- External completion handoffs (migration 0006, ADR 0034; host-spec N): added by ALTER TABLE, so they
+    -- follow the last column and each cross-column CHECK sits on a column after those it names.
+    handoff_provider TEXT CHECK (handoff_provider IS NULL OR length(handoff_provider) BETWEEN 1 AND 100),
+    handoff_reference TEXT CHECK (handoff_reference IS NULL OR length(handoff_reference) BETWEEN 1 AND 500) CONSTRAINT invocations_handoff_pair CHECK ((handoff_provider IS NULL) = (handoff_reference IS NULL)),
+    completion_due_at TEXT CONSTRAINT invocations_due_needs_handoff CHECK (completion_due_at IS NULL OR handoff_reference IS NOT NULL),
+    parked_at TEXT CONSTRAINT invocations_parked_needs_handoff CHECK (parked_at IS NULL OR handoff_reference IS NOT NULL),
+    overdue_at TEXT CONSTRAINT invocations_overdue_needs_handoff CHECK (overdue_at IS NULL OR handoff_reference IS NOT NULL),
+    external_completion TEXT CHECK (external_completion IS NULL OR (json_valid(external_completion) AND json_type(external_completion) = 'object')),
     UNIQUE (tenant_id, space_id, action_id, idempotency_key),
     UNIQUE (tenant_id, space_id, id),
     CHECK (updated_at >= created_at)
 );
 
 CREATE INDEX invocations_by_status ON invocations (status, created_at);
+
+-- A callback is matched by (provider, external reference) only (host-spec N30).
+CREATE INDEX invocations_by_handoff ON invocations (handoff_provider, handoff_reference)
+WHERE handoff_reference IS NOT NULL;
+
+-- The deadline sweep (N12) scans running invocations by due time.
+CREATE INDEX invocations_handoffs_due ON invocations (completion_due_at)
+WHERE status = 'running' AND completion_due_at IS NOT NULL;
 
 -- One row per adapter step of an invocation; its id is the step's adapter_invocation_id, the provider's
 -- idempotency key (host-spec E2). The composite reference keeps a row in its parent's scope (I5).
