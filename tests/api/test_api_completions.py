@@ -76,7 +76,7 @@ class Callbacks:
         """An inline payout that the provider accepted as ``reference``: parked, running, no lease."""
         self.host.runtime.adapters["pay"].script.append(accepted(reference))
         view = self.host.submit("shop.charge", PARAMS, actor="u1", idempotency_key=key, mode=Inline())
-        stored = self.store.read(lambda tx: tx.host.get_invocation(view.id))
+        stored = self.record(view.id)
         assert stored.parked_at is not None and stored.status is InvocationStatus.RUNNING, stored
         return view.id
 
@@ -97,6 +97,10 @@ class Callbacks:
             return {t: sorted(conn.execute(f'SELECT * FROM "{t}"').fetchall(), key=repr) for t in tables}
         finally:
             conn.close()
+
+    def record(self, invocation_id: str) -> Any:
+        """The stored invocation row (its handoff columns included)."""
+        return self.store.read(lambda tx: tx.host.get_invocation(invocation_id))
 
     def status(self, invocation_id: str) -> InvocationStatus:
         return self.host.get(invocation_id).status
@@ -277,7 +281,7 @@ def test_an_unparked_running_invocation_is_409_still_executing(tmp_path: Path) -
         [(response, during)] = answers
         assert_problem(response, 409, "still-executing")
         assert during != before  # the handoff itself was durable when the callback came
-        stored = cb.store.read(lambda tx: tx.host.get_invocation(view.id))
+        stored = cb.record(view.id)
         assert stored.external_completion is None and stored.parked_at is not None
         assert cb.post(completion()).json()["disposition"] == "settled"
 
