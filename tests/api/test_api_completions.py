@@ -30,6 +30,7 @@ from fencepost.core.statuses import InvocationStatus
 from fencepost.host import Accepted, Action, AdapterStep, Host, Inline, RetryPolicy, Succeeded
 from fencepost.host.webhooks import CompletionFields
 from fencepost.store import Store, open_store
+from fencepost.store.faults import FaultInjectingStore
 from host.kit import PARAMS, Ledger, Params, Scripted, Spy, make_host
 
 VENDOR = "simpay-test"  # the vendor of host.kit's Scripted adapter
@@ -298,6 +299,23 @@ def test_an_unmigrated_store_is_503_after_the_signature(tmp_path: Path) -> None:
     for cb in build(tmp_path, migrate=False):
         assert_problem(cb.post(completion(), header=None), 401, "invalid-signature")
         assert_problem(cb.post(completion()), 503, "schema-not-ready")
+
+
+def test_a_store_failure_is_503_records_nothing_and_the_retry_settles(cb: Callbacks) -> None:
+    """The verdict's write fails inside the decision's transaction: rolled back, 503 ``unavailable`` (the provider
+    retries); the retry settles."""
+    invocation_id = cb.park()
+    faulty = FaultInjectingStore(cb.store, query="lock_unleased_invocation", nth=1)
+    host = make_host(faulty, payout_action(), Scripted(cb.ledger))
+    app = create_app(cb.store, api_token=TOKEN, host=host, completion_providers={VENDOR: SECRET},
+                     signature_clock=lambda: float(NOW))
+    before = cb.dump()
+    with TestClient(app, raise_server_exceptions=False) as client:
+        headers = {"Fencepost-Signature": sign(SECRET, NOW, BODY)}
+        assert_problem(client.post(PATH, content=BODY, headers=headers), 503, "unavailable")
+        assert cb.dump() == before
+        assert client.post(PATH, content=BODY, headers=headers).json()["disposition"] == "settled"
+    assert cb.status(invocation_id) is InvocationStatus.SUCCEEDED
 
 
 @pytest.mark.parametrize("raw", [b"", b"not json", b"[]", b'"po_1"', b'{"external_reference": "po_1"}',
