@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from fencepost.core.errors import RecoverableFinalization
 from fencepost.core.statuses import AdapterStatus, CommandStatus, CompletionDisposition, InvocationStatus
 from fencepost.host import Accepted, Action, AdapterStep, Inline, PermanentFailure, RetryPolicy, Succeeded
 from fencepost.host.completion import FIXED_FAILURE
@@ -81,7 +82,7 @@ def test_handoff_and_marker_commit_together(backend: StoreBackend, ledger: Ledge
     inner = backend.migrated()
     faulty = FaultInjectingStore(inner, plan={"update_adapter_invocation": {1}})
     host = make_host(faulty, payout_action(), Scripted(ledger, accepted()), lease=backend.short_lease)
-    with pytest.raises(Exception):
+    with pytest.raises(RecoverableFinalization):
         host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k", mode=Inline())
     [stored] = inner.read(lambda tx: tx.host.list_invocations())
     assert stored.handoff_reference is None and stored.status is InvocationStatus.RUNNING
