@@ -295,3 +295,17 @@ def test_a_second_handoff_is_refused(store: Store, backend: StoreBackend, ledger
     view = host.get(queued.id)
     assert view.status is InvocationStatus.RECONCILIATION_REQUIRED
     assert view.reconciliation["handoffs"] == ["po_1", "po_2"]
+
+
+def test_docs_have_the_overdue_runbook_and_say_nothing_is_cancelled() -> None:
+    """N27, N32: the operations guide has the overdue-handoffs runbook (look up by adapter_invocation_id and
+    external reference, then resolve); the host guide says nothing cancels the provider's operation."""
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    operations = (docs / "operations.md").read_text(encoding="utf-8")
+    runbook = operations.split("## Overdue handoffs", 1)[1].split("\n## ", 1)[0]
+    for needed in ("adapter_invocation_id", "external reference", "fencepost host complete", "fencepost host sweep"):
+        assert needed in runbook, needed
+    assert "Nothing here cancels the provider's operation" in (docs / "host.md").read_text(encoding="utf-8")
+    assert "None of this cancels the provider's operation" in runbook
