@@ -16,7 +16,8 @@ from helpers.waiting import wait_until
 
 APP = textwrap.dedent('''
     from pydantic import BaseModel
-    from fencepost.host import Action, AdapterStep, Ambiguous, Host, PermanentFailure, Succeeded
+    from datetime import timedelta
+    from fencepost.host import Accepted, Action, AdapterStep, Ambiguous, Host, PermanentFailure, Succeeded
     from fencepost.store.faults import FaultInjectingStore
 
     class Params(BaseModel):
@@ -27,6 +28,8 @@ APP = textwrap.dedent('''
         def execute(self, call):
             if call.input["order_id"] == "decline":
                 return PermanentFailure("card declined")
+            if call.input["order_id"].startswith("payout-"):
+                return Accepted("ref-" + call.input["order_id"], {"queued": True})
             if call.input["order_id"] == "lost":
                 return Ambiguous("connection reset after the request was sent")
             return Succeeded({"key": call.adapter_invocation_id[:6], "order": call.input["order_id"]})
@@ -34,11 +37,16 @@ APP = textwrap.dedent('''
     ACTION = Action(id="shop.echo", version=1, params=Params, handler=lambda ctx, p: {"order": p.order_id},
                     steps=(AdapterStep(name="echo", adapter="echo", operation="echo"),))
 
+    PAYOUT = Action(id="shop.payout", version=1, params=Params, handler=lambda ctx, p: {"order": p.order_id},
+                    steps=(AdapterStep(name="payout", adapter="echo", operation="payout"),),
+                    completion_deadline=timedelta(hours=1))
+
     def make(store):
-        return Host(store, actions=[ACTION], adapters=[Echo()])
+        return Host(store, actions=[ACTION, PAYOUT], adapters=[Echo()])
 
     def unrecordable(store):  # the store refuses the fence of the success verdict once
-        return Host(FaultInjectingStore(store, plan={"finish_command": {1}}), actions=[ACTION], adapters=[Echo()])
+        return Host(FaultInjectingStore(store, plan={"finish_command": {1}}), actions=[ACTION, PAYOUT],
+                    adapters=[Echo()])
 ''')
 
 
@@ -186,3 +194,22 @@ def test_show_lists_reconciliation_records_and_event_payloads(app_dir: Path) -> 
     assert "connection reset" in ambiguous["payload"]["reason"]
     text = run_cli(["host", "show", invocation_id, "-d", url], cwd=app_dir)
     assert "reconciliation record (governance) adapter_outcome_ambiguous" in text.stdout
+
+
+def test_complete_and_sweep_from_the_command_line(app_dir: Path) -> None:
+    """host-spec N through the CLI: a parked payout is settled by ``host complete`` (exit 0), an identical repeat is
+    absorbed (exit 0), an unknown reference records nothing (exit 1), and ``host sweep`` finds nothing overdue."""
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    ran = run_cli(["host", "submit", "shop.payout", "--app", "shopapp:make", "--params", '{"order_id": "payout-1"}',
+                   "--key", "p1", "--inline", "--json", "-d", url], cwd=app_dir)
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["status"] == "running"  # parked, waiting for its completion
+    base = ["host", "complete", "local", "ref-payout-1", "--app", "shopapp:make", "--json", "-d", url]
+    settled = run_cli([*base, "--result", '{"payout_id": "p-1"}'], cwd=app_dir)
+    assert settled.returncode == 0 and json.loads(settled.stdout)["disposition"] == "settled", settled.stderr
+    again = run_cli([*base, "--result", '{"payout_id": "p-1"}'], cwd=app_dir)
+    assert json.loads(again.stdout)["disposition"] == "absorbed"
+    unknown = run_cli(["host", "complete", "local", "ref-nope", "--app", "shopapp:make", "-d", url], cwd=app_dir)
+    assert unknown.returncode == 1 and "not_found" in unknown.stdout
+    swept = run_cli(["host", "sweep", "--app", "shopapp:make", "--json", "-d", url], cwd=app_dir)
+    assert swept.returncode == 0 and json.loads(swept.stdout) == {"settled": 0}

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from fencepost.core.errors import RecoverableFinalization
 from fencepost.core.statuses import AdapterStatus, CommandStatus, CompletionDisposition, InvocationStatus
 from fencepost.host import Accepted, Action, AdapterStep, Inline, PermanentFailure, RetryPolicy, Succeeded
 from fencepost.host.completion import FIXED_FAILURE
@@ -81,7 +82,7 @@ def test_handoff_and_marker_commit_together(backend: StoreBackend, ledger: Ledge
     inner = backend.migrated()
     faulty = FaultInjectingStore(inner, plan={"update_adapter_invocation": {1}})
     host = make_host(faulty, payout_action(), Scripted(ledger, accepted()), lease=backend.short_lease)
-    with pytest.raises(Exception):
+    with pytest.raises(RecoverableFinalization):
         host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k", mode=Inline())
     [stored] = inner.read(lambda tx: tx.host.list_invocations())
     assert stored.handoff_reference is None and stored.status is InvocationStatus.RUNNING
@@ -294,3 +295,17 @@ def test_a_second_handoff_is_refused(store: Store, backend: StoreBackend, ledger
     view = host.get(queued.id)
     assert view.status is InvocationStatus.RECONCILIATION_REQUIRED
     assert view.reconciliation["handoffs"] == ["po_1", "po_2"]
+
+
+def test_docs_have_the_overdue_runbook_and_say_nothing_is_cancelled() -> None:
+    """N27, N32: the operations guide has the overdue-handoffs runbook (look up by adapter_invocation_id and
+    external reference, then resolve); the host guide says nothing cancels the provider's operation."""
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    operations = (docs / "operations.md").read_text(encoding="utf-8")
+    runbook = " ".join(operations.split("## Overdue handoffs", 1)[1].split("\n## ", 1)[0].split())
+    for needed in ("adapter_invocation_id", "external reference", "fencepost host complete", "fencepost host sweep"):
+        assert needed in runbook, needed
+    assert "Nothing here cancels the provider's operation" in " ".join((docs / "host.md").read_text().split())
+    assert "None of this cancels the provider's operation" in runbook

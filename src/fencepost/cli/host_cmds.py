@@ -19,7 +19,7 @@ from rich.table import Table
 from fencepost.cli import render
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
 from fencepost.core.errors import InvalidInput, RecoverableFinalization
-from fencepost.core.statuses import InvocationStatus
+from fencepost.core.statuses import CompletionDisposition, InvocationStatus
 from fencepost.host import Dispatch, Host, Inline, InvocationView
 from fencepost.store.base import Store
 from fencepost.store.url import DEFAULT_URL
@@ -215,3 +215,55 @@ def list_invocations(
         render.console.print(table)
 
     emit(json, data, text)
+
+
+@app.command("sweep")
+def sweep(host_app: AppOpt, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
+    """Settle every handoff past its completion deadline reconciliation_required now (host-spec N12).
+
+    Workers serving the app run this sweep before every claim; this command runs it once, on demand (for
+    example from cron when no worker is running). Exit 0; prints how many invocations it settled.
+    """
+    with opened(database) as store, handled():
+        settled = load_host(host_app, store).reconcile_overdue_completions()
+    emit(json, {"settled": settled}, lambda: render.console.print(f"settled {settled} overdue handoff(s)"))
+
+
+@app.command("complete")
+def complete(
+    provider: Annotated[str, typer.Argument(help="The provider: the handing-off adapter's vendor.")],
+    reference: Annotated[str, typer.Argument(help="The external reference the provider's acceptance carried.")],
+    host_app: AppOpt,
+    outcome: Annotated[str, typer.Option(help="completed or failed.")] = "completed",
+    result: Annotated[str, typer.Option("--result", help="The provider's result, a JSON object.")] = "",
+    error: Annotated[str, typer.Option("--error", help="The provider's error text (failed).")] = "",
+    database: DatabaseOpt = DEFAULT_URL,
+    json: JsonOpt = False,
+) -> None:
+    """Record a provider's completion of a handoff, as its callback would (host-spec N; docs/operations.md,
+    "Overdue handoffs").
+
+    The completion is matched by PROVIDER and REFERENCE only and decided under the invocation's row lock: it
+    settles a parked invocation (or a swept one that had parked), is refused while the invocation still
+    executes, is absorbed when identical to the recorded one, turns a contradicting one into
+    reconciliation_required, and is kept as evidence otherwise. Exit 0: recorded or absorbed; 1: not found
+    (nothing recorded) or still executing (retry later); 2: bad input; 3: two invocations hold the reference.
+    """
+    with opened(database) as store, handled():
+        parsed: dict[str, Any] | None = None
+        if result:
+            try:
+                parsed = jsonlib.loads(result)
+            except ValueError:
+                raise InvalidInput("--result must be a JSON object") from None
+            if not isinstance(parsed, dict):
+                raise InvalidInput("--result must be a JSON object")
+        receipt = load_host(host_app, store).complete(provider, reference, outcome, result=parsed,
+                                                      error=error or None)
+    data = {"disposition": str(receipt.disposition), "invocation_id": receipt.invocation_id,
+            "status": None if receipt.status is None else str(receipt.status), "detail": receipt.detail}
+    emit(json, data, lambda: render.console.print(
+        f"{receipt.disposition}: {receipt.detail}" + (f" (invocation {receipt.invocation_id}, {receipt.status})"
+                                                       if receipt.invocation_id else ""), markup=False))
+    if receipt.disposition in (CompletionDisposition.NOT_FOUND, CompletionDisposition.STILL_EXECUTING):
+        raise typer.Exit(1)

@@ -16,6 +16,7 @@ a candidate settle once.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from fencepost.core.statuses import InvocationStatus, ReconciliationKind
 from fencepost.host import telemetry
@@ -68,6 +69,10 @@ def sweep_one(tx: UnitOfWork, candidate: InvocationRecord) -> bool:
     return True
 
 
+def _sweeper(candidate: InvocationRecord) -> Callable[[UnitOfWork], bool]:
+    return lambda tx: sweep_one(tx, candidate)
+
+
 def sweep_overdue(store: Store, sink: Telemetry, *, budget_seconds: float = 1.0, limit: int = PAGE) -> int:
     """Settle overdue handoffs, a page at a time, for about ``budget_seconds`` (seconds).
 
@@ -82,7 +87,7 @@ def sweep_overdue(store: Store, sink: Telemetry, *, budget_seconds: float = 1.0,
         candidates = store.read(lambda tx: tx.host.list_overdue_handoffs(limit=limit))
         progressed = 0
         for candidate in candidates:
-            if store.transact(lambda tx, c=candidate: sweep_one(tx, c), name="host.sweep"):
+            if store.transact(_sweeper(candidate), name="host.sweep"):
                 settled += 1
                 progressed += 1
                 telemetry.emit(sink, telemetry.STATUS, invocation_id=candidate.id,

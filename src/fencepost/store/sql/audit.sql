@@ -143,13 +143,29 @@ FROM invocations i JOIN adapter_invocations a ON a.invocation_id = i.id
 WHERE i.status = 'pending' OR (i.status = 'succeeded' AND a.status != 'succeeded');
 
 -- name: audit_invocation_verdict_event
--- A verdict has exactly one verdict event (written in its transaction), an open invocation none.
+-- A verdict has a verdict event (written in its transaction) and the latest one names the current status; an open
+-- invocation has none. A later status change (a sweep, a completion, a contradiction; ADR 0035) writes its own
+-- verdict event, so one invocation may hold one per status it has had.
 SELECT i.id AS subject, i.status || ' invocation has ' || count(e.id) || ' verdict event(s)' AS detail
 FROM invocations i
 LEFT JOIN host_events e ON e.subject_type = 'ActionInvocation' AND e.subject_id = i.id
      AND e.type IN ('ActionInvocationSucceeded', 'ActionInvocationFailed', 'ActionInvocationReconciliationRequired')
 GROUP BY i.id, i.status
-HAVING count(e.id) != (CASE WHEN i.status IN ('succeeded', 'failed', 'reconciliation_required') THEN 1 ELSE 0 END);
+HAVING (i.status IN ('succeeded', 'failed', 'reconciliation_required') AND count(e.id) = 0)
+    OR (i.status NOT IN ('succeeded', 'failed', 'reconciliation_required') AND count(e.id) > 0)
+UNION ALL
+SELECT i.id AS subject, i.status || ' invocation, but its latest verdict event is ' || e.type AS detail
+FROM invocations i
+JOIN host_events e ON e.subject_type = 'ActionInvocation' AND e.subject_id = i.id
+     AND e.type IN ('ActionInvocationSucceeded', 'ActionInvocationFailed', 'ActionInvocationReconciliationRequired')
+WHERE i.status IN ('succeeded', 'failed', 'reconciliation_required')
+  AND e.sequence = (SELECT max(l.sequence) FROM host_events l
+                    WHERE l.subject_type = 'ActionInvocation' AND l.subject_id = i.id
+                      AND l.type IN ('ActionInvocationSucceeded', 'ActionInvocationFailed',
+                                     'ActionInvocationReconciliationRequired'))
+  AND e.type != (CASE i.status WHEN 'succeeded' THEN 'ActionInvocationSucceeded'
+                               WHEN 'failed' THEN 'ActionInvocationFailed'
+                               ELSE 'ActionInvocationReconciliationRequired' END);
 
 -- name: audit_invocation_evidence_gaps
 -- A terminal verdict whose evidence is incomplete (host-spec K8: a verdict-first fallback may commit the verdict

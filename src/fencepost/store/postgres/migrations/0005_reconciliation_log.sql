@@ -10,7 +10,7 @@ CREATE TABLE host_reconciliations (
     space_id              TEXT NOT NULL,
     invocation_id         TEXT NOT NULL,
     adapter_invocation_id TEXT CHECK (adapter_invocation_id IS NULL OR length(adapter_invocation_id) BETWEEN 1 AND 100),
-    kind                  TEXT NOT NULL CHECK (kind IN ('adapter_outcome_ambiguous', 'handler_decision_required', 'applied_effect', 'recovery_budget_exhausted')),
+    kind                  TEXT NOT NULL CHECK (kind IN ('adapter_outcome_ambiguous', 'handler_decision_required', 'applied_effect', 'recovery_budget_exhausted', 'completion_overdue', 'completion_contradicted', 'completion_result_invalid')),
     payload               TEXT NOT NULL CHECK (fencepost_is_json_object(payload)),
     created_at            TIMESTAMPTZ NOT NULL,
     PRIMARY KEY (id, log),
