@@ -151,8 +151,6 @@ def test_a_failed_completion_settles_failed(cb: Callbacks) -> None:
     assert cb.host.get(invocation_id).error == "the bank refused"
 
 
-@pytest.mark.xfail(strict=True, reason="lead-14: the reconciliation log's kind CHECK (migration 0005) does not admit "
-                                       "completion_contradicted yet; tests/host's contradiction test fails alike")
 def test_a_contradiction_is_200_contradicted_and_needs_an_operator(cb: Callbacks) -> None:
     """ADR 0036: the host took it (reconciliation_required, the first completion kept): 200, so the provider stops
     re-sending; a 409 would be retried forever."""
