@@ -664,8 +664,25 @@ class Execution:
             if not tx.host.park_invocation(invocation.id, tx.lease, {**details, "result": result}):
                 raise SettlementRefused("the invocation could not park")
 
-        self.ctx.fenced(unit, name="host.park", finish=FINISH)
+        try:
+            self.ctx.fenced(unit, name="host.park", finish=FINISH)
+        except (StoreUnavailable, LeaseLost, SettlementRefused):
+            if not self._parked():  # a lost acknowledgement of a COMMIT that landed is not a failure
+                raise
         return InvocationStatus.RUNNING
+
+    def _parked(self) -> bool:
+        """Whether this invocation is parked with its command finished although the park unit raised (its COMMIT
+        landed, the acknowledgement was lost); then the context is marked finished, as the unit leaves it."""
+        try:
+            stored = self.ctx.store.read(lambda tx: tx.host.get_invocation(self.invocation_id))
+        except StoreUnavailable:
+            return False
+        if stored is None or stored.parked_at is None or stored.command_status is not FINISH:
+            return False
+        self.ctx.finished = True
+        self.ctx.finished_status = FINISH
+        return True
 
     def _finalize(self, invocation: InvocationRecord, action: Action, handler_output: dict[str, Any],
                   outputs: dict[str, dict[str, Any]], declared: list[tuple[str, dict[str, Any]]],
