@@ -73,6 +73,17 @@ def load_host(spec: str, store: Store) -> Host:
     raise InvalidInput(f"--app: {spec} is neither a Host nor a callable returning one")
 
 
+def _json_object(text: str, option: str) -> dict[str, Any]:
+    """``text`` parsed as a JSON object. Raises ``InvalidInput`` naming ``option`` otherwise."""
+    try:
+        parsed = jsonlib.loads(text)
+    except ValueError:
+        raise InvalidInput(f"{option} must be a JSON object") from None
+    if not isinstance(parsed, dict):
+        raise InvalidInput(f"{option} must be a JSON object")
+    return parsed
+
+
 def _view_json(view: InvocationView) -> dict[str, Any]:
     return view.as_json()
 
@@ -146,12 +157,7 @@ def submit(
     fencepost host show).
     """
     with opened(database) as store, handled():
-        try:
-            parsed = jsonlib.loads(params)
-        except ValueError:
-            raise InvalidInput("--params must be a JSON object") from None
-        if not isinstance(parsed, dict):
-            raise InvalidInput("--params must be a JSON object")
+        parsed = _json_object(params, "--params")
         if not key:
             raise InvalidInput("--key is required: an idempotency key makes a retried submit safe")
         host = load_host(host_app, store)
@@ -250,14 +256,7 @@ def complete(
     (nothing recorded) or still executing (retry later); 2: bad input; 3: two invocations hold the reference.
     """
     with opened(database) as store, handled():
-        parsed: dict[str, Any] | None = None
-        if result:
-            try:
-                parsed = jsonlib.loads(result)
-            except ValueError:
-                raise InvalidInput("--result must be a JSON object") from None
-            if not isinstance(parsed, dict):
-                raise InvalidInput("--result must be a JSON object")
+        parsed = _json_object(result, "--result") if result else None
         receipt = load_host(host_app, store).complete(provider, reference, outcome, result=parsed,
                                                       error=error or None)
     data = {"disposition": str(receipt.disposition), "invocation_id": receipt.invocation_id,
