@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from fencepost.core.errors import RecoverableFinalization
+from fencepost.core.errors import RecoverableFinalization, StoreUnavailable
 from fencepost.core.statuses import AdapterStatus, CommandStatus, CompletionDisposition, InvocationStatus
 from fencepost.host import Accepted, Action, AdapterStep, Inline, PermanentFailure, RetryPolicy, Succeeded
 from fencepost.host.completion import FIXED_FAILURE
@@ -309,3 +309,31 @@ def test_docs_have_the_overdue_runbook_and_say_nothing_is_cancelled() -> None:
         assert needed in runbook, needed
     assert "Nothing here cancels the provider's operation" in " ".join((docs / "host.md").read_text().split())
     assert "None of this cancels the provider's operation" in runbook
+
+
+def test_a_parked_invocation_settles_past_its_deadline_before_the_sweep(store: Store, backend: StoreBackend,
+                                                                       ledger: Ledger) -> None:
+    """N5: the deadline passed but no sweep ran yet: the callback still settles it."""
+    host, invocation_id = parked(store, backend, ledger)
+    backend.advance(DEADLINE.total_seconds() + 0.5)
+    receipt = host.complete(VENDOR, "po_1", "completed", result={"payout_id": "p"})
+    assert receipt.disposition is CompletionDisposition.SETTLED and receipt.status is InvocationStatus.SUCCEEDED
+    assert record(store, invocation_id).overdue_at is None
+    assert host.reconcile_overdue_completions() == 0
+
+
+def test_the_sweep_verdict_and_its_record_commit_together(backend: StoreBackend, ledger: Ledger) -> None:
+    """N15, N31: the sweep's verdict write fails: no reconciliation record is left; the next sweep writes exactly
+    one."""
+    inner = backend.migrated()
+    _, invocation_id = parked(inner, backend, ledger)
+    backend.advance(DEADLINE.total_seconds() + 0.5)
+    faulty = FaultInjectingStore(inner, plan={"insert_reconciliation": {1}})
+    swept_host = make_host(faulty, payout_action(), Scripted(ledger))
+    with pytest.raises(StoreUnavailable):
+        swept_host.reconcile_overdue_completions()
+    stored = record(inner, invocation_id)
+    assert stored.status is InvocationStatus.RUNNING and stored.overdue_at is None
+    assert inner.read(lambda tx: tx.host.list_reconciliations(invocation_id)) == []
+    assert swept_host.reconcile_overdue_completions() == 1
+    assert len(inner.read(lambda tx: tx.host.list_reconciliations(invocation_id))) == 1

@@ -8,19 +8,20 @@ transactions of a real SQLite file or PostgreSQL database; commit order is read 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
-from fencepost.core.errors import LeaseLost, RecoverableFinalization
+from fencepost.core.errors import LeaseLost, RecoverableFinalization, StoreUnavailable
 from fencepost.core.statuses import AdapterStatus, InvocationStatus, ReconciliationKind
 from fencepost.host import Ambiguous, Inline
 from fencepost.host.adapter import AdapterCall
 from fencepost.host.finalization import SETTLED_BY_FALLBACK
 from fencepost.host.telemetry import EVIDENCE_FAILED, EVIDENCE_REFUSED, STATUS
 from fencepost.store.audit import audit_store
-from fencepost.store.base import Store
+from fencepost.store.base import Store, StoreBusy
 from fencepost.store.faults import FaultInjectingStore
 from fencepost.store.host_records import VerdictHeld
 from helpers.store_backends import StoreBackend
@@ -349,3 +350,52 @@ def test_evidence_after_a_changed_verdict_is_refused_not_raised(backend: StoreBa
     view = host.get(invocation_id)
     assert view.error == "an operator's note" and view.steps[0].status is AdapterStatus.RUNNING
     assert reconciliations(inner, invocation_id) == []
+
+
+class LosesTheAcknowledgement(FaultInjectingStore):
+    """The unit named ``unit`` commits, then the driver reports the connection lost (once): the server committed,
+    the client does not know. ``StoreBusy`` makes ``Store.transact`` run the unit again, as a dropped PostgreSQL
+    connection does."""
+
+    def __init__(self, inner: Store, unit: str, error: type[Exception], plan: dict[str, set[int]]) -> None:
+        super().__init__(inner, plan=plan)
+        self.unit, self.lost_with, self.lost = unit, error, 0
+
+    @contextmanager
+    def transaction(self, *, write: bool = True, name: str | None = None) -> Iterator[Any]:
+        with super().transaction(write=write, name=name) as tx:
+            yield tx
+        if name == self.unit and not self.lost:
+            self.lost += 1
+            raise self.lost_with("connection lost after COMMIT")
+
+
+@pytest.mark.parametrize("error", [StoreUnavailable, StoreBusy], ids=["unavailable", "busy"])
+@pytest.mark.parametrize(("unit", "plan"), [("host.settle", {}), ("host.settle.verdict", {"finish_command": {1, 2}})],
+                         ids=["atomic", "fallback"])
+def test_a_lost_commit_acknowledgement_is_read_back(backend: StoreBackend, ledger: Ledger, unit: str,
+                                                    plan: dict[str, set[int]], error: type[Exception]) -> None:
+    """The settlement's COMMIT lands but its acknowledgement is lost: the execution reads the verdict back, goes
+    on with the evidence (fallback), reports the status once, raises nothing; the audit is clean."""
+    faulty = LosesTheAcknowledgement(backend.migrated(), unit, error, plan)
+    sink = Recorder()
+    host, invocation_id, raised = inline(faulty, Scripted(ledger, Ambiguous("reset after send")), sink=sink)
+    assert faulty.lost == 1 and raised is None
+    view = host.get(invocation_id)
+    assert view.status is InvocationStatus.RECONCILIATION_REQUIRED and view.steps[0].status is AdapterStatus.AMBIGUOUS
+    assert [a["status"] for a in sink.named(STATUS)] == ["running", "reconciliation_required"]
+    assert gaps(faulty.inner, invocation_id) == [] and len(ledger.requests) == 1
+
+
+def test_a_lost_applied_effect_record_is_a_gap_audit_reports(backend: StoreBackend, ledger: Ledger) -> None:
+    """K8 for the post-success path: the verdict and the marker land but the applied-effect reconciliation record
+    does not: the audit names the adapter invocation the verdict points to."""
+    faulty = FaultInjectingStore(backend.migrated(), plan={"update_adapter_invocation": {1, 2, 3, 4},
+                                                           "insert_reconciliation": {1}})
+    host, invocation_id, raised = inline(faulty, Scripted(ledger))
+    assert raised is not None and raised.verdict_durable
+    view = host.get(invocation_id)
+    assert view.reconciliation is not None and view.reconciliation["kind"] == "applied_effect"
+    assert view.steps[0].status is AdapterStatus.SUCCEEDED and reconciliations(faulty.inner, invocation_id) == []
+    [gap] = gaps(faulty.inner, invocation_id)
+    assert "applied_effect" in gap and view.steps[0].adapter_invocation_id in gap

@@ -124,6 +124,8 @@ class _HandlerRaised(Exception):
 
 
 def _text(value: str) -> str:
+    """Verdict text: at most 2,000 characters, NUL shown as ``\\0`` (PostgreSQL text cannot hold it)."""
+    value = value.replace("\x00", "\\0")
     return value if len(value) <= MAX_ERROR_CHARS else value[:MAX_ERROR_CHARS - 1] + "…"
 
 
@@ -255,7 +257,11 @@ class Execution:
                     self.ctx.fenced(settlement(plan), name="host.finalize", finish=FINISH)
                 else:
                     self.ctx.fenced(settlement(plan), name="host.settle", finish=FINISH)
-            except StoreUnavailable as raised:
+            except (StoreUnavailable, LeaseLost, SettlementRefused) as raised:
+                if self._landed(verdict):  # the COMMIT went through; only its acknowledgement was lost
+                    return verdict.status
+                if not isinstance(raised, StoreUnavailable):
+                    raise
                 error = raised
                 continue
             self._emit_status(verdict.status)
@@ -265,6 +271,25 @@ class Execution:
             return self._fallback(plan, error)
         raise RecoverableFinalization(f"the {verdict.status} verdict could not be recorded: {error}", error,
                                       invocation_id=self.invocation_id) from error
+
+    def _landed(self, verdict: Verdict, *, emit: bool = True) -> bool:
+        """Whether ``verdict`` is stored although its unit raised: a COMMIT whose acknowledgement was lost (a
+        dropped connection after the server committed; ``Store.transact`` may even have re-run the unit, which
+        then found the row settled). Read back: the invocation holds exactly this verdict and its command is
+        finished. Then the context is marked finished, as the unit would have left it. A read that fails is
+        "not known to have landed"."""
+        try:
+            stored = self.ctx.store.read(lambda tx: tx.host.get_invocation(self.invocation_id))
+        except StoreUnavailable:
+            return False
+        if (stored is None or stored.status is not verdict.status or stored.error != verdict.error
+                or stored.command_status is not FINISH):
+            return False
+        self.ctx.finished = True
+        self.ctx.finished_status = FINISH
+        if emit:
+            self._emit_status(verdict.status)
+        return True
 
     def _fallback(self, plan: Settlement, cause: StoreUnavailable) -> InvocationStatus:
         """The verdict-first fallback (K5-K9): the fenced verdict, retried once except on lease loss; then every
@@ -276,7 +301,11 @@ class Execution:
             try:
                 self.ctx.fenced(unit, name="host.settle.verdict", finish=FINISH)
                 break
-            except StoreUnavailable as raised:  # LeaseLost and refusals leave at once (K4, K9)
+            except (StoreUnavailable, LeaseLost, SettlementRefused) as raised:
+                if self._landed(verdict, emit=False):  # committed, acknowledgement lost: go on to the evidence
+                    break
+                if not isinstance(raised, StoreUnavailable):
+                    raise  # LeaseLost and refusals leave at once (K4, K9)
                 last = raised
         else:  # K9: nothing more is written, above all no unfenced checkpoint
             raise RecoverableFinalization(
@@ -314,6 +343,11 @@ class Execution:
         if decision.applied:
             evidence["applied"] = [{"step": r.step_name, "adapter_invocation_id": r.id,
                                     "external_reference": r.external_reference} for r in decision.applied]
+            if decision.status is InvocationStatus.RECONCILIATION_REQUIRED:  # G8: each applied effect to resolve
+                records = records + tuple(reconciliation_record(
+                    invocation, r.id, ReconciliationKind.APPLIED_EFFECT,
+                    {"step": r.step_name, "reason": "applied, not continued by recovery",
+                     "external_reference": r.external_reference}) for r in decision.applied)
         return self._settle(invocation, Verdict(decision.status, _text(decision.error), kind=decision.kind,
                                                 evidence=evidence or None), writes=writes, events=events,
                             records=records)
@@ -630,8 +664,25 @@ class Execution:
             if not tx.host.park_invocation(invocation.id, tx.lease, {**details, "result": result}):
                 raise SettlementRefused("the invocation could not park")
 
-        self.ctx.fenced(unit, name="host.park", finish=FINISH)
+        try:
+            self.ctx.fenced(unit, name="host.park", finish=FINISH)
+        except (StoreUnavailable, LeaseLost, SettlementRefused):
+            if not self._parked():  # a lost acknowledgement of a COMMIT that landed is not a failure
+                raise
         return InvocationStatus.RUNNING
+
+    def _parked(self) -> bool:
+        """Whether this invocation is parked with its command finished although the park unit raised (its COMMIT
+        landed, the acknowledgement was lost); then the context is marked finished, as the unit leaves it."""
+        try:
+            stored = self.ctx.store.read(lambda tx: tx.host.get_invocation(self.invocation_id))
+        except StoreUnavailable:
+            return False
+        if stored is None or stored.parked_at is None or stored.command_status is not FINISH:
+            return False
+        self.ctx.finished = True
+        self.ctx.finished_status = FINISH
+        return True
 
     def _finalize(self, invocation: InvocationRecord, action: Action, handler_output: dict[str, Any],
                   outputs: dict[str, dict[str, Any]], declared: list[tuple[str, dict[str, Any]]],

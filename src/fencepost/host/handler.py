@@ -3,8 +3,8 @@
 ``handle(ctx)`` runs one ``Execution`` under the claimed lease. The worker's per-kind delivery budget is the
 recovery budget (``max_deliveries = recovery_max_attempts``): the claim after the last allowed one does not run
 ``handle`` at all but ``on_budget_exhausted``, whose verdict is written under that claim's lease, first and
-before any evidence is read (H3-H5); once it committed, ``after_budget_verdict`` adds the rows' evidence under the
-settled-verdict condition (H6, H7, H17; ``fencepost.host.enrichment``).
+before any evidence is read (H3-H5); once it committed, ``after_failure`` reports the status and adds the rows'
+evidence under the settled-verdict condition (H6, H7, H17; ``fencepost.host.enrichment``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import weakref
 
 from fencepost.core.errors import RecoverableFinalization
 from fencepost.core.statuses import AdapterStatus, InvocationStatus, ReconciliationKind
+from fencepost.host import telemetry
 from fencepost.host.enrichment import budget_evidence
 from fencepost.host.execution import Execution, Runtime
 from fencepost.host.finalization import unknown_outcome
@@ -50,8 +51,8 @@ class HostHandler:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        # The budget verdict each context's unit wrote, for the conditional evidence after it (H17).
-        self._budget_verdicts: weakref.WeakKeyDictionary[CommandContext, VerdictHeld] = weakref.WeakKeyDictionary()
+        # The verdict each context's failure unit wrote, for its telemetry and the evidence after it (H17, S3).
+        self._verdicts: weakref.WeakKeyDictionary[CommandContext, VerdictHeld] = weakref.WeakKeyDictionary()
 
     def handle(self, ctx: CommandContext) -> None:
         """Run the invocation to its verdict (``Execution.run``); the verdict unit finishes the command.
@@ -64,7 +65,7 @@ class HostHandler:
     def on_budget_exhausted(self, tx: FencedUnit, ctx: CommandContext, budget: DeliveryBudget) -> None:
         """The budget verdict (H4, H5): ``reconciliation_required`` with ``recovery attempts exhausted (n/max)``,
         written before the action is resolved or any adapter row is read, in the unit that fails the command.
-        Enrichment from the rows (H6, H7) follows the commit: ``after_budget_verdict``.
+        Enrichment from the rows (H6, H7) follows the commit: ``after_failure``.
 
         Raises:
             RecoverableFinalization: the verdict could not be written (H11); the unit rolls back.
@@ -81,17 +82,22 @@ class HostHandler:
                                 "attempts": budget.deliveries + 1, "max": budget.max_deliveries},
                 expected=_OPEN)):
             raise RecoverableFinalization("the budget verdict could not be written", invocation_id=invocation.id)
-        self._budget_verdicts[ctx] = VerdictHeld(InvocationStatus.RECONCILIATION_REQUIRED, error)
+        self._verdicts[ctx] = VerdictHeld(InvocationStatus.RECONCILIATION_REQUIRED, error)
 
-    def after_budget_verdict(self, ctx: CommandContext, budget: DeliveryBudget) -> None:
-        """After the budget verdict committed: settle ``running`` rows as unknown and enrich the verdict, each
-        write conditioned on that exact verdict (H6, H7, H17, H18).
+    def after_failure(self, ctx: CommandContext, budget: DeliveryBudget | None) -> None:
+        """After the worker's failure unit committed: report the status it wrote (S3); after a budget verdict,
+        settle ``running`` rows as unknown and enrich the verdict, each write conditioned on that exact verdict
+        (H6, H7, H17, H18).
 
         Raises:
             RecoverableFinalization: ``verdict_durable=True``; some evidence could not be read or written.
         """
-        held = self._budget_verdicts.pop(ctx, None)
-        if held is not None:
+        held = self._verdicts.pop(ctx, None)
+        if held is None:
+            return
+        telemetry.emit(self.runtime.telemetry, telemetry.STATUS, invocation_id=ctx.command.id,
+                       status=str(held.status))
+        if budget is not None:
             budget_evidence(ctx.store, ctx.command.id, held, self.runtime.telemetry)
 
     def on_failure(self, tx: FencedUnit, ctx: CommandContext, error: str) -> None:
@@ -126,3 +132,4 @@ class HostHandler:
         if not tx.host.update_leased_invocation(invocation.id, tx.lease, InvocationVerdict(
                 status, error=text, reconciliation=None if kind is None else {"kind": str(kind)}, expected=_OPEN)):
             raise RecoverableFinalization("the failure verdict could not be written", invocation_id=invocation.id)
+        self._verdicts[ctx] = VerdictHeld(status, text)

@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from fencepost.core.errors import Conflict, InvalidInput, NotFound, RecoverableFinalization
+from fencepost.core.errors import Conflict, InvalidInput, NotFound, RecoverableFinalization, StoreUnavailable
 from fencepost.core.statuses import (
     AdapterStatus,
     CompletionDisposition,
@@ -267,7 +267,8 @@ class Host:
             was written and the caller's transaction is still usable. RecoverableFinalization: an inline run
             could not record its outcome; ``execute(id)`` retries it while this host holds its lease (A3, A6).
             StoreBusy, StoreUnavailable, Conflict: with ``tx``, raised as is (no retry: the caller owns the
-            transaction and retries it whole).
+            transaction and retries it whole). StoreUnavailable after an inline run: its outcome is stored but
+            could not be read back; the message names the invocation, read it with ``get``.
         """
         try:
             action = self.actions.resolve(action_id, version)
@@ -335,6 +336,11 @@ class Host:
                            status=str(InvocationStatus.RUNNING))
             ctx = CommandContext(self.store, claimed, self.config.lease_seconds)
             self._run_inline(ctx, fresh=True)
+            try:
+                return self.get(record.id)
+            except StoreUnavailable as error:  # the run's outcome is stored; only reading it back failed
+                raise StoreUnavailable(f"invocation {record.id} ran; reading its outcome back failed ({error}): "
+                                       "read it again with get()") from error
         return self.get(record.id)
 
     def _run_inline(self, ctx: CommandContext, *, fresh: bool) -> None:

@@ -66,15 +66,16 @@ class BudgetAware(Protocol):
 
 
 @runtime_checkable
-class BudgetFollowUp(Protocol):
-    """The optional hook a ``BudgetAware`` handler may have for after its budget verdict committed.
+class FailureFollowUp(Protocol):
+    """The optional hook a handler may have for after the worker's failure verdict committed.
 
-    ``after_budget_verdict(ctx, budget)`` runs once the unit that failed the command has committed, with the
-    lease already released: the handler adds evidence under its own conditions (the action host settles the
-    rows it reads only now, host-spec H5-H7). What it raises is logged; the verdict stands.
+    ``after_failure(ctx, budget)`` runs once the unit that failed the command (``on_failure``, or
+    ``on_budget_exhausted`` with ``budget`` given) has committed, with the lease already released: the handler
+    reports what it wrote and adds evidence under its own conditions (the action host settles the rows it reads
+    only now, host-spec H5-H7). What it raises is logged; the verdict stands.
     """
 
-    def after_budget_verdict(self, ctx: CommandContext, budget: DeliveryBudget) -> None: ...
+    def after_failure(self, ctx: CommandContext, budget: DeliveryBudget | None) -> None: ...
 
 
 #: Deliveries a command gets unless its kind says otherwise: a crash loop ends with a verdict, not forever.

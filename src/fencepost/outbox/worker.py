@@ -40,7 +40,7 @@ from fencepost.outbox.context import (
     StopRequested,
     TimeLimitExceeded,
 )
-from fencepost.outbox.handlers import BudgetAware, BudgetFollowUp, DeliveryBudget, HandlerRegistry
+from fencepost.outbox.handlers import BudgetAware, DeliveryBudget, FailureFollowUp, HandlerRegistry
 from fencepost.outbox.heartbeat import Heartbeat
 from fencepost.outbox.registry import WorkerRegistration
 from fencepost.store.base import Store, WorkWaiter
@@ -458,9 +458,27 @@ class Worker:
         try:
             ctx.fenced(unit, name="outbox.fail", finish=CommandStatus.FAILED, error=text)
         except LeaseLost:
+            self._log_lost(ctx)
             return _Outcome.LOST
         except StopRequested:
             return self._release(ctx)
+        except RecoverableFinalization as error:  # the handler's verdict could not be written under this lease
+            if isinstance(error.cause, LeaseLost) or ctx.lost:
+                self._log_lost(ctx)
+                return _Outcome.LOST
+            log.error("failure verdict not recorded; the lease is left to expire", extra={
+                "event": "command_abandoned", "command_id": ctx.command.id, "error": str(error)})
+            return _Outcome.ABANDONED
+        except StoreUnavailable as error:
+            log.error("failure verdict not recorded: the store failed; the lease is left to expire", extra={
+                "event": "command_abandoned", "command_id": ctx.command.id, "error": str(error)})
+            return _Outcome.ABANDONED
+        if isinstance(handler, FailureFollowUp):
+            try:
+                handler.after_failure(ctx, budget)
+            except Exception as error:  # the verdict stands; the handler's evidence is what is missing
+                log.error("evidence after the failure verdict was not recorded", extra={
+                    "event": "evidence_gap", "command_id": ctx.command.id, "error": str(error)})
         if timed_out:
             self.stats.timed_out += 1
         log.error("command failed", extra={"event": "command_failed", "command_id": ctx.command.id,
@@ -481,13 +499,6 @@ class Worker:
         outcome = self._fail(ctx, budget.error, budget=budget)
         if outcome is _Outcome.FAILED:
             self.stats.exhausted += 1
-            handler = self.registry.get(ctx.command.kind)
-            if isinstance(handler, BudgetFollowUp):
-                try:
-                    handler.after_budget_verdict(ctx, budget)
-                except Exception as error:  # the verdict stands; the handler's evidence is what is missing
-                    log.error("evidence after the budget verdict was not recorded", extra={
-                        "event": "evidence_gap", "command_id": ctx.command.id, "error": str(error)})
         return outcome
 
     def _release(self, ctx: CommandContext) -> _Outcome:

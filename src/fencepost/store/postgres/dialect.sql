@@ -168,6 +168,12 @@ EXISTS (SELECT 1 FROM commands AS lease WHERE lease.id = :lease_command_id AND l
 -- fragment: json_text_array
 json_array_elements_text(CAST(:expected AS json)) AS value
 
+-- fragment: invocation_reconciliation_kind
+(CAST(i.reconciliation AS jsonb) ->> 'kind')
+
+-- fragment: invocation_reconciliation_adapter
+(CAST(i.reconciliation AS jsonb) ->> 'adapter_invocation_id')
+
 -- fragment: lock_invocation_row
 -- The invocation row lock, first in the host's lock order (invocation, adapter row, command; ADR 0022):
 -- held until COMMIT, so a conditional adapter write and the verdict see one parent (host-spec I17).

@@ -172,7 +172,8 @@ WHERE i.status IN ('succeeded', 'failed', 'reconciliation_required')
 -- and lose a later evidence write; the gap is final, never repaired, and reported here). For each adapter row of
 -- a succeeded, failed or reconciliation_required invocation: no row still running; an ambiguous row has its
 -- AdapterInvocationAmbiguous event and its governance reconciliation entry (K1); a succeeded row has its
--- AdapterInvocationSucceeded or ExternalOperationAccepted event (L2).
+-- AdapterInvocationSucceeded or ExternalOperationAccepted event (L2); an applied_effect verdict that names an
+-- adapter invocation (a lost marker, a handoff) has that invocation's governance record.
 SELECT i.id AS subject, 'evidence gap: adapter invocation ' || a.id || ' (step ' || a.step_name || ') '
        || CASE WHEN a.status = 'running' THEN 'is still running under a ' || i.status || ' verdict'
                WHEN a.status = 'ambiguous' THEN 'is ambiguous without an AdapterInvocationAmbiguous event'
@@ -193,4 +194,13 @@ SELECT i.id AS subject, 'evidence gap: adapter invocation ' || a.id || ' (step '
 FROM invocations i JOIN adapter_invocations a ON a.invocation_id = i.id
 WHERE i.status IN ('succeeded', 'failed', 'reconciliation_required') AND a.status = 'ambiguous'
   AND NOT EXISTS (SELECT 1 FROM host_reconciliations r
-                  WHERE r.invocation_id = i.id AND r.log = 'governance' AND r.adapter_invocation_id = a.id);
+                  WHERE r.invocation_id = i.id AND r.log = 'governance' AND r.adapter_invocation_id = a.id)
+UNION ALL
+SELECT i.id AS subject, 'evidence gap: the applied_effect verdict names adapter invocation '
+       || {{invocation_reconciliation_adapter}} || ' without a governance reconciliation record' AS detail
+FROM invocations i
+WHERE i.status = 'reconciliation_required' AND {{invocation_reconciliation_kind}} = 'applied_effect'
+  AND {{invocation_reconciliation_adapter}} IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM host_reconciliations r
+                  WHERE r.invocation_id = i.id AND r.log = 'governance'
+                    AND r.adapter_invocation_id = {{invocation_reconciliation_adapter}});

@@ -219,6 +219,14 @@ RETURNING id;
 -- per-dialect
 -- The strings of the JSON array :expected, as a relation with one column named value.
 
+-- fragment: invocation_reconciliation_kind
+-- per-dialect
+-- The text of the "kind" field of the reconciliation JSON of the invocation aliased i (NULL when absent).
+
+-- fragment: invocation_reconciliation_adapter
+-- per-dialect
+-- The text of the "adapter_invocation_id" field of the reconciliation JSON of the invocation aliased i.
+
 -- fragment: lock_invocation_row
 -- per-dialect
 -- Ends a primary-key lookup of one invocation (alias i): locks it until the transaction ends on PostgreSQL

@@ -116,6 +116,12 @@ EXISTS (SELECT 1 FROM commands AS lease WHERE lease.id = :lease_command_id AND l
 -- fragment: json_text_array
 json_each(:expected)
 
+-- fragment: invocation_reconciliation_kind
+json_extract(i.reconciliation, '$.kind')
+
+-- fragment: invocation_reconciliation_adapter
+json_extract(i.reconciliation, '$.adapter_invocation_id')
+
 -- fragment: lock_invocation_row
 -- BEGIN IMMEDIATE holds the write reservation: the row cannot change until COMMIT.
 LIMIT 1
