@@ -1,6 +1,8 @@
 """``fencepost demo payments`` end to end, as a new user runs it: a real SimPay, real worker subprocesses, real
-SIGKILLs; every row's verdict checked against SimPay's own ledger (host-spec §2.10, issue 12), and row 13's
-verdict-first fallback with the evidence that survived and the one gap audit reports (issue 13, ADR 0031)."""
+SIGKILLs; every row's verdict checked against SimPay's own ledger (host-spec §2.10, issue 12), row 13's
+verdict-first fallback with the evidence that survived and the one gap audit reports (issue 13, ADR 0031), and
+rows 8-10: payouts completed by SimPay's signed webhooks through a real ``fencepost serve`` (issue 14, host-spec
+N, ADR 0036)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from helpers.processes import run_cli
 
 EXPECTED = {1: ("succeeded", 1, 1), 2: ("failed", 0, 1), 3: ("succeeded", 1, 3),
             4: ("reconciliation_required", 1, 1), 5: ("reconciliation_required", 1, 1),
-            6: ("reconciliation_required", 1, 1), 7: ("succeeded", 1, 2), 11: ("refused", 0, 0),
+            6: ("reconciliation_required", 1, 1), 7: ("succeeded", 1, 2), 8: ("succeeded", 0, 1),
+            9: ("reconciliation_required", 0, 1), 10: ("succeeded", 0, 1), 11: ("refused", 0, 0),
             12: ("reconciliation_required", 0, 0), 13: ("reconciliation_required", 1, 1)}
 
 
@@ -58,6 +61,26 @@ def test_the_payments_demo_holds_row_by_row_against_the_provider_ledger(tmp_path
     assert finding["subject"] == gap["invocation_id"] and gap["adapter_invocation_id"] in finding["detail"]
     assert "is still running" in finding["detail"] and gap["audit_findings"] == [finding["detail"]]
     assert report["stray_audit_findings"] == []
+    # Rows 8-10, from SimPay's ledger file: one payout each, under the step's key, and the webhooks it sent with
+    # the answers fencepost gave (any early one answered "later", then taken).
+    for number, taken, status in [(8, [("payout.paid", "settled"), ("payout.paid", "absorbed")], "paid"),
+                                  (9, [("payout.paid", "settled"), ("payout.failed", "contradicted")], "failed"),
+                                  (10, [("payout.paid", "settled")], "paid")]:
+        row = rows[number]
+        [payout] = [p for p in ledger.payouts() if p["idempotency_key"] == row["adapter_invocation_id"]]
+        assert payout["status"] == status and row["external_reference"] == payout["id"]
+        sent = ledger.webhooks(payout["id"])
+        assert [(w["type"], w["answer"]) for w in sent if w["answer_status"] == 200] == taken
+        assert {w["answer"] for w in sent if w["answer_status"] != 200} <= {"unknown-reference", "still-executing"}
+        assert row["parked_at"] is not None and row["completion_outcome"] == "completed"
+    assert len(ledger.payouts()) == 3
+    assert rows[8]["overdue_at"] is None and rows[9]["overdue_at"] is None
+    assert rows[9]["contradiction"] == ["completed", "failed"] and "contradicts the first" in rows[9]["reason"]
+    assert "ExternalOperationContradicted" in rows[9]["events"]
+    late = rows[10]
+    assert late["status_before_late_webhook"] == "reconciliation_required" and late["overdue_at"] is not None
+    assert all(w["sent_at"] > late["overdue_at"] for w in late["simpay_webhooks"])
+    assert "ExternalOperationCompleted" in late["events"]
 
 
 def test_the_demo_refuses_a_directory_that_is_not_its_own(tmp_path: Path) -> None:
@@ -172,3 +195,108 @@ def test_any_other_audit_finding_fails_the_demo() -> None:
     assert report.holds
     stray = dataclasses.replace(report, stray_findings=["integrity sqlite: page 3 is corrupt"])
     assert not stray.holds and stray.as_json()["stray_audit_findings"] == ["integrity sqlite: page 3 is corrupt"]
+
+
+# ── rows 8-10: asynchronous payouts completed by SimPay's webhooks (issue 14) ──
+
+GOOD_PAYOUTS: dict[int, dict[str, Any]] = {
+    8: {"status": "succeeded", "payout_status": "paid",
+        "webhooks": [("payout.paid", 404, "unknown-reference"), ("payout.paid", 200, "settled"),
+                     ("payout.paid", 200, "absorbed")]},
+    9: {"status": "reconciliation_required", "payout_status": "failed",
+        "reason": "a second external completion (failed) contradicts the first (completed); the first is kept, "
+                  "an operator decides", "contradiction": ("completed", "failed"),
+        "webhooks": [("payout.paid", 409, "still-executing"), ("payout.paid", 200, "settled"),
+                     ("payout.failed", 200, "contradicted")]},
+    10: {"status": "succeeded", "payout_status": "paid", "overdue_at": "2026-01-01T00:00:05.000000Z",
+         "status_before_late_webhook": "reconciliation_required",
+         "webhooks": [("payout.paid", 200, "settled")]},
+}
+
+
+def payout_row(number: int, **changes: Any) -> Row:
+    """Payout row ``number`` as a good run measures it, with ``changes`` doctored in."""
+    scenario = next(s for s in SCENARIOS if s.number == number)
+    good = dict(GOOD_PAYOUTS[number])
+    sent = webhooks(*good.pop("webhooks"))
+    row = Row(scenario, invocation_id=f"inv_{number}", adapter_invocation_id=f"ai_{number}", charges=0, calls=1,
+              payouts=1, provider_payout_id=f"po_{number}", external_reference=f"po_{number}", webhooks=sent,
+              parked_at="2026-01-01T00:00:00.500000Z", completion_outcome="completed",
+              completion_reference=f"po_{number}", **good)
+    return dataclasses.replace(row, **changes)
+
+
+@pytest.mark.parametrize("number", [8, 9, 10])
+def test_a_payout_row_holds_on_its_evidence(number: int) -> None:
+    row = payout_row(number)
+    row.check()
+    assert row.holds, row.problems
+
+
+def webhooks(*sent: tuple[str, int | None, str]) -> list[dict[str, Any]]:
+    return [{"type": kind, "attempt": 1, "answer_status": code, "answer": answer,
+             "sent_at": f"2026-01-01T00:00:0{6 + i}.000000Z"} for i, (kind, code, answer) in enumerate(sent)]
+
+
+@pytest.mark.parametrize(("number", "changes", "problem"), [
+    (8, {"payouts": 2}, "2 payout(s) at SimPay, expected 1"),
+    (8, {"payouts": 0, "provider_payout_id": None}, "0 payout(s) at SimPay, expected 1"),
+    (8, {"external_reference": "po_other"}, "the handoff's reference po_other is not SimPay's payout po_8"),
+    (8, {"charges": 1}, "1 charge(s) at SimPay, expected 0"),
+    (8, {"calls": 2}, "2 provider call(s), expected 1"),
+    (8, {"status": "reconciliation_required"}, "verdict reconciliation_required, expected succeeded"),
+    (8, {"webhooks": webhooks(("payout.paid", 200, "settled"))},
+     "fencepost took the webhooks payout.paid -> settled, expected payout.paid -> settled, payout.paid -> absorbed"),
+    (8, {"webhooks": webhooks(("payout.paid", 200, "settled"), ("payout.paid", 200, "contradicted"))},
+     "expected payout.paid -> settled, payout.paid -> absorbed"),
+    (8, {"webhooks": webhooks(("payout.paid", 401, "invalid-signature"), ("payout.paid", 200, "settled"),
+                              ("payout.paid", 200, "absorbed"))},
+     "a payout.paid webhook was answered 401 invalid-signature, not taken nor deferred"),
+    (8, {"webhooks": webhooks(("payout.paid", None, "no answer: refused"), ("payout.paid", 200, "settled"),
+                              ("payout.paid", 200, "absorbed"))}, "answered None no answer"),
+    (8, {"parked_at": None}, "the invocation never parked (no parked_at)"),
+    (8, {"completion_outcome": None}, "the recorded completion is None of po_8"),
+    (8, {"completion_reference": "po_x"}, "the recorded completion is completed of po_x"),
+    (8, {"overdue_at": "2026-01-01T00:00:05.000000Z"}, "the sweep set overdue_at"),
+    (8, {"contradiction": ("completed", "completed")}, "an unexpected ExternalOperationContradicted event"),
+    (8, {"payout_status": "pending"}, "SimPay's payout is pending, expected paid"),
+    (9, {"contradiction": None}, "no ExternalOperationContradicted event"),
+    (9, {"contradiction": ("failed", "completed")}, "no ExternalOperationContradicted event"),
+    (9, {"completion_outcome": "failed"}, "the recorded completion is failed of po_9"),
+    (9, {"status": "succeeded"}, "verdict succeeded, expected reconciliation_required"),
+    (9, {"reason": "step payout: accepted"}, "the reason does not say 'contradicts the first'"),
+    (9, {"payout_status": "paid"}, "SimPay's payout is paid, expected failed"),
+    (10, {"overdue_at": None}, "the sweep did not set overdue_at"),
+    (10, {"status_before_late_webhook": "running"}, "before the late webhook it was running"),
+    (10, {"status_before_late_webhook": None}, "before the late webhook it was None"),
+    (10, {"webhooks": [{"type": "payout.paid", "attempt": 1, "answer_status": 200, "answer": "settled",
+                        "sent_at": "2026-01-01T00:00:04.000000Z"}]}, "before the sweep"),
+    (10, {"status": "reconciliation_required"}, "verdict reconciliation_required, expected succeeded"),
+    (10, {"webhooks": []}, "fencepost took the webhooks none, expected payout.paid -> settled"),
+    (10, {"parked_at": None}, "the invocation never parked"),
+], ids=["two-payouts", "no-payout", "other-reference", "a-charge", "two-calls", "verdict", "no-repeat",
+        "repeat-contradicted", "refused-signature", "no-answer", "not-parked", "no-completion", "other-completion",
+        "swept", "contradiction-event", "simpay-pending", "9-no-event", "9-flipped-event", "9-second-kept",
+        "9-verdict", "9-reason", "9-simpay-paid", "10-not-swept", "10-not-seen-swept", "10-nothing-seen",
+        "10-early-webhook", "10-not-settled", "10-no-webhook", "10-not-parked"])
+def test_a_doctored_payout_row_does_not_hold(number: int, changes: dict[str, Any], problem: str) -> None:
+    row = payout_row(number, **changes)
+    row.check()
+    assert not row.holds
+    assert any(problem in p for p in row.problems), row.problems
+
+
+def test_a_payout_row_shows_its_webhooks_and_verdicts() -> None:
+    """The table's cells for rows 9 and 10: each webhook with fencepost's answer; the swept verdict before the
+    late one."""
+    from fencepost.cli.demo_cmd import _evidence, _ledger, _verdict
+
+    contradicted = payout_row(9)
+    assert _ledger(contradicted) == "1 payout"
+    assert _evidence(contradicted) == (
+        "handoff po_9, parked; payout.paid -> 409 still-executing; payout.paid -> 200 settled; "
+        "payout.failed -> 200 contradicted; ExternalOperationContradicted; the first outcome (completed) kept")
+    late = payout_row(10)
+    assert "reconciliation_required" in _verdict(late) and "succeeded" in _verdict(late)
+    assert _evidence(late) == ("handoff po_10, parked; no webhook by the deadline: the sweep set overdue_at; then a "
+                               "late one; payout.paid -> 200 settled")

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -281,3 +282,117 @@ def test_in_its_own_process_the_ledger_outlives_the_provider(tmp_path: Path) -> 
     assert ids[0] == ids[1]
     assert [c["id"] for c in Ledger(ledger_path).charges()] == [ids[0]]
     assert len(Ledger(ledger_path).calls()) == 2
+
+
+# ── payout webhooks by mode (issue 14): what SimPay sends, how it retries, what its ledger keeps ──
+
+def answers(*replies: tuple[int, bytes]) -> Any:
+    """A receiver behaviour that answers the n-th request with the n-th of ``replies`` (the last one after)."""
+    from helpers.loopback_http import Loopback
+
+    def behave(handler: Any, server: Loopback) -> None:
+        status, body = replies[min(len(server.received), len(replies)) - 1]
+        reply(status, body, {"Content-Type": "application/json"})(handler, server)
+
+    return behave
+
+
+SETTLED = (200, b'{"disposition": "settled"}')
+ABSORBED = (200, b'{"disposition": "absorbed"}')
+CONTRADICTED = (200, b'{"disposition": "contradicted"}')
+NOT_YET = (404, b'{"type": "https://fencepost.dev/problems/unknown-reference"}')
+PARKING = (409, b'{"type": "https://fencepost.dev/problems/still-executing"}')
+SECRET = "a-webhook-secret-of-32-characters!"
+
+
+def payout(provider: SimPay, mode: str, key: str = "ai_p") -> dict[str, Any]:
+    made: dict[str, Any] = httpx.post(f"{provider.url}/v1/payouts", json={"amount": 700, "currency": "eur"},
+                                      headers={"Idempotency-Key": key, "X-SimPay-Mode": mode},
+                                      trust_env=False).json()
+    return made
+
+
+@pytest.mark.parametrize(("mode", "replies", "sent", "taken", "status"), [
+    ("webhook", (SETTLED,), ["payout.paid"], [("payout.paid", "settled")], "paid"),
+    ("webhook-twice", (SETTLED, ABSORBED), ["payout.paid", "payout.paid"],
+     [("payout.paid", "settled"), ("payout.paid", "absorbed")], "paid"),
+    ("webhook-contradict", (SETTLED, CONTRADICTED), ["payout.paid", "payout.failed"],
+     [("payout.paid", "settled"), ("payout.failed", "contradicted")], "failed"),
+    ("webhook-never", (SETTLED,), [], [], "pending"),
+    # fencepost's "later" answers (the webhook outran the handoff, then the parking) are retried until taken
+    ("webhook", (NOT_YET, PARKING, SETTLED), ["payout.paid"] * 3, [("payout.paid", "settled")], "paid"),
+], ids=["once", "twice", "contradict", "never", "retried-until-taken"])
+def test_each_payout_mode_delivers_its_webhooks(tmp_path: Path, mode: str, replies: tuple[tuple[int, bytes], ...],
+                                                sent: list[str], taken: list[tuple[str, str]], status: str) -> None:
+    from fencepost.api import signatures
+
+    with loopback_server(answers(*replies)) as receiver, SimPay(
+            tmp_path / "ledger.db", webhook_url=f"{receiver.url}/hook", webhook_secret=SECRET,
+            webhook_delay_seconds=0.0, webhook_retry_seconds=0.05) as sp:
+        po = payout(sp, mode)
+        assert po["status"] == "pending"
+        assert sp.wait_for_webhooks(10)
+        time.sleep(0.2 if not sent else 0)  # "never" must still be nothing after a while
+        events = [json.loads(r.body) for r in receiver.received]
+        assert [e["type"] for e in events] == sent
+        assert all(e["data"]["id"] == po["id"] for e in events)
+        for request in receiver.received:  # signed as ADR 0036 says: fencepost's own verifier accepts it
+            header = {k.lower(): v for k, v in request.headers.items()}["fencepost-signature"]
+            assert signatures.refusal(header, request.body, [SECRET], now=time.time()) is None
+            assert signatures.refusal(header, request.body, ["another-secret-of-32-characters!!"],
+                                      now=time.time()) == "mismatch"
+        if mode == "webhook-twice":
+            assert receiver.received[0].body == receiver.received[1].body  # the same body again
+        log = sp.ledger.webhooks(po["id"])
+        assert [w["attempt"] for w in log] == ([1, 2, 3] if len(replies) == 3 else [1] * len(sent))
+        assert [(w["type"], w["answer"]) for w in log if w["answer_status"] == 200] == taken
+        assert [w["answer"] for w in log if w["answer_status"] != 200] == (
+            ["unknown-reference", "still-executing"] if len(replies) == 3 else [])
+        made = sp.ledger.find("payout", record_id=po["id"])
+        assert made is not None and made["status"] == status
+
+
+def test_a_replayed_payout_schedules_no_second_webhook(tmp_path: Path) -> None:
+    with loopback_server(answers(SETTLED)) as receiver, SimPay(
+            tmp_path / "ledger.db", webhook_url=f"{receiver.url}/hook", webhook_secret=SECRET,
+            webhook_delay_seconds=0.0) as sp:
+        first, second = payout(sp, "webhook"), payout(sp, "webhook")
+        assert sp.wait_for_webhooks(10)
+        time.sleep(0.2)
+    assert first["id"] == second["id"] and len(sp.ledger.payouts()) == 1
+    assert len(receiver.received) == 1
+
+
+def test_a_webhook_nobody_takes_is_given_up_after_its_attempts(tmp_path: Path) -> None:
+    """A refusal that is not "later" (here a 401) is retried like any non-2xx, and the ledger keeps each one;
+    the next event of the plan is never sent."""
+    with loopback_server(answers((401, b'{"type": "x/invalid-signature"}'))) as receiver, SimPay(
+            tmp_path / "ledger.db", webhook_url=f"{receiver.url}/hook", webhook_secret=SECRET,
+            webhook_delay_seconds=0.0, webhook_retry_seconds=0.01, webhook_attempts=3) as sp:
+        po = payout(sp, "webhook-twice")
+        assert sp.wait_for_webhooks(10)
+    assert [(w["attempt"], w["answer_status"], w["answer"]) for w in sp.ledger.webhooks(po["id"])] == [
+        (1, 401, "invalid-signature"), (2, 401, "invalid-signature"), (3, 401, "invalid-signature")]
+    assert len(receiver.received) == 3
+
+
+def test_a_webhook_mode_on_a_charge_is_refused(simpay: SimPay, payer: SimPayAdapter) -> None:
+    result = payer.execute(charge("ai_1", "webhook-twice"))
+    assert isinstance(result, PermanentFailure), result
+    assert simpay.ledger.charges() == []
+
+
+def test_simpays_webhook_parser_maps_its_events() -> None:
+    from fencepost.core.errors import InvalidInput
+    from fencepost.demo.simpay_adapter import SimPayWebhookParser
+
+    parser = SimPayWebhookParser()
+    data = {"id": "po_1", "status": "paid", "amount": 700, "currency": "eur", "created_at": "t"}
+    paid = parser.parse(json.dumps({"type": "payout.paid", "data": data}).encode(), {})
+    assert (paid.external_reference, str(paid.outcome)) == ("po_1", "completed")
+    assert paid.result == {"payout": {"id": "po_1", "status": "paid", "amount": 700, "currency": "eur"}}
+    failed = parser.parse(json.dumps({"type": "payout.failed", "data": {**data, "status": "failed"}}).encode(), {})
+    assert (str(failed.outcome), failed.error) == ("failed", "SimPay: payout po_1 failed")
+    for bad in (b"[]", b"not json", b'{"type": "payout.paid"}', b'{"type": "charge.x", "data": {"id": "po_1"}}'):
+        with pytest.raises(InvalidInput):
+            parser.parse(bad, {})

@@ -24,19 +24,25 @@ def payments(
         = Path("fencepost-demo"),
     json: JsonOpt = False,
 ) -> None:
-    """Charge a real local payment provider through the action host, crash workers, and check every verdict.
+    """Charge and pay out through a real local payment provider, crash workers, and check every verdict.
 
-    Starts SimPay (a payment provider on 127.0.0.1 that keeps a ledger of the charges it really made), real
-    `fencepost worker` subprocesses, and one invocation per scenario: a success, a decline, a flaky provider, a
-    provider that charges and then times out or answers garbage, a worker SIGKILLed right after the provider
-    charged (for an action that is not idempotent and for one that is), an idempotency key reused with another
-    amount, a handler that kills every worker that runs it, and (inline, through a store wrapper that injects the
-    fault) a charge whose checkpoint write the store refuses, which ends `reconciliation_required` with an
-    evidence gap that audit reports. Each row is checked against SimPay's ledger, and the demo's store is
-    audited: the one gap of that row is the only finding allowed. Takes about 30 seconds. Exits 0 only when
-    every row holds, 1 otherwise. Rows are numbered as in the specification's table of payment scenarios, with
-    row 13 (the refused checkpoint) added after it; rows 8-10 (payouts completed later by webhook) come with
-    external completions.
+    Starts SimPay (a payment provider on 127.0.0.1 that keeps a ledger of the charges and payouts it really
+    made and of every webhook it sent), real `fencepost worker` subprocesses, a real `fencepost serve
+    --no-worker` as the completion endpoint for SimPay's signed webhooks, and one invocation per scenario: a
+    success, a decline, a flaky provider, a provider that charges and then times out or answers garbage, a
+    worker SIGKILLed right after the provider charged (for an action that is not idempotent and for one that
+    is), asynchronous payouts completed by webhook, an idempotency key reused with another amount, a handler
+    that kills every worker that runs it, and (inline, through a store wrapper that injects the fault) a charge
+    whose checkpoint write the store refuses, which ends `reconciliation_required` with an evidence gap that
+    audit reports. Each row is checked against SimPay's ledger, and the demo's store is audited: the one gap
+    of that row is the only finding allowed. Takes about 35 seconds. Exits 0 only when every row holds, 1
+    otherwise.
+
+    Rows are numbered as in the specification's table of payment scenarios, with row 13 (the refused
+    checkpoint) added after it. The five webhook behaviours share the spec's three payout rows: row 8 is a
+    webhook on time, then the same webhook again (absorbed); row 9 is on time, then a contradictory one
+    (paid, then failed); row 10 is a webhook that never arrives, so the workers' sweep settles the payout
+    `reconciliation_required` after its 5 s completion deadline, and then arrives late and settles it.
     """
     with handled():
         progress = None if json else (lambda line: render.console.print(line, markup=False))
@@ -50,14 +56,14 @@ def _print(report: Report) -> None:
     table = Table(title="payments demo: fencepost's verdicts against SimPay's ledger")
     table.add_column("#", justify="right")
     table.add_column("scenario")
-    table.add_column("charges", justify="right")
+    table.add_column("SimPay ledger", justify="right")
     table.add_column("calls", justify="right")
     table.add_column("verdict", no_wrap=True)
     table.add_column("evidence")
     table.add_column("holds", no_wrap=True)
     for row in report.rows:
-        table.add_row(str(row.scenario.number), row.scenario.title, str(row.charges), str(row.calls),
-                      render.styled(row.status), _evidence(row),
+        table.add_row(str(row.scenario.number), row.scenario.title, _ledger(row), str(row.calls), _verdict(row),
+                      _evidence(row),
                       "[green]yes[/green]" if row.holds else "[red]no: " + "; ".join(row.problems) + "[/red]")
     render.console.print(table)
     unknown = [r for r in report.rows if r.status == "reconciliation_required" and r.adapter_invocation_id]
@@ -66,10 +72,13 @@ def _print(report: Report) -> None:
         render.console.print("what an operator does next: read the verdict's evidence, then look the step's key up "
                              "at the provider before deciding", markup=False)
         for row in unknown:
+            payout = f", payout {row.external_reference}" if row.external_reference else ""
             render.console.print(f"  {row.scenario.number:>2}. fencepost host show {row.invocation_id} --database "
-                                 f"{report.database}\n      provider key {row.adapter_invocation_id}", markup=False)
+                                 f"{report.database}\n      provider key {row.adapter_invocation_id}{payout}",
+                                 markup=False)
         render.console.print(f"  SimPay's ledger stays in {ledger}: `python -m fencepost.demo.simpay --ledger "
-                             f"{ledger}` serves it again, and GET /v1/charges?key=KEY answers what it charged",
+                             f"{ledger}` serves it again, GET /v1/charges?key=KEY answers what it charged, and "
+                             "GET /_ledger lists its payouts and every webhook it sent",
                              markup=False)
     if report.stray_findings:
         render.console.print("audit findings that no row explains:", markup=False)
@@ -80,9 +89,41 @@ def _print(report: Report) -> None:
     sys.stdout.flush()
 
 
+def _ledger(row: Row) -> str:
+    """The ledger cell: what SimPay made under the step's key (a payout row counts its payout)."""
+    if row.scenario.expect_payout is not None:
+        return f"{row.payouts} payout" + ("s" if row.payouts != 1 else "")
+    return f"{row.charges} charge" + ("s" if row.charges != 1 else "")
+
+
+def _verdict(row: Row) -> str:
+    """The verdict cell; a verdict a late webhook replaced shows both (row 10)."""
+    shown = render.styled(row.status)
+    if row.status_before_late_webhook:
+        return f"{render.styled(row.status_before_late_webhook)} -> {shown}"
+    return shown
+
+
+def _payout_evidence(row: Row) -> str:
+    """The evidence cell of a payout row: parking, the sweep, and each webhook SimPay sent with fencepost's
+    answer, in order (an early one answered "later" shows too)."""
+    parts = [f"handoff {row.external_reference}, parked" if row.parked_at else "never parked"]
+    for webhook in row.webhooks:
+        if row.overdue_at and webhook["sent_at"] > row.overdue_at and not any("sweep" in p for p in parts):
+            parts.append("no webhook by the deadline: the sweep set overdue_at; then a late one")
+        parts.append(f"{webhook['type']} -> {webhook['answer_status']} {webhook['answer']}")
+    if row.overdue_at and not any("sweep" in p for p in parts):
+        parts.append("the sweep set overdue_at")
+    if row.contradiction:
+        parts.append(f"ExternalOperationContradicted; the first outcome ({row.completion_outcome}) kept")
+    return "; ".join(parts)
+
+
 def _evidence(row: Row) -> str:
     """The evidence cell: the verdict's reason (or the last step event), the attempt; for a verdict-first
     fallback, what survived (the charge id in the event and the verdict, the record) and the gap audit reports."""
+    if row.scenario.expect_payout is not None:
+        return _payout_evidence(row)
     reason = (row.reason or "").removeprefix("step charge: ")
     evidence = reason or (row.events[-2] if len(row.events) >= 2 else "")
     if row.attempt_count and row.attempt_count > 1:

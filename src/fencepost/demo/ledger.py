@@ -1,4 +1,5 @@
-"""SimPay's ground-truth ledger: the charges and payouts the provider really made, and every request it received.
+"""SimPay's ground-truth ledger: the charges and payouts the provider really made, every request it received, and
+every webhook delivery it attempted with the answer it got.
 
 The ledger is the provider's own SQLite file, apart from fencepost's store. It is the provider's memory, not
 fencepost's, so nothing fencepost does can change it: a worker killed mid-call, a second worker process or a
@@ -50,6 +51,16 @@ CREATE TABLE IF NOT EXISTS calls (
     received_at     TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS calls_by_key ON calls (idempotency_key, path);
+CREATE TABLE IF NOT EXISTS webhooks (
+    seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+    payout_id       TEXT NOT NULL,
+    type            TEXT NOT NULL,
+    body_digest     TEXT NOT NULL,
+    attempt         INTEGER NOT NULL CHECK (attempt > 0),
+    answer_status   INTEGER,
+    answer          TEXT,
+    sent_at         TEXT NOT NULL
+);
 """
 
 _TABLES = {"charge": ("charges", "ch_"), "payout": ("payouts", "po_")}
@@ -172,6 +183,27 @@ class Ledger:
         with self._connect() as db:
             db.execute("UPDATE payouts SET status = ? WHERE id = ?", (status, payout_id))
         return self.find("payout", record_id=payout_id)
+
+    def record_webhook(self, payout_id: str, event_type: str, body: bytes, attempt: int, answer_status: int | None,
+                       answer: str | None) -> None:
+        """Note one webhook delivery attempt: the payout, the event type (``payout.paid``), the SHA-256 of the exact
+        body bytes, the attempt number of this event (from 1), the receiver's HTTP status (None: no answer) and
+        the gist of its answer (a disposition, a problem kind, or why there was no answer)."""
+        with self._connect() as db:
+            db.execute("INSERT INTO webhooks (payout_id, type, body_digest, attempt, answer_status, answer, sent_at) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (payout_id, event_type, hashlib.sha256(body).hexdigest(), attempt, answer_status, answer,
+                        _now()))
+
+    def webhooks(self, payout_id: str | None = None) -> list[dict[str, Any]]:
+        """Every webhook delivery attempt (of ``payout_id`` only, if given), in order: ``seq``, ``payout_id``,
+        ``type``, ``body_digest``, ``attempt``, ``answer_status``, ``answer``, ``sent_at``."""
+        with self._connect() as db:
+            if payout_id is None:
+                rows = db.execute("SELECT * FROM webhooks ORDER BY seq")
+            else:
+                rows = db.execute("SELECT * FROM webhooks WHERE payout_id = ? ORDER BY seq", (payout_id,))
+            return [dict(row) for row in rows]
 
     def charges(self) -> list[dict[str, Any]]:
         """Every charge made, oldest first."""

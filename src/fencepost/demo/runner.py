@@ -5,8 +5,20 @@ The demo runs everything on loopback and embedded SQLite, in a directory of its 
 - SimPay, the local payment provider (``fencepost.demo.simpay``), with a ground-truth ledger in a SQLite file of
   its own, so that what the provider really did is measured, never taken from fencepost;
 - real ``fencepost worker --app fencepost.demo.payments:demo_host`` subprocesses with 3 s leases;
-- one invocation per scenario of host-spec §2.10 that the action host covers so far (rows 1-7, 11 and 12),
-  and row 13 (issue 13): the provider charges, then the store refuses the checkpoint write.
+- a real ``fencepost serve --no-worker --app fencepost.demo.payments:demo_host --completion-secret simpay=...``
+  subprocess: the completion endpoint SimPay's signed payout webhooks reach over loopback HTTP (ADR 0036);
+- one invocation per scenario of host-spec §2.10 (rows 1-12), and row 13 (issue 13): the provider charges, then
+  the store refuses the checkpoint write.
+
+Rows 8-10 are asynchronous payouts (issue 14, host-spec N). SimPay answers 202, the adapter answers
+``Accepted(po_...)``, the invocation parks, and SimPay itself POSTs ``Fencepost-Signature``-signed webhooks,
+retrying any answer but a 2xx as a provider does (a webhook that outruns the parking is answered 404 or 409).
+The spec's five webhook behaviours fit its three rows: row 8 is on time, then the same body again (absorbed);
+row 9 is on time, then a contradicting ``payout.failed``; row 10 is never, until the workers' deadline sweep has
+settled it ``reconciliation_required`` (``COMPLETION_DEADLINE_SECONDS``), and then late: the demo tells SimPay to
+settle the payout, and its webhook settles the parked, swept handoff. Each is checked against SimPay's ledger
+(the payout, its status, every delivery attempt and the answer it got) and the invocation (status, parking,
+``overdue_at``, the recorded completion, the contradiction event).
 
 The crash scenarios arm ``FENCEPOST_CRASHPOINT=host.step:charge:after-provider-call`` in the only worker
 running, so SimPay has charged and that worker is SIGKILLed before anything is recorded. A fresh worker takes
@@ -29,6 +41,8 @@ audit clean, and no finding may name anything else). The demo exits 0 only when 
 from __future__ import annotations
 
 import os
+import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -36,13 +50,21 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from fencepost.core.errors import IdempotencyConflict, InvalidInput, RecoverableFinalization
 from fencepost.core.statuses import InvocationStatus
-from fencepost.demo.payments import RECOVERY_MAX_ATTEMPTS, SIMPAY_URL_ENV, WORKER_ENV, build_host
+from fencepost.demo.payments import (
+    COMPLETION_DEADLINE_SECONDS,
+    RECOVERY_MAX_ATTEMPTS,
+    SIMPAY_URL_ENV,
+    WORKER_ENV,
+    build_host,
+)
 from fencepost.demo.simpay import SimPay
+from fencepost.demo.simpay_adapter import VENDOR
 from fencepost.host.finalization import SETTLED_BY_FALLBACK
 from fencepost.host.service import Dispatch, Host, Inline, InvocationView
 from fencepost.host.telemetry import STATUS
@@ -66,6 +88,31 @@ REFUSED = "refused"
 CHECKPOINT_REFUSED = {"update_adapter_invocation": {1, 2, 3, 4, 5}}
 
 S, F, R = InvocationStatus.SUCCEEDED, InvocationStatus.FAILED, InvocationStatus.RECONCILIATION_REQUIRED
+#: The environment variable that carries the webhook secret to ``fencepost serve`` (never its command line).
+WEBHOOK_SECRET_ENV = "FENCEPOST_DEMO_WEBHOOK_SECRET"
+#: What fencepost answers a webhook that came too early (before the handoff, before parking): "send it later".
+RETRY_LATER = ("unknown-reference", "still-executing")
+API_START_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class PayoutExpectation:
+    """What must hold for a payout row (8-10), besides its verdict.
+
+    Attributes:
+        taken: the webhooks fencepost took (answered 2xx), in order, as (SimPay's event type, the disposition
+            fencepost answered). Every other delivery attempt must have been answered "later" (``RETRY_LATER``).
+        simpay_status: the payout's last status in SimPay's ledger.
+        contradicted: an ``ExternalOperationContradicted`` event names the first completion (``completed``) and
+            the second (``failed``); False: there is no such event.
+        swept: the deadline sweep settled it first: ``reconciliation_required`` was seen, ``overdue_at`` is set,
+            and every webhook was sent after it (a late callback). False: ``overdue_at`` is unset.
+    """
+
+    taken: tuple[tuple[str, str], ...]
+    simpay_status: str
+    contradicted: bool = False
+    swept: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,6 +132,8 @@ class Scenario:
             event carries it too, an ``applied_effect`` reconciliation record exists, and audit reports exactly
             one finding for the invocation, the step's checkpoint still running. False: audit reports nothing
             for the invocation.
+        expect_payout: for a payout row (phase ``payout``: submitted with the plain rows, completed by SimPay's
+            webhooks), what its handoff and completions must show.
     """
 
     number: int
@@ -97,6 +146,7 @@ class Scenario:
     expect_calls: int
     expect_reason: str | None = None
     expect_gap: bool = False
+    expect_payout: PayoutExpectation | None = None
 
 
 SCENARIOS = (
@@ -110,6 +160,15 @@ SCENARIOS = (
     Scenario(6, "worker SIGKILLed after the charge, not idempotent", "demo.charge", "ok", "crash", R, 1, 1,
              "outcome unknown"),
     Scenario(7, "worker SIGKILLed after the charge, idempotent", "demo.charge-idempotent", "ok", "crash", S, 1, 2),
+    Scenario(8, "async payout: webhook on time, then the same webhook again", "demo.payout", "webhook-twice",
+             "payout", S, 0, 1, expect_payout=PayoutExpectation(
+                 (("payout.paid", "settled"), ("payout.paid", "absorbed")), "paid")),
+    Scenario(9, "async payout: webhook on time, then a contradictory one", "demo.payout", "webhook-contradict",
+             "payout", R, 0, 1, "contradicts the first", expect_payout=PayoutExpectation(
+                 (("payout.paid", "settled"), ("payout.failed", "contradicted")), "failed", contradicted=True)),
+    Scenario(10, f"async payout: webhook never arrives (deadline {COMPLETION_DEADLINE_SECONDS:.0f} s), then late",
+             "demo.payout", "webhook-never",
+             "payout", S, 0, 1, expect_payout=PayoutExpectation((("payout.paid", "settled"),), "paid", swept=True)),
     Scenario(11, "same idempotency key, another amount", "demo.charge", "ok", "conflict", REFUSED, 0, 0,
              "parameters"),
     Scenario(12, "poison: kills its worker at every claim", "demo.poison", "ok", "poison", R, 0, 0,
@@ -141,6 +200,22 @@ class Row:
     #: kinds of the invocation's reconciliation records; details of the audit findings naming the invocation.
     reconciliations: list[str] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
+    #: Payout rows: the payouts SimPay made under the step's key, its id and last status there, every webhook
+    #: delivery attempt SimPay made (``type``, ``answer_status``, ``answer``, ``sent_at``); the step's external
+    #: reference; the invocation's ``parked_at`` and ``overdue_at`` (ISO text); the recorded first completion's
+    #: outcome and reference; the status seen before the late webhook (row 10); the contradiction event's
+    #: first and second outcomes.
+    payouts: int = 0
+    provider_payout_id: str | None = None
+    payout_status: str | None = None
+    webhooks: list[dict[str, Any]] = field(default_factory=list)
+    external_reference: str | None = None
+    parked_at: str | None = None
+    overdue_at: str | None = None
+    completion_outcome: str | None = None
+    completion_reference: str | None = None
+    status_before_late_webhook: str | None = None
+    contradiction: tuple[str | None, str | None] | None = None
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -158,10 +233,52 @@ class Row:
             self.problems.append(f"{self.calls} provider call(s), expected {s.expect_calls}")
         if s.expect_reason and s.expect_reason not in (self.reason or ""):
             self.problems.append(f"the reason does not say {s.expect_reason!r}")
+        if s.expect_payout is not None:
+            self._check_payout(s.expect_payout)
         if s.expect_gap:
             self._check_gap()
         elif self.findings:
             self.problems.append("audit reports " + "; ".join(self.findings))
+
+    def _check_payout(self, expected: PayoutExpectation) -> None:
+        """Rows 8-10: SimPay's payout and webhooks against the invocation's handoff, parking and completions."""
+        if self.payouts != 1:
+            self.problems.append(f"{self.payouts} payout(s) at SimPay, expected 1")
+        payout = self.provider_payout_id
+        if payout is None or self.external_reference != payout:
+            self.problems.append(f"the handoff's reference {self.external_reference} is not SimPay's payout {payout}")
+        if self.payout_status != expected.simpay_status:
+            self.problems.append(f"SimPay's payout is {self.payout_status}, expected {expected.simpay_status}")
+        taken = tuple((w["type"], w["answer"]) for w in self.webhooks if _taken(w))
+        if taken != expected.taken:
+            self.problems.append(f"fencepost took the webhooks {_shown(taken)}, expected {_shown(expected.taken)}")
+        refused = [w for w in self.webhooks if not _taken(w) and w["answer"] not in RETRY_LATER]
+        if refused:
+            w = refused[0]
+            self.problems.append(f"a {w['type']} webhook was answered {w['answer_status']} {w['answer']}, "
+                                 "not taken nor deferred")
+        if self.parked_at is None:
+            self.problems.append("the invocation never parked (no parked_at)")
+        if self.completion_outcome != "completed" or self.completion_reference != payout:
+            self.problems.append(f"the recorded completion is {self.completion_outcome} of "
+                                 f"{self.completion_reference}, expected the first one, completed, of {payout}")
+        if expected.contradicted and self.contradiction != ("completed", "failed"):
+            self.problems.append("no ExternalOperationContradicted event with the first (completed) and the second "
+                                 "(failed) completion")
+        if not expected.contradicted and self.contradiction is not None:
+            self.problems.append("an unexpected ExternalOperationContradicted event")
+        if expected.swept:
+            if self.overdue_at is None:
+                self.problems.append("the sweep did not set overdue_at")
+            if self.status_before_late_webhook != str(InvocationStatus.RECONCILIATION_REQUIRED):
+                self.problems.append(f"before the late webhook it was {self.status_before_late_webhook}, expected "
+                                     "reconciliation_required")
+            early = [w for w in self.webhooks if self.overdue_at is None or w["sent_at"] <= self.overdue_at]
+            if early:
+                self.problems.append(f"a webhook was sent at {early[0]['sent_at']}, before the sweep "
+                                     f"({self.overdue_at})")
+        elif self.overdue_at is not None:
+            self.problems.append(f"the sweep set overdue_at {self.overdue_at}, expected the webhook on time")
 
     def _check_gap(self) -> None:
         """Row 13: the evidence that survived the refused checkpoint, and exactly the gap audit must report."""
@@ -192,9 +309,34 @@ class Row:
                 "simpay_charge_id": self.provider_charge_id, "event_charge_id": self.event_charge_id,
                 "verdict_charge_id": self.verdict_charge_id, "settled_by": self.settled_by,
                 "reconciliations": self.reconciliations, "audit_findings": self.findings,
+                "simpay_payouts": self.payouts, "simpay_payout_id": self.provider_payout_id,
+                "simpay_payout_status": self.payout_status, "simpay_webhooks": self.webhooks,
+                "external_reference": self.external_reference, "parked_at": self.parked_at,
+                "overdue_at": self.overdue_at, "completion_outcome": self.completion_outcome,
+                "completion_reference": self.completion_reference,
+                "status_before_late_webhook": self.status_before_late_webhook,
+                "contradiction": list(self.contradiction) if self.contradiction else None,
                 "expected": {"status": s.expect_status, "charges": s.expect_charges, "calls": s.expect_calls,
-                             "reason": s.expect_reason, "audit_gap": s.expect_gap},
+                             "reason": s.expect_reason, "audit_gap": s.expect_gap,
+                             "payout": None if s.expect_payout is None else {
+                                 "taken": [list(t) for t in s.expect_payout.taken],
+                                 "simpay_status": s.expect_payout.simpay_status,
+                                 "contradicted": s.expect_payout.contradicted, "swept": s.expect_payout.swept}},
                 "holds": self.holds, "problems": self.problems}
+
+
+def _taken(webhook: Mapping[str, Any]) -> bool:
+    status = webhook.get("answer_status")
+    return isinstance(status, int) and 200 <= status < 300
+
+
+def _shown(taken: tuple[tuple[str, str], ...]) -> str:
+    return ", ".join(f"{kind} -> {answer}" for kind, answer in taken) or "none"
+
+
+def _iso(instant: datetime | None) -> str | None:
+    """An instant as SimPay's ledger writes its own (``%Y-%m-%dT%H:%M:%S.%fZ``), so the two compare as text."""
+    return None if instant is None else instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass
@@ -296,6 +438,62 @@ class Workers:
         self.running.clear()
 
 
+class CompletionEndpoint:
+    """The demo's ``fencepost serve --no-worker`` subprocess: the completion endpoint for SimPay's webhooks.
+
+    It serves the demo's host (``--app``) with SimPay's secret from an environment variable and SimPay's parser
+    from ``COMPLETION_PARSERS``, on a free loopback port, and runs no worker (the demo's worker subprocesses
+    are the only ones, so the crash rows stay exact). Its output goes to ``logs/api.log``.
+    """
+
+    def __init__(self, directory: Path, database: str, simpay_url: str, secret: str) -> None:
+        self.log = directory / "logs" / "api.log"
+        env = {**os.environ, SIMPAY_URL_ENV: simpay_url, WEBHOOK_SECRET_ENV: secret,
+               # a token of its own, so that serve prints none; the demo calls no token-guarded route
+               "FENCEPOST_API_TOKEN": secrets.token_urlsafe(24)}
+        env.pop("FENCEPOST_CRASHPOINT", None)
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "fencepost.cli", "serve", "--database", database, "--host", "127.0.0.1",
+                 "--port", "0", "--no-worker", "--app", "fencepost.demo.payments:demo_host",
+                 "--completion-secret", f"{VENDOR}={WEBHOOK_SECRET_ENV}", "--log-format", "text"],
+                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.url: str | None = None
+
+    def wait_ready(self, timeout: float = API_START_SECONDS) -> str:
+        """The base URL once the server says it serves (``http://127.0.0.1:PORT/``).
+
+        Raises:
+            InvalidInput: it exited or did not start in time (its log is named).
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = re.search(r"serving on (http://127\.0\.0\.1:\d+/)", self.log.read_text(errors="replace"))
+            if found:
+                self.url = found.group(1)
+                return self.url
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise InvalidInput(f"the completion endpoint (fencepost serve) did not start: see {self.log}")
+
+    def completion_url(self, provider: str) -> str:
+        """Where ``provider`` POSTs its completions."""
+        assert self.url is not None
+        return f"{self.url}v1/host/completions/{provider}"
+
+    def stop(self) -> None:
+        """SIGTERM (a graceful stop), then SIGKILL after 10 s."""
+        if self.process.poll() is None:
+            with _ignore_gone():
+                self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
 class _ignore_gone:
     def __enter__(self) -> None:
         return None
@@ -331,12 +529,19 @@ class PaymentsDemo:
         (self.directory / "logs").mkdir()
         store = open_store(self.database, create=True)
         store.migrate()
-        simpay = SimPay(self.directory / "simpay-ledger.db", slow_seconds=SLOW_SECONDS).start()
+        secret = secrets.token_urlsafe(32)  # shared by SimPay and the endpoint only: a fresh one per run
+        simpay = SimPay(self.directory / "simpay-ledger.db", slow_seconds=SLOW_SECONDS,
+                        webhook_secret=secret).start()
         workers = Workers(self.directory, self.database, simpay.url)
+        endpoint = CompletionEndpoint(self.directory, self.database, simpay.url, secret)
         rows = {s.number: Row(s) for s in SCENARIOS}
         try:
             host = build_host(store, simpay.url)
+            endpoint.wait_ready()
+            simpay.webhook_url = endpoint.completion_url(VENDOR)
+            self.progress(f"SimPay at {simpay.url}; its webhooks go to {simpay.webhook_url} (fencepost serve)")
             self._plain(host, workers, rows)
+            self._payouts(host, simpay, rows)
             self._conflict(host, simpay, rows)
             workers.stop_all()
             for scenario in SCENARIOS:
@@ -347,6 +552,7 @@ class PaymentsDemo:
             self._store_fault(store, simpay, rows[13])
         finally:
             workers.stop_all()
+            endpoint.stop()
             simpay.stop()
         try:
             findings = audit_store(store)
@@ -385,10 +591,36 @@ class PaymentsDemo:
         self.progress("two workers, one invocation per scenario")
         workers.start()
         workers.start()
-        plain = [s for s in SCENARIOS if s.phase == "plain"]
+        plain = [s for s in SCENARIOS if s.phase in ("plain", "payout")]
         views = [self._submit(host, s) for s in plain]
         for scenario, view in zip(plain, views, strict=True):
             self._settle(host, rows[scenario.number], view)
+
+    def _payouts(self, host: Host, simpay: SimPay, rows: dict[int, Row]) -> None:
+        """Rows 8-10 after their first verdict: wait for SimPay's remaining webhooks (row 8's repeat, row 9's
+        contradiction); for row 10, swept by now, have SimPay settle the payout: its late webhook."""
+        payout_rows = [rows[s.number] for s in SCENARIOS if s.phase == "payout"]
+        if not simpay.wait_for_webhooks(SETTLE_TIMEOUT_SECONDS):
+            for row in payout_rows:
+                row.problems.append("SimPay was still delivering webhooks")
+        for row in payout_rows:
+            if row.invocation_id is None:
+                continue
+            view = host.get(row.invocation_id)
+            expected = row.scenario.expect_payout
+            if expected is not None and expected.swept:
+                row.status_before_late_webhook = str(view.status)
+                reference = view.steps[0].external_reference if view.steps else None
+                if reference is None:
+                    row.problems.append("no handoff reference to deliver a late webhook for")
+                else:
+                    self.progress(f"  {row.scenario.number}. the sweep settled it {view.status}; now SimPay "
+                                  f"delivers the late webhook of {reference}")
+                    code = simpay.settle_payout(reference, "paid")
+                    self.progress(f"      fencepost answered {code}")
+                view = host.get(row.invocation_id)
+            row.status = str(view.status)
+            self.progress(f"  {row.scenario.number:>2}. {row.scenario.title}: {row.status}")
 
     def _conflict(self, host: Host, simpay: SimPay, rows: dict[int, Row]) -> None:
         """Row 1's key with another amount, while every worker is idle: whatever SimPay sees meanwhile is
@@ -473,12 +705,28 @@ class PaymentsDemo:
         if view.steps:
             key = view.steps[0].adapter_invocation_id
             row.adapter_invocation_id = key
+            row.external_reference = view.steps[0].external_reference
             charge = simpay.ledger.find("charge", key=key)
             row.charges = 1 if charge is not None else 0
             row.provider_charge_id = charge["id"] if charge is not None else None
             row.calls = sum(1 for call in simpay.ledger.calls() if call["idempotency_key"] == key)
+            payout = simpay.ledger.find("payout", key=key)
+            row.payouts = 1 if payout is not None else 0
+            if payout is not None:
+                row.provider_payout_id, row.payout_status = payout["id"], payout["status"]
+                row.webhooks = [{name: w[name] for name in ("type", "attempt", "answer_status", "answer", "sent_at")}
+                                for w in simpay.ledger.webhooks(payout["id"])]
+        record = store.read(lambda tx: tx.host.get_invocation(view.id))
+        row.parked_at, row.overdue_at = _iso(record.parked_at), _iso(record.overdue_at)
+        completion = record.external_completion or {}
+        row.completion_outcome = completion.get("outcome")
+        row.completion_reference = completion.get("external_reference")
         events = lifecycle_events(store, view)
         row.events = [e.type for e in events]
+        contradiction = next((e.payload for e in events if e.type == "ExternalOperationContradicted"), None)
+        if contradiction is not None:
+            row.contradiction = ((contradiction.get("first") or {}).get("outcome"),
+                                 (contradiction.get("second") or {}).get("outcome"))
         row.event_charge_id = next((_charge_id(e.payload.get("output")) for e in events
                                     if e.type == "AdapterInvocationSucceeded"), None)
         row.reconciliations = [str(r.kind) for r in store.read(lambda tx: tx.host.list_reconciliations(view.id))]

@@ -11,9 +11,10 @@ Endpoints:
                            different body is a 409 and changes nothing. No key makes a new charge every time.
     ``GET /v1/charges``    ``?key=K``: the charge made with key K (404 if none); without ``key``, every charge.
     ``POST /v1/payouts``   asynchronous: answers 202 ``{"id": "po_...", "status": "pending"}``, idempotent
-                           like charges. ``SimPay.settle_payout`` later settles it and POSTs a webhook signed
-                           with HMAC-SHA256 (``sign_webhook``) to the configured callback URL.
-    ``GET /_ledger``       ``{"charges": [...], "payouts": [...], "calls": [...]}``.
+                           like charges. Its webhook mode (below) says when SimPay settles it and POSTs a
+                           webhook signed with HMAC-SHA256 (``sign_webhook``) to the configured callback URL;
+                           ``SimPay.settle_payout`` settles a pending one on demand (a late webhook).
+    ``GET /_ledger``       ``{"charges": [...], "payouts": [...], "calls": [...], "webhooks": [...]}``.
 
 The ``X-SimPay-Mode`` header of each request picks how the provider behaves (``MODES``):
     ``ok``                  charge and answer 200 with the charge;
@@ -23,7 +24,19 @@ The ``X-SimPay-Mode`` header of each request picks how the provider behaves (``M
     ``slow-after-charge``   charge, then sleep ``slow_seconds`` (past the client's timeout) before answering;
     ``garbage``             charge, then answer 200 with the body ``[]``;
     ``reset-after-charge``  charge, then close the connection with no answer.
-A mode never changes what a key means: a charge made under any mode is what that key answers afterwards.
+Payouts only (a charge is synchronous: these modes are a 400 there), each answering 202 first:
+    ``webhook``             deliver ``payout.paid`` once, shortly after;
+    ``webhook-twice``       deliver ``payout.paid``, then the same body again (a re-sent delivery);
+    ``webhook-contradict``  deliver ``payout.paid``, then ``payout.failed`` for the same payout;
+    ``webhook-never``       deliver nothing: the payout stays pending until ``settle_payout`` (as ``ok`` does).
+A mode never changes what a key means: a charge made under any mode is what that key answers afterwards, and a
+replayed payout schedules no second webhook.
+
+Webhook delivery behaves like a real provider's: each event is retried on any answer but a 2xx (fencepost
+answers 404 to a callback that outran its handoff and 409 to one that arrived before parking: both mean "later")
+and on connection errors, every ``webhook_retry_seconds``, up to ``webhook_attempts`` times. The next event of a
+payout is sent only once the previous one was taken. Every attempt and its answer go into the ledger's
+``webhooks`` table, so the receiver's answers are part of the ground truth.
 """
 
 from __future__ import annotations
@@ -47,14 +60,21 @@ from urllib.parse import parse_qs, urlsplit
 
 from fencepost.demo.ledger import KeyConflict, Ledger
 
-MODES = ("ok", "decline", "flaky", "slow-after-charge", "garbage", "reset-after-charge")
+#: Modes of payouts only: when the webhooks of an accepted payout are delivered, and which.
+WEBHOOK_MODES = ("webhook", "webhook-twice", "webhook-contradict", "webhook-never")
+MODES = ("ok", "decline", "flaky", "slow-after-charge", "garbage", "reset-after-charge", *WEBHOOK_MODES)
+#: The webhook plan of each payout mode: the statuses announced, in order (``ok``: none until ``settle_payout``).
+WEBHOOK_PLANS: dict[str, tuple[str, ...]] = {"webhook": ("paid",), "webhook-twice": ("paid", "paid"),
+                                             "webhook-contradict": ("paid", "failed"), "webhook-never": ()}
 MODE_HEADER = "X-SimPay-Mode"
-SIGNATURE_HEADER = "X-SimPay-Signature"
+#: SimPay signs its webhooks for fencepost's completion endpoint, in the header and scheme ADR 0036 defines. The
+#: signing below is SimPay's own code, as a vendor's would be; a test checks it against fencepost's verifier.
+SIGNATURE_HEADER = "Fencepost-Signature"
 _MAX_BODY = 1 << 20
 
 
 def sign_webhook(secret: str, timestamp: int, body: bytes) -> str:
-    """The ``X-SimPay-Signature`` value of a webhook: ``t=<unix seconds>,v1=<hex HMAC-SHA256>`` over
+    """The ``Fencepost-Signature`` value of a webhook: ``t=<unix seconds>,v1=<hex HMAC-SHA256>`` over
     ``"<t>." + body`` with ``secret``. The timestamp is signed so that a receiver can refuse old replays."""
     digest = hmac.new(secret.encode("utf-8"), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
     return f"t={timestamp},v1={digest}"
@@ -62,7 +82,7 @@ def sign_webhook(secret: str, timestamp: int, body: bytes) -> str:
 
 def verify_webhook(secret: str, header: str, body: bytes, *, tolerance_seconds: float = 300.0,
                    now: float | None = None) -> bool:
-    """Whether ``header`` (an ``X-SimPay-Signature`` value) signs ``body`` with ``secret`` and is no older than
+    """Whether ``header`` (a ``Fencepost-Signature`` value) signs ``body`` with ``secret`` and is no older than
     ``tolerance_seconds`` (by ``now``, unix seconds, default the current time). Compares in constant time."""
     parts = dict(part.split("=", 1) for part in header.split(",") if "=" in part)
     try:
@@ -84,13 +104,18 @@ class SimPay:
         slow_seconds: how long ``slow-after-charge`` sleeps before answering (cut short by ``stop``).
         flaky_failures: how many requests with one key ``flaky`` refuses with 503.
         retry_after_seconds: the ``Retry-After`` of those 503s.
-        webhook_url: where ``settle_payout`` POSTs its webhook; None sends none.
+        webhook_url: where payout webhooks are POSTed; None sends none. It may be set after construction (the
+            receiver may start later), but before a payout with a webhook mode arrives.
         webhook_secret: the HMAC-SHA256 key of the webhook's signature (required with ``webhook_url``).
+        webhook_delay_seconds: how long after accepting a payout its first webhook is sent.
+        webhook_retry_seconds, webhook_attempts: the pause between deliveries of an event that was not taken
+            (no 2xx, or no answer), and how many deliveries an event gets.
     """
 
     def __init__(self, ledger: str | Path, *, host: str = "127.0.0.1", port: int = 0, slow_seconds: float = 5.0,
                  flaky_failures: int = 2, retry_after_seconds: int = 1, webhook_url: str | None = None,
-                 webhook_secret: str | None = None) -> None:
+                 webhook_secret: str | None = None, webhook_delay_seconds: float = 0.2,
+                 webhook_retry_seconds: float = 0.25, webhook_attempts: int = 40) -> None:
         if webhook_url is not None and not webhook_secret:
             raise ValueError("a webhook URL needs a webhook secret to sign with")
         self.ledger = Ledger(ledger)
@@ -99,6 +124,10 @@ class SimPay:
         self.retry_after_seconds = retry_after_seconds
         self.webhook_url = webhook_url
         self.webhook_secret = webhook_secret
+        self.webhook_delay_seconds = webhook_delay_seconds
+        self.webhook_retry_seconds = webhook_retry_seconds
+        self.webhook_attempts = webhook_attempts
+        self._deliveries: dict[str, threading.Thread] = {}
         self.stopping = threading.Event()
         self._server = ThreadingHTTPServer((host, port), _handler_for(self))
         self._server.daemon_threads = True
@@ -135,41 +164,112 @@ class SimPay:
         self.stop()
 
     def settle_payout(self, payout_id: str, status: str = "paid") -> int | None:
-        """Settle a pending payout and deliver its webhook, once.
+        """Settle a pending payout now and deliver its webhook (retried until taken, like every event).
 
         Args:
             payout_id: the ``po_...`` id a ``POST /v1/payouts`` answered.
             status: ``"paid"`` or ``"failed"``.
         Returns:
-            The HTTP status the webhook receiver answered, or None when no webhook URL is configured.
+            The HTTP status of the receiver's last answer (a 2xx once taken), or None when no webhook URL is
+            configured.
         Raises:
-            KeyError: no such payout. ValueError: another status. OSError: the receiver could not be reached.
+            KeyError: no such payout. ValueError: another status. OSError: the receiver could never be reached.
         """
         payout = self.ledger.set_payout_status(payout_id, status)
         if payout is None:
             raise KeyError(payout_id)
         if self.webhook_url is None or self.webhook_secret is None:
             return None
-        return self.deliver_webhook({"type": f"payout.{status}", "data": payout})
+        return self._deliver_until_taken(payout_id, json.dumps({"type": f"payout.{status}", "data": payout},
+                                                                sort_keys=True).encode("utf-8"), f"payout.{status}")
 
     def deliver_webhook(self, event: dict[str, Any]) -> int:
-        """POST ``event`` as JSON to the webhook URL with its signature; returns the receiver's HTTP status.
+        """POST ``event`` as JSON to the webhook URL with its signature, once; returns the receiver's HTTP status.
 
         Raises:
             ValueError: no webhook URL is configured. OSError: the receiver could not be reached.
         """
+        return self._post(json.dumps(event, sort_keys=True).encode("utf-8"))[0]
+
+    def wait_for_webhooks(self, timeout: float) -> bool:
+        """Wait until every scheduled payout webhook was delivered (or given up); returns whether all were."""
+        deadline = time.monotonic() + timeout
+        for thread in list(self._deliveries.values()):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in self._deliveries.values())
+
+    def _schedule(self, payout: dict[str, Any], mode: str) -> None:
+        """Deliver the webhooks of ``mode``'s plan for a newly accepted payout, on a thread of its own."""
+        plan = WEBHOOK_PLANS.get(mode, ())
+        if not plan or self.webhook_url is None:
+            return
+        thread = threading.Thread(target=self._run_plan, args=(payout["id"], plan), daemon=True,
+                                  name=f"simpay-webhooks-{payout['id']}")
+        self._deliveries[payout["id"]] = thread
+        thread.start()
+
+    def _run_plan(self, payout_id: str, plan: tuple[str, ...]) -> None:
+        if self.stopping.wait(self.webhook_delay_seconds):
+            return
+        sent: dict[str, bytes] = {}
+        for status in plan:
+            # A repeated status is the very same body again: a provider re-sending a delivery, not a new event.
+            body = sent.get(status)
+            if body is None:
+                payout = self.ledger.set_payout_status(payout_id, status)
+                body = json.dumps({"type": f"payout.{status}", "data": payout}, sort_keys=True).encode("utf-8")
+                sent[status] = body
+            with suppress(OSError):  # given up: the ledger's webhooks table shows every attempt
+                code = self._deliver_until_taken(payout_id, body, f"payout.{status}")
+                if not 200 <= code < 300:
+                    return
+
+    def _deliver_until_taken(self, payout_id: str, body: bytes, event_type: str) -> int:
+        """POST ``body`` until the receiver answers 2xx, ``webhook_attempts`` times at most, each attempt recorded
+        in the ledger; returns the last HTTP status. Raises ``OSError`` when no attempt got an answer."""
+        code: int | None = None
+        for attempt in range(1, self.webhook_attempts + 1):
+            try:
+                code, answer = self._post(body)
+            except OSError as error:
+                self.ledger.record_webhook(payout_id, event_type, body, attempt, None, f"no answer: {error}")
+            else:
+                self.ledger.record_webhook(payout_id, event_type, body, attempt, code, answer)
+                if 200 <= code < 300:
+                    return code
+            if self.stopping.wait(self.webhook_retry_seconds):
+                break
+        if code is None:
+            raise OSError(f"the webhook receiver never answered {event_type} of {payout_id}")
+        return code
+
+    def _post(self, body: bytes) -> tuple[int, str | None]:
+        """One signed POST of ``body``: the receiver's status and what its JSON answer says (the completion's
+        ``disposition``, or a problem's ``type``; None when it is not JSON)."""
         if self.webhook_url is None or self.webhook_secret is None:
             raise ValueError("SimPay has no webhook URL")
-        body = json.dumps(event, sort_keys=True).encode("utf-8")
         request = urllib.request.Request(self.webhook_url, data=body, method="POST", headers={
             "Content-Type": "application/json",
             SIGNATURE_HEADER: sign_webhook(self.webhook_secret, int(time.time()), body)})
         direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through a proxy
         try:
             with direct.open(request, timeout=10) as response:
-                return int(response.status)
+                return int(response.status), _answer(response.read())
         except urllib.error.HTTPError as error:
-            return int(error.code)
+            return int(error.code), _answer(error.read())
+
+
+def _answer(raw: bytes) -> str | None:
+    """The gist of a webhook receiver's JSON answer: its ``disposition``, else the last segment of a problem's
+    ``type`` (``.../unknown-reference``)."""
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(value, dict):
+        return None
+    found = value.get("disposition") or value.get("type")
+    return str(found).rsplit("/", 1)[-1][:100] if found else None
 
 
 def _validate(body: object) -> tuple[dict[str, Any] | None, str | None]:
@@ -211,7 +311,8 @@ def _handler_for(simpay: SimPay) -> type[BaseHTTPRequestHandler]:
                 simpay.ledger.record_call("GET", url.path, self.headers.get("Idempotency-Key"), None)
             if url.path == "/_ledger":
                 ledger = simpay.ledger
-                self._json(200, {"charges": ledger.charges(), "payouts": ledger.payouts(), "calls": ledger.calls()})
+                self._json(200, {"charges": ledger.charges(), "payouts": ledger.payouts(), "calls": ledger.calls(),
+                                 "webhooks": ledger.webhooks()})
             elif url.path == "/v1/charges":
                 keys = parse_qs(url.query).get("key")
                 if not keys:
@@ -250,6 +351,9 @@ def _handler_for(simpay: SimPay) -> type[BaseHTTPRequestHandler]:
             if body is None:
                 self._error(400, "invalid_request", invalid or "invalid request")
                 return
+            if mode in WEBHOOK_MODES and path != "/v1/payouts":
+                self._error(400, "invalid_request", f"{mode} is a payout mode: a charge sends no webhook")
+                return
             if mode == "flaky" and key is None:
                 self._error(400, "invalid_request", "flaky counts requests per Idempotency-Key; send one")
                 return
@@ -269,6 +373,8 @@ def _handler_for(simpay: SimPay) -> type[BaseHTTPRequestHandler]:
                 return
             headers = {"Idempotent-Replayed": "true"} if made.replayed else {}
             status = 202 if kind == "payout" else 200
+            if kind == "payout" and not made.replayed:
+                simpay._schedule(made.record, mode)
             if mode == "garbage":
                 self._json(200, [])
             elif mode == "reset-after-charge":
