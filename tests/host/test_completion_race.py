@@ -123,6 +123,7 @@ def test_callback_and_sweep_race(backend: StoreBackend) -> None:
     records = Counter(r.invocation_id for r in store.read(
         lambda tx: [r for i in candidates for r in tx.host.list_reconciliations(i)])
         if r.kind is ReconciliationKind.COMPLETION_OVERDUE)
+    assert audit_store(store) == []  # audit_invocation_handoffs among its checks
     for invocation_id, receipt in receipts.items():
         where = f"{invocation_id} (swept first: {swept[invocation_id]})"
         invocation = final[invocation_id]
@@ -142,6 +143,5 @@ def test_callback_and_sweep_race(backend: StoreBackend) -> None:
         assert counts[VERDICT_EVENTS[InvocationStatus.RECONCILIATION_REQUIRED]] == sweeps, (where, counts)
         assert (invocation.overdue_at is not None) == swept[invocation_id], (where, invocation.overdue_at)
         assert invocation.parked_at is not None, f"{where}: settled with overdue_at but without parked_at"
-    assert audit_store(store) == []
     print(f"\n{backend.name}: {ITERATIONS} races, the sweep first in {sum(swept.values())}, "
           f"{time.monotonic() - started:.1f} s")
