@@ -1,7 +1,7 @@
 """A process that submits or works one action invocation, for the host's crash windows (``host_flow``,
-``test_fallback_windows``).
+``test_fallback_windows``, ``completion_flow``).
 
-Usage: ``python host_subject.py URL LEDGER_DIR submit|inline|work IDEMPOTENT(0|1) BEHAVIOUR [FAULTS]``.
+Usage: ``python host_subject.py URL LEDGER_DIR submit|inline|work|complete|sweep IDEMPOTENT(0|1) BEHAVIOUR [FAULTS]``.
 
 The provider is in-process but its ground truth is on disk (``LEDGER_DIR``), written and fsynced before each
 reply, so it survives the SIGKILL of this process: ``requests`` has a line per call, ``charges`` a line per
@@ -10,7 +10,16 @@ answers the very first call for a key ``transient_failure``, then charges; ``dec
 ``timeout`` charges, then raises ``TimeoutError`` (the reply is lost after the effect: an unknown outcome).
 ``submit`` dispatches the invocation to workers; ``inline`` runs it in this process under a caller lease of
 ``LEASE_SECONDS`` (what a worker takes over once this process is dead), then prints its verdict as JSON;
-``work`` runs a real worker's claims until the invocation has a verdict, then prints it as JSON.
+``work`` runs a real worker's claims (its deadline sweep included) until the invocation has a verdict or has
+parked, then prints it as JSON.
+
+``payout`` and ``payout-due`` are the long-running action ``shop.payout`` (host-spec N; ADR 0035): step
+``payout`` hands off (the provider answers ``Accepted(po-<key>)`` and writes ``payouts``, once per key; every
+call is a line of ``payout-requests``), step ``notify`` then succeeds (``notices``); the action's
+``completion_deadline`` is an hour for ``payout`` and one second (the least allowed) for ``payout-due``.
+``complete`` is the provider calling back: it reads its one payout from ``payouts`` and sends ``completed``
+with ``{"payout_id": <reference>}`` through ``Host.complete``, then prints the receipt as JSON; ``sweep`` runs
+``Host.reconcile_overdue_completions`` once and prints ``{"swept": n}``.
 ``FAULTS`` (optional) is a JSON object ``{query name: [occurrences]}``: the store is then wrapped in a
 ``FaultInjectingStore`` with that plan, so the process meets the store errors that force a degraded path.
 """
@@ -29,6 +38,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from fencepost.host import (
+    Accepted,
     Action,
     AdapterCall,
     AdapterStep,
@@ -48,6 +58,10 @@ from fencepost.store.faults import FaultInjectingStore
 KEY = "order-1"
 #: The inline caller's lease and the worker's: short, so that a takeover after a crash comes quickly.
 LEASE_SECONDS = 1.0
+#: The payout provider's ``vendor``: the ``provider`` of its callbacks.
+PAYOUT_VENDOR = "disk-payouts"
+#: ``completion_deadline`` of ``shop.payout`` by behaviour: never due during a test, or due after a second.
+PAYOUT_DEADLINES = {"payout": timedelta(hours=1), "payout-due": timedelta(seconds=1)}
 
 
 class Params(BaseModel):
@@ -90,6 +104,34 @@ class DiskProvider:
             return Succeeded({"charge": key[-8:]})
 
 
+class DiskPayouts(DiskProvider):
+    """The payout provider: ``payout`` accepts a long-running payout (a handoff), ``notify`` succeeds."""
+
+    type, vendor = "payout", PAYOUT_VENDOR
+
+    def execute(self, call: AdapterCall) -> object:
+        with open(self.root / "lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            key = call.adapter_invocation_id
+            if call.operation == "notify":
+                self._append("notices", key)
+                return Succeeded({"sent": True})
+            self._append("payout-requests", key)
+            reference = f"po-{key[-12:]}"
+            if not any(line.startswith(key + " ") for line in self._lines("payouts")):
+                self._append("payouts", f"{key} {reference}")
+            return Accepted(reference, {"status": "pending"})
+
+
+def payout_action(behaviour: str, idempotent: bool) -> Action:
+    """``shop.payout``: a handoff step, then a step that runs before the invocation parks."""
+    retry = RetryPolicy(max_attempts=1, initial=timedelta(0))
+    return Action(id="shop.payout", version=1, params=Params, handler=handler, idempotent=idempotent,
+                  completion_deadline=PAYOUT_DEADLINES[behaviour],
+                  steps=(AdapterStep(name="payout", adapter="payout", operation="payout", retry=retry),
+                         AdapterStep(name="notify", adapter="payout", operation="notify", retry=retry)))
+
+
 def handler(ctx: Any, params: Params) -> dict[str, Any]:
     return {"order": params.order_id}
 
@@ -99,30 +141,47 @@ def main(url: str, ledger: str, mode: str, idempotent: str, behaviour: str, faul
     if faults is not None:
         store = FaultInjectingStore(store, plan={query: set(occurrences)
                                                  for query, occurrences in json.loads(faults).items()})
-    action = Action(id="shop.charge", version=1, params=Params, handler=handler, idempotent=idempotent == "1",
-                    steps=(AdapterStep(name="charge", adapter="pay", operation="create_charge",
-                                       retry=RetryPolicy(max_attempts=2, initial=timedelta(0))),))
-    host = Host(store, actions=[action], adapters=[DiskProvider(Path(ledger))],
+    payout = behaviour in PAYOUT_DEADLINES
+    if payout:
+        action = payout_action(behaviour, idempotent == "1")
+    else:
+        action = Action(id="shop.charge", version=1, params=Params, handler=handler, idempotent=idempotent == "1",
+                        steps=(AdapterStep(name="charge", adapter="pay", operation="create_charge",
+                                           retry=RetryPolicy(max_attempts=2, initial=timedelta(0))),))
+    host = Host(store, actions=[action], adapters=[DiskPayouts(Path(ledger)) if payout else DiskProvider(Path(ledger))],
                 config=HostConfig(lease_seconds=LEASE_SECONDS))
     params = {"order_id": "o-1", "amount_cents": 1299, "behaviour": behaviour}
+    if mode == "complete":
+        [line] = DiskPayouts(Path(ledger))._lines("payouts")
+        reference = line.split(" ", 1)[1]
+        receipt = host.complete(PAYOUT_VENDOR, reference, "completed", result={"payout_id": reference})
+        print(json.dumps({"disposition": str(receipt.disposition), "id": receipt.invocation_id,
+                          "status": None if receipt.status is None else str(receipt.status)}))
+        return 0
+    if mode == "sweep":
+        print(json.dumps({"swept": host.reconcile_overdue_completions()}))
+        return 0
     if mode == "submit":
-        view = host.submit("shop.charge", params, actor="user:1", idempotency_key=KEY)
+        view = host.submit(action.id, params, actor="user:1", idempotency_key=KEY)
         print(json.dumps({"id": view.id, "status": str(view.status)}))
         return 0
     if mode == "inline":
-        view = host.submit("shop.charge", params, actor="user:1", idempotency_key=KEY, mode=Inline())
+        view = host.submit(action.id, params, actor="user:1", idempotency_key=KEY, mode=Inline())
         print(json.dumps({"id": view.id, "status": str(view.status), "error": view.error}))
         return 0
     registry = HandlerRegistry()
     host.register(registry)
     worker = Worker(store, registry, WorkerConfig(poll_interval=0.05, lease_seconds=LEASE_SECONDS, grace_seconds=0,
-                                                  worker_id=f"subject-{os.getpid()}"))
+                                                  worker_id=f"subject-{os.getpid()}"), sweeps=host.sweeps())
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         worker.run_once()
         current = host.list()[0]
-        if current.status.terminal:
-            print(json.dumps({"id": current.id, "status": str(current.status), "error": current.error}))
+        stored = store.read(lambda tx, i=current.id: tx.host.get_invocation(i))
+        parked = stored is not None and stored.parked_at is not None
+        if current.status.terminal or parked:
+            print(json.dumps({"id": current.id, "status": str(current.status), "error": current.error,
+                              "parked": parked}))
             return 0
         time.sleep(0.1)
     print(json.dumps({"error": "no verdict within 60 s"}))

@@ -25,6 +25,7 @@ from deliver_flow import WINDOWS as DELIVER_WINDOWS
 from host_flow import POINTS as HOST_POINTS
 from package_flows import WINDOWS as PACKAGE_WINDOWS
 from registry_flow import WINDOWS as REGISTRY_WINDOWS
+from test_completion_windows import WINDOWS as COMPLETION_WINDOWS
 from test_fallback_windows import WINDOWS as FALLBACK_WINDOWS
 from transaction_names import transaction_names
 
@@ -97,6 +98,7 @@ def crash_window_points() -> dict[str, tuple[str, ...]]:
         "tests/crash/host_flow.py": HOST_POINTS,
         "tests/workflows/test_wf_crash.py": _admission_windows(),
         "tests/crash/test_fallback_windows.py": tuple(w.point for w in FALLBACK_WINDOWS),
+        "tests/crash/test_completion_windows.py": tuple(w.point for w in COMPLETION_WINDOWS),
     }
 
 
