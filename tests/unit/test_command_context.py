@@ -44,3 +44,28 @@ def test_a_stop_survives_the_next_step_and_wins_over_a_time_limit() -> None:
     assert ctx.interrupted is Interrupt.STOP
     with pytest.raises(StopRequested):
         ctx.check()
+
+
+class PausedBetweenReads(CommandContext):
+    """A context whose deadline is cleared by ``pause`` (on the slot thread) right after a watcher first reads it:
+    every second read of ``_deadline`` sees None, the interleaving a loaded machine produced in CI."""
+
+    reads = 0
+
+    @property  # type: ignore[override]
+    def _deadline(self) -> float | None:
+        self.reads += 1
+        return 5.0 if self.reads % 2 else None
+
+    @_deadline.setter
+    def _deadline(self, value: float | None) -> None:
+        return None
+
+
+def test_a_pause_racing_a_deadline_check_never_raises() -> None:
+    ctx = context(1.0)
+    racing = PausedBetweenReads.__new__(PausedBetweenReads)
+    racing.__dict__.update(ctx.__dict__)
+    racing.__dict__.pop("_deadline", None)
+    assert racing.past_deadline(now=10.0) is True  # one read: the deadline as it was when asked
+    assert racing.past_deadline(now=1.0) is False

@@ -134,7 +134,8 @@ class CommandContext:
 
     def past_deadline(self, now: float | None = None) -> bool:
         """Whether the time limit has run out (False without a limit or before ``start``)."""
-        return self._deadline is not None and (time.monotonic() if now is None else now) >= self._deadline
+        deadline = self._deadline  # read once: ``pause`` on the slot thread may clear it while a watcher asks
+        return deadline is not None and (time.monotonic() if now is None else now) >= deadline
 
     def interrupt(self, reason: Interrupt) -> None:
         """Interrupt the command; the first reason wins (a stop after a time limit changes nothing)."""
