@@ -127,6 +127,10 @@ def test_serve_reads_the_secret_from_the_environment_only(tmp_path: Path) -> Non
                      "--completion-secret", "other=PAY_SECRET"], cwd=tmp_path, timeout=60,
                     env=subprocess_env(PAY_SECRET=SECRET))
     assert other.returncode == 2 and "'simpay', which has no --completion-secret" in other.stderr, other.describe()
+    typo = run_cli(["serve", "-d", url, "--port", "0", "--no-worker", "--app", "payapp:make",
+                    "--completion-secret", "simpay=PAY_SECRET", "--completion-secret", "simapy=PAY_SECRET"],
+                   cwd=tmp_path, timeout=60, env=subprocess_env(PAY_SECRET=SECRET))
+    assert typo.returncode == 2 and "simapy, which is no adapter's vendor" in typo.stderr, typo.describe()
     malformed = run_cli(["serve", "-d", url, "--no-worker", "--completion-secret", "simpay"], cwd=tmp_path,
                         timeout=60)
     assert malformed.returncode == 2 and "PROVIDER=ENV_VAR" in malformed.stderr

@@ -203,10 +203,16 @@ def test_complete_and_sweep_from_the_command_line(app_dir: Path) -> None:
     ran = run_cli(["host", "submit", "shop.payout", "--app", "shopapp:make", "--params", '{"order_id": "payout-1"}',
                    "--key", "p1", "--inline", "--json", "-d", url], cwd=app_dir)
     assert ran.returncode == 0, ran.stderr
-    assert json.loads(ran.stdout)["status"] == "running"  # parked, waiting for its completion
+    submitted = json.loads(ran.stdout)
+    assert submitted["status"] == "running" and submitted["parked"] is True  # waiting for its completion
+    assert submitted["handoff"]["external_reference"] == "ref-payout-1" and submitted["handoff"]["due_at"]
+    text = run_cli(["host", "show", submitted["id"], "-d", url], cwd=app_dir)
+    assert "handoff: local ref-payout-1 (step payout), parked, waiting for its completion" in text.stdout
     base = ["host", "complete", "local", "ref-payout-1", "--app", "shopapp:make", "--json", "-d", url]
     settled = run_cli([*base, "--result", '{"payout_id": "p-1"}'], cwd=app_dir)
     assert settled.returncode == 0 and json.loads(settled.stdout)["disposition"] == "settled", settled.stderr
+    shown = json.loads(run_cli(["host", "show", submitted["id"], "--json", "-d", url], cwd=app_dir).stdout)
+    assert shown["parked"] is False and shown["external_completion"]["result"] == {"payout_id": "p-1"}
     again = run_cli([*base, "--result", '{"payout_id": "p-1"}'], cwd=app_dir)
     assert json.loads(again.stdout)["disposition"] == "absorbed"
     unknown = run_cli(["host", "complete", "local", "ref-nope", "--app", "shopapp:make", "-d", url], cwd=app_dir)

@@ -116,6 +116,19 @@ def _show_text(view: InvocationView, events: list[dict[str, Any]] | None = None,
         print_(f"  error: {view.error}", markup=False)
     if view.reconciliation:
         print_(f"  reconciliation: {jsonlib.dumps(view.reconciliation, sort_keys=True)}", markup=False)
+    if view.handoff:
+        h = view.handoff
+        state = ("parked, waiting for its completion" if view.parked
+                 else "swept: overdue" if h["overdue_at"] else "parked" if h["parked_at"] else "not parked")
+        print_(f"  handoff: {h['provider']} {h['external_reference']} (step {h['step']}), {state}; due "
+               f"{h['due_at']}" + (f", overdue since {h['overdue_at']}" if h["overdue_at"] else ""), markup=False)
+    if view.external_completion:
+        c = view.external_completion
+        print_(f"  external completion: {c.get('outcome')} ({c.get('disposition')}), received {c.get('received_at')}"
+               f"; result {jsonlib.dumps(c.get('result'), sort_keys=True)}"
+               + (f"; error {c.get('error')}" if c.get("error") else "")
+               + (f"; evidence {jsonlib.dumps(c.get('evidence'), sort_keys=True)}" if c.get("evidence") else ""),
+               markup=False)
     for step in view.steps:
         ref = f"  external reference {step.external_reference}" if step.external_reference else ""
         print_(f"  step {step.name} {step.status}  attempts {step.attempts}  provider key "
@@ -252,8 +265,9 @@ def complete(
     The completion is matched by PROVIDER and REFERENCE only and decided under the invocation's row lock: it
     settles a parked invocation (or a swept one that had parked), is refused while the invocation still
     executes, is absorbed when identical to the recorded one, turns a contradicting one into
-    reconciliation_required, and is kept as evidence otherwise. Exit 0: recorded or absorbed; 1: not found
-    (nothing recorded) or still executing (retry later); 2: bad input; 3: two invocations hold the reference.
+    reconciliation_required, and is kept as evidence otherwise. Exit 0: recorded (settled, evidence_only,
+    contradicted: read the printed disposition) or absorbed; 1: not found (nothing recorded) or still
+    executing (retry later); 2: bad input; 3: two invocations hold the reference.
     """
     with opened(database) as store, handled():
         parsed = _json_object(result, "--result") if result else None

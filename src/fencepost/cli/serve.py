@@ -189,6 +189,12 @@ def serve(
         limits = sandbox_limits(sandbox_max_bytes, sandbox_max_memory)
         user_host = load_host(host_app, store) if host_app else None
         providers = completion_providers(host_app, completion_secret or [], os.environ)
+        if user_host is not None and providers:
+            vendors = {adapter.vendor for adapter in user_host.runtime.adapters.values()}
+            unknown = sorted(set(providers) - vendors)
+            if unknown:  # a typo would otherwise answer every real webhook 401, visible only in the log
+                raise InvalidInput(f"--completion-secret names {', '.join(unknown)}, which is no adapter's vendor in "
+                                   f"--app (vendors: {', '.join(sorted(vendors)) or 'none'})")
         pool: list[Worker] = []
         if not no_worker:
             for _ in range(workers):

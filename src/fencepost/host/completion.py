@@ -294,8 +294,9 @@ def _contradiction(tx: UnitOfWork, invocation: InvocationRecord, completion: Com
     first = invocation.external_completion or {}
     second = _record(completion, invocation, CompletionDisposition.CONTRADICTED, received_at)
     status = InvocationStatus.RECONCILIATION_REQUIRED
-    error = (f"a second external completion ({second['outcome']}) contradicts the first ({first.get('outcome')}); "
-             "the first is kept, an operator decides")
+    differs = [field for field in ("outcome", "result", "error", "evidence") if first.get(field) != second[field]]
+    error = (f"a second external completion ({second['outcome']}) contradicts the first ({first.get('outcome')}): "
+             f"its {', '.join(differs) or 'digest'} differ(s); the first is kept, an operator decides")
     reconciliation = {**(invocation.reconciliation or {}), "kind": str(ReconciliationKind.COMPLETION_CONTRADICTED),
                       "first_digest": first.get("digest"), "second_digest": second["digest"]}
     _write(tx, invocation, UnleasedVerdict(status, error, invocation.result, reconciliation,

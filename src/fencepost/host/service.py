@@ -129,6 +129,14 @@ class InvocationView:
     created_at: datetime
     updated_at: datetime
     steps: tuple[StepView, ...]
+    handoff: dict[str, Any] | None = None
+    external_completion: dict[str, Any] | None = None
+
+    @property
+    def parked(self) -> bool:
+        """Whether it waits, unleased, for its handoff's external completion (host-spec N2)."""
+        return self.handoff is not None and self.handoff.get("parked_at") is not None and \
+            self.status is InvocationStatus.RUNNING
 
     def as_json(self) -> dict[str, Any]:
         """Plain JSON (instants as ISO 8601 text)."""
@@ -141,7 +149,8 @@ class InvocationView:
                 "updated_at": self.updated_at.isoformat(),
                 "steps": [{"name": s.name, "adapter_invocation_id": s.adapter_invocation_id, "status": str(s.status),
                            "attempts": s.attempts, "error": s.error, "external_reference": s.external_reference,
-                           "output": s.output} for s in self.steps]}
+                           "output": s.output} for s in self.steps],
+                "handoff": self.handoff, "parked": self.parked, "external_completion": self.external_completion}
 
 
 def view(record: InvocationRecord, rows: Iterable[AdapterRecord]) -> InvocationView:
@@ -155,7 +164,23 @@ def view(record: InvocationRecord, rows: Iterable[AdapterRecord]) -> InvocationV
                           status=record.status, error=record.error, result=record.result,
                           reconciliation=record.reconciliation, attempt_count=record.attempt_count,
                           lease_owner=record.lease_owner, created_at=record.created_at,
-                          updated_at=record.updated_at, steps=steps)
+                          updated_at=record.updated_at, steps=steps, handoff=_handoff(record),
+                          external_completion=record.external_completion)
+
+
+def _handoff(record: InvocationRecord) -> dict[str, Any] | None:
+    """The invocation's handoff as an operator reads it: provider, reference, step, deadline, parked, swept."""
+    if record.handoff_reference is None:
+        return None
+    details = record.pending_completion or {}
+
+    def instant(value: datetime | None) -> str | None:
+        return None if value is None else value.isoformat()
+
+    return {"provider": record.handoff_provider, "external_reference": record.handoff_reference,
+            "step": details.get("step"), "adapter_invocation_id": details.get("adapter_invocation_id"),
+            "due_at": instant(record.completion_due_at), "parked_at": instant(record.parked_at),
+            "overdue_at": instant(record.overdue_at), "pending": record.pending_completion is not None}
 
 
 class Host:
