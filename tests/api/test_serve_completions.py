@@ -131,6 +131,14 @@ def test_serve_reads_the_secret_from_the_environment_only(tmp_path: Path) -> Non
                     "--completion-secret", "simpay=PAY_SECRET", "--completion-secret", "simapy=PAY_SECRET"],
                    cwd=tmp_path, timeout=60, env=subprocess_env(PAY_SECRET=SECRET))
     assert typo.returncode == 2 and "simapy, which is no adapter's vendor" in typo.stderr, typo.describe()
+    blank = run_cli(["serve", "-d", url, "--port", "0", "--no-worker", "--app", "payapp:make",
+                     "--completion-secret", "simpay=PAY_SECRET"], cwd=tmp_path, timeout=60,
+                    env=subprocess_env(PAY_SECRET=" " * 20))
+    assert blank.returncode == 2 and "not counting blanks" in blank.stderr, blank.describe()
+    slashed = run_cli(["serve", "-d", url, "--port", "0", "--no-worker", "--app", "payapp:make",
+                       "--completion-secret", "sim/pay=PAY_SECRET"], cwd=tmp_path, timeout=60,
+                      env=subprocess_env(PAY_SECRET=SECRET))
+    assert slashed.returncode == 2 and "a provider is letters" in slashed.stderr, slashed.describe()
     malformed = run_cli(["serve", "-d", url, "--no-worker", "--completion-secret", "simpay"], cwd=tmp_path,
                         timeout=60)
     assert malformed.returncode == 2 and "PROVIDER=ENV_VAR" in malformed.stderr

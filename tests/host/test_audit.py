@@ -223,10 +223,20 @@ def test_each_handoff_damage_is_a_finding(store: Store, backend: StoreBackend) -
     # parked_at without a handoff, past the CHECK
     hc.dispatched(store, "inv_no_handoff")
     past_the_check(store, backend, "inv_no_handoff", "parked_at = updated_at")
+    # marked overdue but still running: the sweep's verdict never came with it
+    lease = hc.running(store, "inv_overdue_running", 600)
+    assert hc.hand_off(store, "inv_overdue_running", lease, hc.handoff("po_overdue"))
+    assert hc.park(store, "inv_overdue_running", lease)
+    store.transact(lambda tx: backend.inspect(
+        tx, "UPDATE invocations SET overdue_at = updated_at WHERE id = 'inv_overdue_running'"))
     assert handoff_findings(store) == {
         "inv_unparked": ["invocation_handoffs: succeeded invocation carries overdue_at without parked_at (settled "
                          "after a sweep without having parked)"],
         "inv_half_parked": ["invocation_command_status: invocation running and parked but command PROCESSING"],
-        "inv_terminal": ["invocation_command_status: invocation succeeded but command PROCESSING"],
+        "inv_terminal": ["invocation_command_status: invocation succeeded but command PROCESSING",
+                         "invocation_handoffs: succeeded invocation with a handoff that did not park or has no "
+                         "completion on record"],
         "inv_dropped": ["invocation_command_status: invocation running but command DELIVERED"],
-        "inv_no_handoff": ["invocation_handoffs: parked_at, overdue_at or completion_due_at without a handoff"]}
+        "inv_no_handoff": ["invocation_handoffs: parked_at, overdue_at or completion_due_at without a handoff"],
+        "inv_overdue_running": ["invocation_handoffs: running invocation carries overdue_at (the sweep settles what "
+                                "it marks)"]}

@@ -337,3 +337,50 @@ def test_the_sweep_verdict_and_its_record_commit_together(backend: StoreBackend,
     assert inner.read(lambda tx: tx.host.list_reconciliations(invocation_id)) == []
     assert swept_host.reconcile_overdue_completions() == 1
     assert len(inner.read(lambda tx: tx.host.list_reconciliations(invocation_id))) == 1
+
+
+@pytest.mark.parametrize(("reference", "why"), [("R" * 501, "is 501 characters"), ("po\x00x", "contains NUL"),
+                                               ("po\ud800", "is not valid Unicode text")])
+def test_an_unstorable_handoff_reference_is_kept_in_the_unknown_outcome(store: Store, backend: StoreBackend,
+                                                                        ledger: Ledger, reference: str,
+                                                                        why: str) -> None:
+    """N30: the provider accepted an operation under a reference fencepost cannot store and match: the step is an
+    unknown outcome whose reason keeps the reference (escaped), so an operator can look it up."""
+    host = make_host(store, payout_action(), Scripted(ledger, accepted(reference)))
+    queued = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k")
+    run_worker(host, backend)
+    view = host.get(queued.id)
+    assert view.status is InvocationStatus.RECONCILIATION_REQUIRED and view.steps[0].status is AdapterStatus.AMBIGUOUS
+    assert why in (view.error or "") and ascii(reference[:20])[1:-1] in (view.error or "")
+    assert findings(store, queued.id) == []
+
+
+@pytest.mark.parametrize(("field", "bad"), [("external_reference", "a\x00b"), ("external_reference", "a\udc80b"),
+                                           ("error", "a\x00b"), ("error", "a\udc80b"), ("result", "a\udc80b")],
+                         ids=["reference-nul", "reference-surrogate", "error-nul", "error-surrogate",
+                              "result-surrogate"])  # NUL inside JSON is stored escaped on both backends
+def test_a_completion_with_unstorable_text_is_invalid_input(store: Store, backend: StoreBackend, ledger: Ledger,
+                                                            field: str, bad: str) -> None:
+    """A completion both backends could not store the same way is refused as bad input, on every backend."""
+    from fencepost.core.errors import InvalidInput
+
+    host, invocation_id = parked(store, backend, ledger)
+    arguments: dict[str, Any] = {"external_reference": "po_1", "error": None, "result": None}
+    arguments[field] = {"note": bad} if field == "result" else bad
+    with pytest.raises(InvalidInput):
+        host.complete(VENDOR, arguments["external_reference"], "failed", result=arguments["result"],
+                      error=arguments["error"])
+    assert record(store, invocation_id).external_completion is None
+
+
+def test_a_late_settlement_keeps_the_sweep_verdict_as_history(store: Store, backend: StoreBackend,
+                                                              ledger: Ledger) -> None:
+    """A swept, parked handoff settled late is succeeded with no live reconciliation kind; the sweep's is kept as
+    ``previous``."""
+    host, invocation_id = parked(store, backend, ledger)
+    backend.advance(DEADLINE.total_seconds() + 0.5)
+    host.reconcile_overdue_completions()
+    host.complete(VENDOR, "po_1", "completed")
+    stored = record(store, invocation_id)
+    assert stored.status is InvocationStatus.SUCCEEDED and "kind" not in stored.reconciliation
+    assert stored.reconciliation["previous"]["kind"] == "completion_overdue"

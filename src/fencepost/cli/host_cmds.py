@@ -256,6 +256,8 @@ def complete(
     outcome: Annotated[str, typer.Option(help="completed or failed.")] = "completed",
     result: Annotated[str, typer.Option("--result", help="The provider's result, a JSON object.")] = "",
     error: Annotated[str, typer.Option("--error", help="The provider's error text (failed).")] = "",
+    evidence: Annotated[str, typer.Option("--evidence", help="What else the provider reported, a JSON object "
+                                                             "(part of the completion's identity).")] = "",
     database: DatabaseOpt = DEFAULT_URL,
     json: JsonOpt = False,
 ) -> None:
@@ -271,8 +273,9 @@ def complete(
     """
     with opened(database) as store, handled():
         parsed = _json_object(result, "--result") if result else None
+        facts = _json_object(evidence, "--evidence") if evidence else None
         receipt = load_host(host_app, store).complete(provider, reference, outcome, result=parsed,
-                                                      error=error or None)
+                                                      error=error or None, evidence=facts)
     data = {"disposition": str(receipt.disposition), "invocation_id": receipt.invocation_id,
             "status": None if receipt.status is None else str(receipt.status), "detail": receipt.detail}
     emit(json, data, lambda: render.console.print(

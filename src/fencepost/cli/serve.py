@@ -6,6 +6,7 @@ import importlib
 import ipaddress
 import logging
 import os
+import re
 import secrets
 import signal
 import socket
@@ -106,10 +107,13 @@ def completion_providers(app_spec: str | None, specs: list[str], environ: Mappin
         provider, sep, variable = spec.partition("=")
         if not sep or not provider or not variable or len(provider) > 100:
             raise InvalidInput(f"--completion-secret is PROVIDER=ENV_VAR, not {spec!r}")
-        value = environ.get(variable, "")
-        if len(value) < MIN_SECRET:
-            raise InvalidInput(f"--completion-secret {provider}: environment variable {variable} is "
-                               f"{'not set' if not value else 'shorter than ' + str(MIN_SECRET) + ' characters'}")
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", provider):  # it is a path segment of the endpoint
+            raise InvalidInput(f"--completion-secret {provider!r}: a provider is letters, digits, '.', '_' and '-'")
+        value = environ.get(variable)
+        if value is None or len(value.strip()) < MIN_SECRET:
+            state = ("not set" if value is None else "empty" if not value
+                     else f"shorter than {MIN_SECRET} characters (not counting blanks)")
+            raise InvalidInput(f"--completion-secret {provider}: environment variable {variable} is {state}")
         secrets.setdefault(provider, []).append(value)
     if secrets and not app_spec:
         raise InvalidInput("--completion-secret needs --app: completions settle that host's invocations")

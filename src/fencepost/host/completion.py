@@ -73,6 +73,15 @@ MAX_ERROR = 2000
 DIGEST_VERSION = "cmp1"
 
 
+def _storable(text: str) -> bool:
+    """Text both backends store as given: encodable UTF-8 without NUL (PostgreSQL text cannot hold NUL)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
+
+
 @dataclass(frozen=True)
 class Completion:
     """One external completion as the provider reported it (host-spec §2.6).
@@ -98,6 +107,10 @@ class Completion:
             raise InvalidInput("provider is 1 to 100 characters")
         if not isinstance(self.external_reference, str) or not 1 <= len(self.external_reference) <= MAX_REFERENCE:
             raise InvalidInput(f"external_reference is 1 to {MAX_REFERENCE} characters")
+        for what, text in (("provider", self.provider), ("external_reference", self.external_reference),
+                           ("error", self.error)):
+            if text is not None and not _storable(text):
+                raise InvalidInput(f"{what} must be Unicode text without NUL characters")
         if not isinstance(self.outcome, CompletionOutcome):
             raise InvalidInput("outcome is CompletionOutcome.COMPLETED or CompletionOutcome.FAILED")
         if self.error is not None and (not isinstance(self.error, str) or len(self.error) > MAX_ERROR):
@@ -108,9 +121,9 @@ class Completion:
             if not isinstance(value, Mapping):
                 raise InvalidInput(f"{what} must be a JSON object")
             try:
-                canonical_json(dict(value))
-            except (TypeError, ValueError):
-                raise InvalidInput(f"{what} must be plain JSON") from None
+                canonical_json(dict(value)).encode("utf-8")
+            except (TypeError, ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
+                raise InvalidInput(f"{what} must be plain JSON of valid Unicode text") from None
 
     @property
     def digest(self) -> str:
@@ -255,8 +268,12 @@ def _settle(tx: UnitOfWork, actions: ActionRegistry, invocation: InvocationRecor
         error = (completion.error or FIXED_FAILURE)[:MAX_ERROR]
     disposition = CompletionDisposition.SETTLED if kind is None else CompletionDisposition.EVIDENCE_ONLY
     record = _record(completion, invocation, disposition, received_at)
-    reconciliation = dict(invocation.reconciliation or {}) if kind is None else {
-        **(invocation.reconciliation or {}), "kind": str(kind), "external_completion_digest": record["digest"]}
+    if kind is None:  # settled: an earlier verdict's reconciliation (a sweep's) is history, not a live kind
+        reconciliation = ({"resolved_by": "external completion", "previous": invocation.reconciliation}
+                          if invocation.reconciliation else {})
+    else:
+        reconciliation = {**(invocation.reconciliation or {}), "kind": str(kind),
+                          "external_completion_digest": record["digest"]}
     _write(tx, invocation, UnleasedVerdict(status, error, result, reconciliation or None, None, record,
                                            invocation.parked_at, invocation.overdue_at))
     held = VerdictHeld(status, error)

@@ -166,8 +166,29 @@ def interpret_reply(reply: object) -> StepOutcome:
         reference = _text(fields.get("external_reference"))
         if reference is None:
             return _unknown("uninterpretable reply: a handoff without an external reference", outcome)
+        unusable = _unusable_reference(reference)
+        if unusable is not None:  # the provider took the operation: keep what it said, so it can be looked up
+            return _unknown(f"uninterpretable reply: a handoff whose external reference {unusable}: "
+                            f"{reference[:200]!a}{'…' if len(reference) > 200 else ''}", outcome)
         return StepOutcome(StepVerdict.ACCEPTED, outcome=outcome, output=dict(output), external_reference=reference)
     return StepOutcome(StepVerdict.SUCCEEDED, outcome=outcome, output=dict(output))
+
+
+#: The longest external reference a handoff may carry (the store's bound; host-spec N30).
+MAX_REFERENCE = 500
+
+
+def _unusable_reference(reference: str) -> str | None:
+    """Why a handoff's reference cannot be stored and matched (too long, NUL, not encodable), or None."""
+    if len(reference) > MAX_REFERENCE:
+        return f"is {len(reference)} characters (at most {MAX_REFERENCE})"
+    if "\x00" in reference:
+        return "contains NUL"
+    try:
+        reference.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid Unicode text"
+    return None
 
 
 def describe_error(error: BaseException) -> str:

@@ -169,10 +169,10 @@ EXISTS (SELECT 1 FROM commands AS lease WHERE lease.id = :lease_command_id AND l
 json_array_elements_text(CAST(:expected AS json)) AS value
 
 -- fragment: invocation_reconciliation_kind
-(CAST(i.reconciliation AS jsonb) ->> 'kind')
+(CAST(i.reconciliation AS json) ->> 'kind')
 
 -- fragment: invocation_reconciliation_adapter
-(CAST(i.reconciliation AS jsonb) ->> 'adapter_invocation_id')
+(CAST(i.reconciliation AS json) ->> 'adapter_invocation_id')
 
 -- fragment: lock_invocation_row
 -- The invocation row lock, first in the host's lock order (invocation, adapter row, command; ADR 0022):

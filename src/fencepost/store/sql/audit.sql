@@ -126,15 +126,24 @@ WHERE c.id IS NULL
 -- The handoff's instants (host-spec N8, N19; ADR 0034): a succeeded or failed invocation that carries overdue_at
 -- without parked_at was settled after a sweep although it never parked (only evidence may follow such a sweep,
 -- N20); parked_at, overdue_at or a deadline without a handoff (provider and reference) belong to nothing.
+-- A succeeded invocation with a handoff was settled by its completion, so it parked and has one on record (N3);
+-- a running one was never swept (the sweep's verdict is reconciliation_required).
 SELECT i.id AS subject,
        CASE WHEN i.handoff_reference IS NULL OR i.handoff_provider IS NULL
             THEN 'parked_at, overdue_at or completion_due_at without a handoff'
+            WHEN i.status = 'running' THEN 'running invocation carries overdue_at (the sweep settles what it marks)'
+            WHEN i.status = 'succeeded' AND (i.parked_at IS NULL OR i.external_completion IS NULL)
+                 AND i.overdue_at IS NULL
+            THEN 'succeeded invocation with a handoff that did not park or has no completion on record'
             ELSE i.status || ' invocation carries overdue_at without parked_at (settled after a sweep without '
                  || 'having parked)' END AS detail
 FROM invocations i
 WHERE ((i.handoff_reference IS NULL OR i.handoff_provider IS NULL)
        AND (i.parked_at IS NOT NULL OR i.overdue_at IS NOT NULL OR i.completion_due_at IS NOT NULL))
-   OR (i.status IN ('succeeded', 'failed') AND i.overdue_at IS NOT NULL AND i.parked_at IS NULL);
+   OR (i.status IN ('succeeded', 'failed') AND i.overdue_at IS NOT NULL AND i.parked_at IS NULL)
+   OR (i.status = 'running' AND i.overdue_at IS NOT NULL)
+   OR (i.status = 'succeeded' AND i.handoff_reference IS NOT NULL
+       AND (i.parked_at IS NULL OR i.external_completion IS NULL));
 
 -- name: audit_invocation_steps
 -- A pending invocation has no adapter row; a succeeded one has only succeeded rows (host-spec J3).
