@@ -276,3 +276,18 @@ def test_sigterm_stops_cleanly_and_gives_claimed_rows_back(db: str, sqlite_store
     assert "processing" not in counts, counts  # released at once, not left to expire
     assert counts["published"] + counts["pending"] == 60 and counts["pending"] > 0
     assert b"released" in err
+
+
+def test_a_long_batch_keeps_its_leases_by_heartbeat(sqlite_store: Store) -> None:
+    append(sqlite_store, 3)
+    rival_saw: list[str] = []
+    rival = Relay(sqlite_store, CallableSink(lambda e, o: rival_saw.append(e.id)), RelayConfig(owner="rival", **FAST))
+
+    def slow(event: EventRecord, outbox: EventOutboxRecord) -> None:
+        # The batch outlasts one lease (3 x 0.25 s > 0.6 s); a rival tries to take rows over after each publish.
+        time.sleep(0.25)
+        rival.run_once()
+
+    relay = Relay(sqlite_store, CallableSink(slow), RelayConfig(owner="slow", lease_seconds=0.6, **FAST))
+    relay.run_once()
+    assert rival_saw == [] and relay.stats.published == 3 and relay.stats.lost == 0
