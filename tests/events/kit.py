@@ -103,19 +103,22 @@ def receiver(fail_first: int = 0, delay: float = 0.0) -> Iterator[Receiver]:
 
 @contextmanager
 def amqp_exchange(*, bind_queue: bool = True) -> Iterator[tuple[str, str | None]]:
-    """A fresh fanout exchange (and a queue bound to it); both are deleted afterwards."""
+    """A fresh fanout exchange (and a queue bound to it); both are deleted afterwards. No connection is held
+    in between, so a test may have the broker close every client connection."""
+    name = f"fencepost-test-{uuid.uuid4().hex[:12]}"
+    queue = name + "-q" if bind_queue else None
     connection = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
     channel = connection.channel()
-    name = f"fencepost-test-{uuid.uuid4().hex[:12]}"
     channel.exchange_declare(name, exchange_type="fanout", durable=False)
-    queue = None
-    if bind_queue:
-        queue = name + "-q"
+    if queue is not None:
         channel.queue_declare(queue, durable=False)
         channel.queue_bind(queue, name)
+    connection.close()
     try:
         yield name, queue
     finally:
+        connection = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+        channel = connection.channel()
         if queue is not None:
             channel.queue_delete(queue)
         channel.exchange_delete(name)
