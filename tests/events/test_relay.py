@@ -291,3 +291,25 @@ def test_a_long_batch_keeps_its_leases_by_heartbeat(sqlite_store: Store) -> None
     relay = Relay(sqlite_store, CallableSink(slow), RelayConfig(owner="slow", lease_seconds=0.6, **FAST))
     relay.run_once()
     assert rival_saw == [] and relay.stats.published == 3 and relay.stats.lost == 0
+
+
+def test_relay_cli_refuses_bad_input_and_its_help_explains(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = CliRunner()
+    monkeypatch.delenv("FENCEPOST_TEST_UNSET_SECRET", raising=False)
+    cases = [(["--sink", "ftp://x"], "--sink must be webhook"),
+             (["--sink", "webhook:ftp://x"], "must be http or https"),
+             (["--sink", "webhook:http://127.0.0.1:9/e", "--secret-env", "FENCEPOST_TEST_UNSET_SECRET"],
+              "unset or empty"),
+             (["--sink", "amqp://guest:hunter2@127.0.0.1/", "--secret-env", "X"], "authenticates with its URL"),
+             (["--sink", "webhook:http://127.0.0.1:9/e", "--timeout", "40"], "at most half"),
+             (["--sink", "webhook:http://127.0.0.1:9/e", "--max-attempts", "0"], "max_attempts")]
+    for args, message in cases:
+        result = runner.invoke(app, ["relay", "--database", db, *args])
+        assert result.exit_code == 2 and message in result.output, (args, result.output)
+        assert "hunter2" not in result.output
+    helped = runner.invoke(app, ["relay", "--help"], env={"COLUMNS": "200"})
+    assert helped.exit_code == 0
+    for phrase in ("at least once", "Fencepost-Event-Id", "publisher confirms", "dead-letters", "SIGTERM"):
+        assert phrase in helped.output, phrase
+    events_help = runner.invoke(app, ["events", "--help"], env={"COLUMNS": "200"})
+    assert all(word in events_help.output for word in ("list", "show", "requeue", "dead-letters", "probe"))
