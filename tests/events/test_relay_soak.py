@@ -86,6 +86,7 @@ def _drive(backend: StoreBackend, sink: list[str], *, drop: bool) -> list[str]:
             time.sleep(0.05)
     finally:
         chaos.stop()
+    print(f"relay soak: {TOTAL} events, {chaos.kills} relays SIGKILLed, {chaos.drops} broker connection drops")
     assert chaos.kills > 0 and (chaos.drops > 0 or not drop), "the soak ended before any chaos: raise TOTAL"
     assert statuses(store) == Counter({"published": TOTAL})  # exactly once in the records, no dead letter
     return ids
