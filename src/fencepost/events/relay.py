@@ -182,7 +182,7 @@ class Relay:
         renewed_at = time.monotonic()
         for index, item in enumerate(claimed):
             if self._stop.is_set():
-                self._release([leases[c.lease.event_id] for c in claimed[index:]])
+                self._release([leases[c.lease.event_id] for c in claimed[index:] if c.lease.event_id in leases])
                 break
             # Heartbeat: once a third of the lease has passed, extend every lease still held, so that a long
             # batch is never taken over by another relay while this one is alive.
