@@ -313,3 +313,17 @@ def test_relay_cli_refuses_bad_input_and_its_help_explains(db: str, monkeypatch:
         assert phrase in helped.output, phrase
     events_help = runner.invoke(app, ["events", "--help"], env={"COLUMNS": "200"})
     assert all(word in events_help.output for word in ("list", "show", "requeue", "dead-letters", "probe"))
+
+
+def test_a_row_whose_leases_kept_expiring_is_dead_lettered_without_another_publish(sqlite_store: Store) -> None:
+    append(sqlite_store, 1)
+    for _ in range(2):  # two relays died mid-publish: their claims expired unmarked
+        assert sqlite_store.transact(lambda tx: tx.events.claim_event_outbox(owner="dead", limit=1,
+                                                                             lease_seconds=0.05))
+        time.sleep(0.1)
+    calls: list[str] = []
+    relay = Relay(sqlite_store, CallableSink(lambda e, o: calls.append(e.id)), RelayConfig(max_attempts=2, **FAST))
+    assert relay.run_once() == 1
+    row = sqlite_store.read(lambda tx: tx.events.get_event_outbox("ev-00000"))
+    assert calls == [] and row is not None and row.status == EventOutboxStatus.DEAD_LETTERED
+    assert row.attempts == 3 and row.last_error is not None and "attempt budget (2) spent" in row.last_error
