@@ -91,14 +91,19 @@ class SqlEvents:
         now = self._unit.now()
         rows = self._unit.run("claim_event_outbox", {
             "owner": owner, "limit": limit, "now": now, "lease_until": now + timedelta(seconds=lease_seconds)}).rows
+        if not rows:
+            return []
+        found = {r["event_id"]: r for r in self._unit.run("get_claimed_events", {
+            "expected": canonical_json([r["event_id"] for r in rows])}).rows}
         claimed: list[ClaimedEvent] = []
         for r in rows:
             lease = EventLease(event_id=r["event_id"], owner=r["lease_owner"], token=r["lease_token"],
                                until=r["lease_until"], attempts=int(r["attempts"]))
-            event = self.get_event(lease.event_id)
-            outbox = self.get_event_outbox(lease.event_id)
-            if event is None or outbox is None:  # the foreign key forbids it; say so rather than skip silently
+            joined = found.get(lease.event_id)
+            if joined is None:  # the foreign key forbids it; say so rather than skip silently
                 raise IntegrityViolation(f"claimed publication row {lease.event_id} has no event")
+            event = event_from_row(joined)
+            outbox = outbox_from_row({**joined, "type": event.type})
             claimed.append(ClaimedEvent(lease=lease, event=event, outbox=outbox))
         # the statement's RETURNING order is unspecified: hand rows out oldest availability first
         claimed.sort(key=lambda c: (c.outbox.available_at, c.lease.event_id))
