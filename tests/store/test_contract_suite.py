@@ -20,6 +20,7 @@ from fencepost.testing import (
     CatalogContract,
     ConcurrencyContract,
     ContractBackend,
+    EventRelayContract,
     EventsContract,
     HostContract,
     OutboxContract,
@@ -67,6 +68,10 @@ class TestHost(HostContract):
 
 
 class TestEvents(EventsContract):
+    pass
+
+
+class TestEventRelay(EventRelayContract):
     pass
 
 

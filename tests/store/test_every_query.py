@@ -173,6 +173,20 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
     assert store.transact(lambda tx: tx.events.append_event_with_outbox(host_contract.event("ev-every-query")))
     store.read(lambda tx: (tx.events.get_event("ev-every-query"), tx.events.get_event_outbox("ev-every-query"),
                            tx.events.list_events(tenant_id=host_contract.TENANT, space_id=host_contract.SPACE)))
+    # The event relay (ADR 0038): claim, renew, publish, fail, dead-letter, requeue, release, list, summarize.
+    for n in range(3):
+        assert store.transact(lambda tx, n=n: tx.events.append_event_with_outbox(host_contract.event(f"ev-relay-{n}")))
+    claimed = store.transact(lambda tx: tx.events.claim_event_outbox(owner="relay", limit=10, lease_seconds=30))
+    relay_leases = {c.lease.event_id: c.lease for c in claimed if c.lease.event_id.startswith("ev-relay-")}
+    assert store.transact(lambda tx: tx.events.renew_event_lease(relay_leases["ev-relay-0"], lease_seconds=30))
+    assert store.transact(lambda tx: tx.events.mark_event_published(relay_leases["ev-relay-0"]))
+    assert store.transact(lambda tx: tx.events.mark_event_failed(relay_leases["ev-relay-1"], error="e",
+                                                                  retry_in_seconds=0))
+    assert store.transact(lambda tx: tx.events.dead_letter_event(relay_leases["ev-relay-2"], error="e"))
+    assert store.transact(lambda tx: tx.events.requeue_event("ev-relay-2"))
+    for again in store.transact(lambda tx: tx.events.claim_event_outbox(owner="relay", limit=10, lease_seconds=30)):
+        assert store.transact(lambda tx, lease=again.lease: tx.events.release_event(lease))
+    store.read(lambda tx: (tx.events.list_event_outbox(), tx.events.summarize_event_outbox()))
     # The reconciliation logs and the settled-parent enrichment (ADR 0032; host-spec L13, H17).
     assert host_contract.append(store, host_contract.reconciliation("rc-every-query", "inv-every-query",
                                                                     adapter_invocation_id="ai-every-query"))

@@ -39,6 +39,8 @@ from fencepost.cli.common import (
     sandbox_limits,
 )
 from fencepost.cli.demo_cmd import app as demo_app
+from fencepost.cli.events_cmds import RELAY_HELP, relay
+from fencepost.cli.events_cmds import app as events_app
 from fencepost.cli.host_cmds import app as host_app
 from fencepost.cli.host_cmds import load_host
 from fencepost.cli.package_cmds import app as package_app
@@ -67,9 +69,11 @@ app.add_typer(package_app, name="package")
 app.add_typer(workflow_app, name="workflow")
 app.add_typer(host_app, name="host")
 app.add_typer(demo_app, name="demo")
+app.add_typer(events_app, name="events")
 app.command()(serve)
 app.command()(audit)
 app.command(help=WORKERS_HELP)(workers)
+app.command(help=RELAY_HELP)(relay)
 
 WorkDirOpt = Annotated[Path, typer.Option(
     "--work-dir", envvar="FENCEPOST_WORK_DIR", show_envvar=True,

@@ -371,3 +371,65 @@ class EventOutboxRecord:
     attempts: int
     available_at: datetime
     created_at: datetime
+    #: The relay's columns (issue 15, ADR 0038); the lease token is never read out.
+    lease_owner: str | None = None
+    lease_until: datetime | None = None
+    published_at: datetime | None = None
+    last_error: str | None = None
+    updated_at: datetime | None = None
+    #: The event's scope and type, so that an operator's listing needs no second read.
+    tenant_id: str | None = None
+    space_id: str | None = None
+    event_type: str | None = None
+
+
+#: Spaces the conformance probes write to (host-spec U30): the relay never claims nor requeues their rows.
+PROBE_SPACE_PREFIX = "event-append-probe-"
+
+
+def is_probe_space(space_id: str) -> bool:
+    """True when ``space_id`` is a conformance probe's space (starts with ``PROBE_SPACE_PREFIX``, case-sensitive)."""
+    return space_id.startswith(PROBE_SPACE_PREFIX)
+
+
+@dataclass(frozen=True)
+class EventLease:
+    """A relay's claim on one publication row: ``token`` fences every write (private, ``repr=False``).
+
+    ``attempts`` is the row's attempt count including this claim (1 on the first).
+    """
+
+    event_id: str
+    owner: str
+    token: str = field(repr=False)
+    until: datetime
+    attempts: int
+
+
+@dataclass(frozen=True)
+class ClaimedEvent:
+    """What a claim hands the relay: the lease, the event as stored and its publication row."""
+
+    lease: EventLease
+    event: EventRecord
+    outbox: EventOutboxRecord
+
+
+@dataclass(frozen=True)
+class EventOutboxSummary:
+    """The relay's backlog by the store's clock ``now``: rows per status, and each status's oldest creation."""
+
+    now: datetime
+    counts: dict[str, int]
+    oldest: dict[str, datetime]
+
+    @property
+    def backlog(self) -> int:
+        """Rows not yet published nor dead-lettered (pending, retry_pending, processing)."""
+        return sum(self.counts.get(s, 0) for s in ("pending", "retry_pending", "processing"))
+
+    @property
+    def oldest_unpublished_age_seconds(self) -> float | None:
+        """Seconds since the oldest row of the backlog was created, or None when the backlog is empty."""
+        times = [self.oldest[s] for s in ("pending", "retry_pending", "processing") if s in self.oldest]
+        return (self.now - min(times)).total_seconds() if times else None

@@ -20,11 +20,21 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Protocol
 
-from fencepost.core.statuses import AttemptStatus, CommandStatus, Disposition, InvocationStatus, ReceiptStatus
+from fencepost.core.statuses import (
+    AttemptStatus,
+    CommandStatus,
+    Disposition,
+    EventOutboxStatus,
+    InvocationStatus,
+    ReceiptStatus,
+)
 from fencepost.store.host_records import (
     AdapterRecord,
     AdapterWrite,
+    ClaimedEvent,
+    EventLease,
     EventOutboxRecord,
+    EventOutboxSummary,
     EventRecord,
     Handoff,
     InvocationRecord,
@@ -623,7 +633,86 @@ class EventsPort(Protocol):
         ...
 
     def get_event_outbox(self, event_id: str) -> EventOutboxRecord | None:
-        """An event's publication row, or None when it has none."""
+        """An event's publication row (with its event's tenant, space and type), or None when it has none."""
+        ...
+
+    # ── the relay (issue 15, ADR 0038; host-spec T8, §1.Y-20): the outbox lease protocol on these rows ──
+    def claim_event_outbox(self, *, owner: str, limit: int, lease_seconds: float) -> list[ClaimedEvent]:
+        """Claim due publication rows under fresh leases (host-spec T8 "pending -> claimed").
+
+        Due: ``pending``/``retry_pending`` with ``available_at <= now`` (the store's clock), or ``processing``
+        whose lease expired; never a probe space's row (U30). Each claimed row becomes ``processing`` with
+        ``owner``, a fresh random token, ``lease_until = now + lease_seconds`` and one more attempt. On
+        PostgreSQL rows another claimer holds are skipped (``SKIP LOCKED``), so concurrent relays never
+        claim one row twice nor wait on each other.
+
+        Args:
+            owner: the relay's name (1..200 chars). limit: 1..1000. lease_seconds: 0.01..3600.
+        Returns:
+            The claimed rows, oldest availability first, each with its event as stored.
+        Raises:
+            ValueError: an argument out of range.
+        """
+        ...
+
+    def renew_event_lease(self, lease: EventLease, *, lease_seconds: float) -> EventLease | None:
+        """Move ``lease``'s deadline to ``now + lease_seconds``; None (writing nothing) when it is no longer
+        the row's current lease (re-claimed after expiry, or already marked)."""
+        ...
+
+    def mark_event_published(self, lease: EventLease) -> bool:
+        """``processing -> published`` (``published_at = now``, lease cleared), fenced by the token.
+
+        Returns:
+            True when written; False, writing nothing, when ``lease`` is stale (another relay re-claimed the
+            row after it expired, or it was already marked).
+        """
+        ...
+
+    def mark_event_failed(self, lease: EventLease, *, error: str, retry_in_seconds: float) -> bool:
+        """``processing -> retry_pending`` with ``last_error = error`` and ``available_at = now +
+        retry_in_seconds`` (>= 0, by the store's clock), lease released; fenced by the token.
+
+        Returns:
+            True when written; False, writing nothing, when ``lease`` is stale.
+        """
+        ...
+
+    def dead_letter_event(self, lease: EventLease, *, error: str) -> bool:
+        """``processing -> dead_lettered`` with ``last_error = error`` (the budget is spent); fenced by the token.
+
+        Returns:
+            True when written; False, writing nothing, when ``lease`` is stale.
+        """
+        ...
+
+    def release_event(self, lease: EventLease) -> bool:
+        """Give a claimed, unpublished row back at once (graceful stop): available now, its attempt returned.
+
+        Returns:
+            True when written; False, writing nothing, when ``lease`` is stale.
+        """
+        ...
+
+    def requeue_event(self, event_id: str) -> EventOutboxRecord:
+        """Operator requeue (host-spec T8): a dead letter back to ``pending`` now with a fresh attempt budget.
+
+        Returns:
+            The row as it is now.
+        Raises:
+            NotFound: no publication row for ``event_id``.
+            Conflict: the event is in a probe space (``event-append-probe-...``, U30: never published; the
+                message says "probe space"), or the row is not ``dead_lettered``.
+        """
+        ...
+
+    def list_event_outbox(self, *, status: EventOutboxStatus | None = None,
+                          limit: int = 100) -> list[EventOutboxRecord]:
+        """Publication rows, optionally of one status, oldest first (``created_at``, then id); limit 1..10000."""
+        ...
+
+    def summarize_event_outbox(self) -> EventOutboxSummary:
+        """Rows per status and the oldest creation per status, by the store's clock (the relay's backlog)."""
         ...
 
 

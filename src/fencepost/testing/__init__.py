@@ -35,6 +35,7 @@ from fencepost.testing.admission import AdmissionContract
 from fencepost.testing.backend import ContractBackend, ContractHarness, StoreContract
 from fencepost.testing.catalog import CatalogContract
 from fencepost.testing.concurrency import ConcurrencyContract
+from fencepost.testing.events import EventRelayContract
 from fencepost.testing.host import EventsContract, HostContract
 from fencepost.testing.outbox import OutboxContract
 from fencepost.testing.rehearsal import RehearsalContract
@@ -43,7 +44,7 @@ from fencepost.testing.unit_of_work import UnitOfWorkContract
 #: Every contract class, for a backend that runs them all.
 CONTRACTS: tuple[type[StoreContract], ...] = (
     OutboxContract, RehearsalContract, CatalogContract, AdmissionContract, UnitOfWorkContract, ConcurrencyContract,
-    HostContract, EventsContract)
+    HostContract, EventsContract, EventRelayContract)
 
 __all__ = [
     "CONTRACTS",
@@ -52,6 +53,7 @@ __all__ = [
     "ConcurrencyContract",
     "ContractBackend",
     "ContractHarness",
+    "EventRelayContract",
     "EventsContract",
     "HostContract",
     "OutboxContract",

@@ -178,3 +178,23 @@ json_array_elements_text(CAST(:expected AS json)) AS value
 -- The invocation row lock, first in the host's lock order (invocation, adapter row, command; ADR 0022):
 -- held until COMMIT, so a conditional adapter write and the verdict see one parent (host-spec I17).
 LIMIT 1 FOR UPDATE OF i
+
+-- name: claim_event_outbox
+-- Lock the due rows with FOR UPDATE SKIP LOCKED (two relays never get the same row, and a claimer never
+-- waits on a row another relay's transaction holds), then update exactly those, found by primary key. A row
+-- changed by a concurrent committed claim is re-checked against the WHERE clause before it is locked.
+-- :lease_until is :now (the server's instant of this transaction) plus the lease, added once by the caller.
+WITH picked AS MATERIALIZED (
+    SELECT o.event_id FROM host_event_outbox AS o JOIN host_events AS e ON e.id = o.event_id
+    WHERE ((o.status IN ('pending', 'retry_pending') AND o.available_at <= :now)
+           OR (o.status = 'processing' AND o.lease_until <= :now))
+      AND substr(e.space_id, 1, 19) <> 'event-append-probe-'
+    ORDER BY o.available_at, o.event_id
+    LIMIT :limit::integer
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE host_event_outbox AS o
+SET status = 'processing', lease_owner = :owner, lease_token = replace(gen_random_uuid()::text, '-', ''),
+    lease_until = :lease_until, attempts = o.attempts + 1, updated_at = :now
+WHERE o.event_id = ANY (ARRAY(SELECT event_id FROM picked))
+RETURNING o.event_id, o.lease_owner, o.lease_token, o.lease_until, o.attempts;

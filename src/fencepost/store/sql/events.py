@@ -7,11 +7,23 @@ written only when this unit's insert happened (T3).
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 from fencepost.core.canonical import canonical_json, parse_json
+from fencepost.core.errors import Conflict, IntegrityViolation, NotFound
 from fencepost.core.statuses import EventOutboxStatus
-from fencepost.store.host_records import EventOutboxRecord, EventRecord, NewEvent, Subject
+from fencepost.store.host_records import (
+    ClaimedEvent,
+    EventLease,
+    EventOutboxRecord,
+    EventOutboxSummary,
+    EventRecord,
+    NewEvent,
+    Subject,
+    is_probe_space,
+)
 from fencepost.store.sql.executor import Statements
 
 #: The outbox destination of an event appended without one.
@@ -65,13 +77,110 @@ class SqlEvents:
         return [event_from_row(r) for r in rows]
 
     def get_event_outbox(self, event_id: str) -> EventOutboxRecord | None:
-        rows = self._unit.run("get_event_outbox", {"event_id": event_id}).rows
+        rows = self._unit.run("get_event_outbox_row", {"event_id": event_id}).rows
+        return outbox_from_row(rows[0]) if rows else None
+
+    # ── the relay (ADR 0038) ──
+    def claim_event_outbox(self, *, owner: str, limit: int, lease_seconds: float) -> list[ClaimedEvent]:
+        if not 1 <= len(owner) <= 200:
+            raise ValueError("owner must be 1..200 characters")
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be between 1 and 1000")
+        if not 0.01 <= lease_seconds <= 3600:
+            raise ValueError("lease_seconds must be between 0.01 and 3600")
+        now = self._unit.now()
+        rows = self._unit.run("claim_event_outbox", {
+            "owner": owner, "limit": limit, "now": now, "lease_until": now + timedelta(seconds=lease_seconds)}).rows
         if not rows:
-            return None
-        r = rows[0]
-        return EventOutboxRecord(event_id=r["event_id"], destination=r["destination"], headers=_parsed(r["headers"]),
-                                 status=EventOutboxStatus(r["status"]), attempts=int(r["attempts"]),
-                                 available_at=r["available_at"], created_at=r["created_at"])
+            return []
+        found = {r["event_id"]: r for r in self._unit.run("get_claimed_events", {
+            "expected": canonical_json([r["event_id"] for r in rows])}).rows}
+        claimed: list[ClaimedEvent] = []
+        for r in rows:
+            lease = EventLease(event_id=r["event_id"], owner=r["lease_owner"], token=r["lease_token"],
+                               until=r["lease_until"], attempts=int(r["attempts"]))
+            joined = found.get(lease.event_id)
+            if joined is None:  # the foreign key forbids it; say so rather than skip silently
+                raise IntegrityViolation(f"claimed publication row {lease.event_id} has no event")
+            event = event_from_row(joined)
+            outbox = outbox_from_row({**joined, "type": event.type})
+            claimed.append(ClaimedEvent(lease=lease, event=event, outbox=outbox))
+        # the statement's RETURNING order is unspecified: hand rows out oldest availability first
+        claimed.sort(key=lambda c: (c.outbox.available_at, c.lease.event_id))
+        return claimed
+
+    def _fenced(self, name: str, lease: EventLease, **params: Any) -> bool:
+        params.update(event_id=lease.event_id, token=lease.token, now=self._unit.now())
+        return bool(self._unit.run(name, params).rows)
+
+    def renew_event_lease(self, lease: EventLease, *, lease_seconds: float) -> EventLease | None:
+        if not 0.01 <= lease_seconds <= 3600:
+            raise ValueError("lease_seconds must be between 0.01 and 3600")
+        now = self._unit.now()
+        rows = self._unit.run("renew_event_lease", {
+            "event_id": lease.event_id, "token": lease.token, "now": now,
+            "lease_until": now + timedelta(seconds=lease_seconds)}).rows
+        return replace(lease, until=rows[0]["lease_until"]) if rows else None
+
+    def mark_event_published(self, lease: EventLease) -> bool:
+        return self._fenced("publish_event_outbox", lease)
+
+    def mark_event_failed(self, lease: EventLease, *, error: str, retry_in_seconds: float) -> bool:
+        if retry_in_seconds < 0:
+            raise ValueError("retry_in_seconds must be >= 0")
+        available_at = self._unit.now() + timedelta(seconds=retry_in_seconds)
+        return self._fenced("fail_event_outbox", lease, error=_bounded(error), available_at=available_at)
+
+    def dead_letter_event(self, lease: EventLease, *, error: str) -> bool:
+        return self._fenced("dead_letter_event_outbox", lease, error=_bounded(error))
+
+    def release_event(self, lease: EventLease) -> bool:
+        return self._fenced("release_event_outbox", lease)
+
+    def requeue_event(self, event_id: str) -> EventOutboxRecord:
+        done = self._unit.run("requeue_event_outbox", {"event_id": event_id, "now": self._unit.now()}).rows
+        row = self.get_event_outbox(event_id)
+        if row is None:
+            raise NotFound(f"event {event_id} has no publication row")
+        if done:
+            return row
+        if row.space_id is not None and is_probe_space(row.space_id):
+            raise Conflict(f"event {event_id} is in probe space {row.space_id}: probe events are never "
+                             "published, so they are never requeued (host-spec U30)")
+        raise Conflict(f"event {event_id} is {row.status}, not dead_lettered: only a dead letter is requeued")
+
+    def list_event_outbox(self, *, status: EventOutboxStatus | None = None,
+                          limit: int = 100) -> list[EventOutboxRecord]:
+        if not 1 <= limit <= 10_000:
+            raise ValueError("limit must be between 1 and 10000")
+        rows = self._unit.run("list_event_outbox", {"status": None if status is None else str(status),
+                                                    "limit": limit}).rows
+        return [outbox_from_row(r) for r in rows]
+
+    def summarize_event_outbox(self) -> EventOutboxSummary:
+        now = self._unit.now()
+        rows = self._unit.run("summarize_event_outbox", {}).rows
+        return EventOutboxSummary(now=now, counts={r["status"]: int(r["n"]) for r in rows},
+                                  oldest={r["status"]: r["oldest"] for r in rows if r["oldest"] is not None})
+
+
+#: A sink's error text is kept this long at most: enough to diagnose, never a whole response body.
+MAX_ERROR_CHARS = 2000
+
+
+def _bounded(error: str) -> str:
+    return error if len(error) <= MAX_ERROR_CHARS else error[: MAX_ERROR_CHARS - 1] + "…"
+
+
+def outbox_from_row(r: dict[str, Any]) -> EventOutboxRecord:
+    """An ``EventOutboxRecord`` from a row of the ``event_outbox_columns`` fragment."""
+    return EventOutboxRecord(event_id=r["event_id"], destination=r["destination"], headers=_parsed(r["headers"]),
+                             status=EventOutboxStatus(r["status"]), attempts=int(r["attempts"]),
+                             available_at=r["available_at"], created_at=r["created_at"],
+                             lease_owner=r["lease_owner"], lease_until=r["lease_until"],
+                             published_at=r["published_at"], last_error=r["last_error"],
+                             updated_at=r["updated_at"], tenant_id=r["tenant_id"], space_id=r["space_id"],
+                             event_type=r["type"])
 
 
 def event_from_row(row: dict[str, Any]) -> EventRecord:

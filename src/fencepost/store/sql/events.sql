@@ -44,7 +44,99 @@ WHERE tenant_id = :tenant_id AND space_id = :space_id AND sequence > :after
 ORDER BY sequence
 LIMIT :limit;
 
--- name: get_event_outbox
--- instants: available_at, created_at
-SELECT event_id, destination, headers, status, attempts, available_at, created_at
-FROM host_event_outbox WHERE event_id = :event_id;
+-- ── the relay (issue 15, ADR 0038): the outbox lease protocol on host_event_outbox ──
+-- A probe space (space_id starting 'event-append-probe-', 19 characters; host-spec U30) is never claimed nor
+-- requeued. substr, not LIKE: LIKE folds ASCII case on SQLite and not on PostgreSQL.
+
+-- name: claim_event_outbox
+-- per-dialect
+-- instants: lease_until
+-- One atomic conditional update: due pending/retry_pending rows (available_at <= :now) and processing rows
+-- whose lease expired, oldest availability first, at most :limit, never a probe space's. Each claimed row gets
+-- a fresh random token, :owner, lease_until = :lease_until and one more attempt.
+
+-- name: renew_event_lease
+-- instants: lease_until
+-- Heartbeat and fence: moves lease_until only while the caller's token is current.
+UPDATE host_event_outbox SET lease_until = :lease_until, updated_at = :now
+WHERE event_id = :event_id AND lease_token = :token AND status = 'processing'
+RETURNING lease_until;
+
+-- name: publish_event_outbox
+-- The sink confirmed the event: published, under the claim's token only (a stale relay writes nothing).
+UPDATE host_event_outbox
+SET status = 'published', lease_owner = NULL, lease_token = NULL, lease_until = NULL, published_at = :now,
+    updated_at = :now, last_error = NULL
+WHERE event_id = :event_id AND lease_token = :token AND status = 'processing'
+RETURNING event_id;
+
+-- name: fail_event_outbox
+-- A failed attempt: retry_pending from :available_at with its error, lease released, under the token only.
+UPDATE host_event_outbox
+SET status = 'retry_pending', lease_owner = NULL, lease_token = NULL, lease_until = NULL,
+    available_at = :available_at, updated_at = :now, last_error = :error
+WHERE event_id = :event_id AND lease_token = :token AND status = 'processing'
+RETURNING event_id;
+
+-- name: dead_letter_event_outbox
+-- The attempt budget is spent: dead_lettered with the last error, under the token only.
+UPDATE host_event_outbox
+SET status = 'dead_lettered', lease_owner = NULL, lease_token = NULL, lease_until = NULL, updated_at = :now,
+    last_error = :error
+WHERE event_id = :event_id AND lease_token = :token AND status = 'processing'
+RETURNING event_id;
+
+-- name: release_event_outbox
+-- Graceful stop before publishing: back at once, and the claim's attempt is given back (nothing was tried).
+UPDATE host_event_outbox
+SET status = CASE WHEN attempts <= 1 THEN 'pending' ELSE 'retry_pending' END,
+    attempts = CASE WHEN attempts >= 1 THEN attempts - 1 ELSE 0 END,
+    lease_owner = NULL, lease_token = NULL, lease_until = NULL, available_at = :now, updated_at = :now
+WHERE event_id = :event_id AND lease_token = :token AND status = 'processing'
+RETURNING event_id;
+
+-- name: requeue_event_outbox
+-- Operator requeue of a dead letter outside probe spaces: pending now with a fresh attempt budget; the last
+-- error stays for the record until the next attempt.
+UPDATE host_event_outbox
+SET status = 'pending', attempts = 0, available_at = :now, updated_at = :now
+WHERE event_id = :event_id AND status = 'dead_lettered'
+  AND EXISTS (SELECT 1 FROM host_events AS e
+              WHERE e.id = :event_id AND substr(e.space_id, 1, 19) <> 'event-append-probe-')
+RETURNING event_id;
+
+-- fragment: event_outbox_columns
+o.event_id, o.destination, o.headers, o.status, o.attempts, o.lease_owner, o.lease_until, o.available_at,
+o.published_at, o.last_error, o.created_at, o.updated_at, e.tenant_id, e.space_id, e.type
+
+-- name: get_event_outbox_row
+-- instants: lease_until, available_at, published_at, created_at, updated_at
+-- One publication row with its event's scope (never the token).
+SELECT {{event_outbox_columns}}
+FROM host_event_outbox AS o JOIN host_events AS e ON e.id = o.event_id
+WHERE o.event_id = :event_id;
+
+-- name: list_event_outbox
+-- instants: lease_until, available_at, published_at, created_at, updated_at
+-- Publication rows, optionally of one status, oldest first (created_at, then id).
+SELECT {{event_outbox_columns}}
+FROM host_event_outbox AS o JOIN host_events AS e ON e.id = o.event_id
+WHERE (CAST(:status AS TEXT) IS NULL OR o.status = :status)
+ORDER BY o.created_at, o.event_id
+LIMIT :limit;
+
+-- name: summarize_event_outbox
+-- instants: oldest
+-- Rows per status and the oldest row's creation in each (the backlog's age for the unpublished states).
+SELECT status, count(*) AS n, min(created_at) AS oldest FROM host_event_outbox GROUP BY status;
+
+-- name: get_claimed_events
+-- instants: occurred_at, recorded_at, lease_until, available_at, published_at, created_at, updated_at
+-- The events and publication rows of the ids in the JSON array :expected (the rows a claim just took), in one
+-- statement instead of two per row.
+SELECT e.id, e.tenant_id, e.space_id, e.sequence, e.subject_type, e.subject_id, e.type, e.occurred_at,
+       e.recorded_at, e.payload, e.actor,
+       o.event_id, o.destination, o.headers, o.status, o.attempts, o.lease_owner, o.lease_until, o.available_at,
+       o.published_at, o.last_error, o.created_at, o.updated_at
+FROM host_event_outbox AS o JOIN host_events AS e ON e.id = o.event_id
+WHERE o.event_id IN (SELECT value FROM {{json_text_array}});

@@ -125,3 +125,17 @@ json_extract(i.reconciliation, '$.adapter_invocation_id')
 -- fragment: lock_invocation_row
 -- BEGIN IMMEDIATE holds the write reservation: the row cannot change until COMMIT.
 LIMIT 1
+
+-- name: claim_event_outbox
+-- One UPDATE over the picked ids: BEGIN IMMEDIATE already serializes claimers, so no row is claimed twice.
+UPDATE host_event_outbox
+SET status = 'processing', lease_owner = :owner, lease_token = lower(hex(randomblob(16))),
+    lease_until = :lease_until, attempts = attempts + 1, updated_at = :now
+WHERE event_id IN (
+    SELECT o.event_id FROM host_event_outbox AS o JOIN host_events AS e ON e.id = o.event_id
+    WHERE ((o.status IN ('pending', 'retry_pending') AND o.available_at <= :now)
+           OR (o.status = 'processing' AND o.lease_until <= :now))
+      AND substr(e.space_id, 1, 19) <> 'event-append-probe-'
+    ORDER BY o.available_at, o.event_id
+    LIMIT :limit)
+RETURNING event_id, lease_owner, lease_token, lease_until, attempts;

@@ -1,0 +1,254 @@
+"""``fencepost relay`` and ``fencepost events list|show|requeue|dead-letters`` (issue 15, ADR 0038, ADR 0039)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+
+from fencepost.cli import logs, render
+from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, fail, handled, opened
+from fencepost.core.clock import to_iso
+from fencepost.core.errors import InvalidInput, NotFound
+from fencepost.core.statuses import EventOutboxStatus
+from fencepost.events.relay import DEFAULT_MAX_ATTEMPTS, Publisher, Relay, RelayConfig, default_relay_id
+from fencepost.events.sinks import AmqpSink, WebhookSink, redacted
+from fencepost.store.host_records import EventOutboxRecord, EventOutboxSummary
+from fencepost.store.ports import UnitOfWork
+from fencepost.store.url import DEFAULT_URL
+
+EVENTS_HELP = "\n\n".join([
+    "Inspect the host's event publication rows (the outbox that `fencepost relay` drains) and requeue dead "
+    "letters.",
+    "A row is pending (waiting to be published), processing (a relay holds its lease), retry_pending (a "
+    "publish failed; it is tried again from its availability, with exponential backoff), published (a sink "
+    "accepted it), or dead_lettered (it failed on every attempt of its budget; its last error is kept). "
+    "Rows of conformance probe spaces (event-append-probe-...) are never published.",
+])
+
+app = typer.Typer(help=EVENTS_HELP, no_args_is_help=True, add_completion=False)
+
+RELAY_HELP = "\n\n".join([
+    "Publish the host's events to a sink until stopped: claim due publication rows under fenced leases, "
+    "deliver each, mark it published once the sink accepted it.",
+    "Sinks: --sink webhook:https://receiver.example/events POSTs each event as JSON with the "
+    "Fencepost-Event-Id header and, with --secret-env VAR, a Fencepost-Signature header "
+    "(t=<unix seconds>,v1=<hex HMAC-SHA256(secret, '<t>.' + body)>); a 2xx answer is acceptance. "
+    "--sink amqp://user:pass@host:5672/vhost --exchange X publishes to RabbitMQ with publisher confirms "
+    "(message_id = the event id; routing key --routing-key, or the row's destination).",
+    "Delivery is at least once: after a crash an event may arrive again, always with the same event id, so "
+    "receivers drop ids they have processed (docs/events.md). A failure is retried with exponential backoff "
+    "and jitter; the attempt that reaches --max-attempts dead-letters the row (`fencepost events "
+    "dead-letters`, `fencepost events requeue ID`). Run as many relays as you like against one store.",
+    "SIGTERM or Ctrl-C stops it after the event being published; the rows it claimed but had not published "
+    "are given back at once. A killed relay's rows are taken over when their leases expire.",
+])
+
+
+def _publisher(sink: str, secret_env: str | None, exchange: str, routing_key: str | None,
+               timeout: float) -> Publisher:
+    if sink.startswith("webhook:"):
+        url = sink.removeprefix("webhook:")
+        secret = None
+        if secret_env is not None:
+            secret = os.environ.get(secret_env)
+            if not secret:
+                raise InvalidInput(f"--secret-env {secret_env}: that environment variable is unset or empty")
+        try:
+            return WebhookSink(url, secret=secret, timeout_seconds=timeout)
+        except ValueError as error:
+            raise InvalidInput(str(error)) from None
+    if sink.startswith(("amqp://", "amqps://")):
+        if secret_env is not None:
+            raise InvalidInput("--secret-env signs webhook bodies; an AMQP sink authenticates with its URL")
+        return AmqpSink(sink, exchange=exchange, routing_key=routing_key, timeout_seconds=timeout)
+    raise InvalidInput(f"--sink must be webhook:<http(s) URL> or amqp://...: {redacted(sink)!r}")
+
+
+def relay(
+    sink: Annotated[str, typer.Option("--sink", envvar="FENCEPOST_RELAY_SINK", show_envvar=True,
+                                      metavar="webhook:URL|amqp://...", help="Where events go.")],
+    database: DatabaseOpt = DEFAULT_URL,
+    secret_env: Annotated[str | None, typer.Option(
+        "--secret-env", metavar="VAR", help="Webhook: sign bodies with the secret in this environment "
+                                           "variable (never on the command line).")] = None,
+    exchange: Annotated[str, typer.Option("--exchange", help="AMQP: the exchange (must exist; '' is the "
+                                                              "default exchange).")] = "",
+    routing_key: Annotated[str | None, typer.Option(
+        "--routing-key", help="AMQP: the routing key (default: each row's destination).")] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Rows per claim (1-1000).")] = 50,
+    lease_seconds: Annotated[float, typer.Option(
+        "--lease-seconds", help="Lease per claim; renewed every third of it while publishing.")] = 60.0,
+    max_attempts: Annotated[int, typer.Option(
+        "--max-attempts", help="Dead-letter a row when this attempt fails.")] = DEFAULT_MAX_ATTEMPTS,
+    backoff_base: Annotated[float, typer.Option(
+        "--backoff-base", help="Seconds before the second attempt; doubled per attempt, jittered.")] = 1.0,
+    backoff_max: Annotated[float, typer.Option("--backoff-max", help="The longest retry delay, seconds.")] = 300.0,
+    timeout: Annotated[float, typer.Option("--timeout", help="Per publish (HTTP request, broker confirm).")] = 10.0,
+    idle_seconds: Annotated[float, typer.Option("--poll-interval", help="Wait when nothing is due.")] = 0.5,
+    relay_id: Annotated[str | None, typer.Option("--relay-id", help="Lease owner name "
+                                                                     "(default relay-<host>-<pid>).")] = None,
+    log_format: Annotated[str, typer.Option("--log-format", help="Log lines as json or text.")] = "json",
+) -> None:
+    """Run the event relay until stopped (``RELAY_HELP``)."""
+    if log_format not in ("json", "text"):
+        fail(InvalidInput(f"--log-format must be json or text, not {log_format!r}"))
+    logs.configure(log_format)
+    if timeout * 2 > lease_seconds:
+        fail(InvalidInput("--timeout must be at most half of --lease-seconds (a publish must end within its lease)"))
+    config = RelayConfig(owner=relay_id or default_relay_id(), batch_size=batch_size, lease_seconds=lease_seconds,
+                         max_attempts=max_attempts, backoff_base_seconds=backoff_base,
+                         backoff_max_seconds=backoff_max, idle_seconds=idle_seconds)
+    try:
+        config.validate()
+    except ValueError as error:
+        fail(InvalidInput(str(error)))
+    with handled():
+        publisher = _publisher(sink, secret_env, exchange, routing_key, timeout)
+    with opened(database) as store, handled():
+        runner = Relay(store, publisher, config)
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            runner.stop()
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            typer.echo(f"fencepost relay {config.owner}: publishing to {redacted(sink)}", err=True)
+            stats = runner.run()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            close = getattr(publisher, "close", None)
+            if close is not None:
+                close()
+    typer.echo(f"fencepost relay stopped: published {stats.published}, failed {stats.failed}, "
+               f"dead-lettered {stats.dead_lettered}, released {stats.released}, lost {stats.lost}", err=True)
+
+
+def row_view(row: EventOutboxRecord) -> dict[str, Any]:
+    """The JSON shape of one publication row (never its lease token)."""
+    def iso(value: Any) -> str | None:
+        return None if value is None else to_iso(value)
+
+    return {"event_id": row.event_id, "tenant_id": row.tenant_id, "space_id": row.space_id,
+            "type": row.event_type, "destination": row.destination, "headers": row.headers,
+            "status": str(row.status), "attempts": row.attempts, "lease_owner": row.lease_owner,
+            "lease_until": iso(row.lease_until), "available_at": iso(row.available_at),
+            "published_at": iso(row.published_at), "last_error": row.last_error,
+            "created_at": iso(row.created_at), "updated_at": iso(row.updated_at)}
+
+
+def summary_view(summary: EventOutboxSummary) -> dict[str, Any]:
+    """Counts per status, the backlog and its oldest row's age in seconds (None when empty)."""
+    return {"now": to_iso(summary.now), "counts": {s.value: summary.counts.get(s.value, 0) for s in EventOutboxStatus},
+            "backlog": summary.backlog, "oldest_unpublished_age_seconds": summary.oldest_unpublished_age_seconds}
+
+
+def _rows_text(rows: list[dict[str, Any]], summary: dict[str, Any] | None) -> None:
+    from rich.table import Table
+
+    if summary is not None:
+        counts = ", ".join(f"{k} {v}" for k, v in summary["counts"].items())
+        age = summary["oldest_unpublished_age_seconds"]
+        render.console.print(f"{counts}; backlog {summary['backlog']}"
+                             + (f", oldest unpublished {render.age(age)} old" if age is not None else ""))
+    if not rows:
+        render.console.print("no publication rows")
+        return
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    for column in ("event", "space", "type", "status", "attempts", "available", "last error"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(r["event_id"], f"{r['tenant_id']}/{r['space_id']}", r["type"] or "-", r["status"],
+                      str(r["attempts"]), render.when(r["available_at"]), (r["last_error"] or "")[:80])
+    render.console.print(table)
+
+
+StatusOpt = Annotated[str | None, typer.Option(
+    "--status", help="Only rows of this status: pending, processing, retry_pending, published, dead_lettered.")]
+LimitOpt = Annotated[int, typer.Option("--limit", help="At most this many rows (1-10000), oldest first.")]
+
+
+def _status(value: str | None) -> EventOutboxStatus | None:
+    if value is None:
+        return None
+    try:
+        return EventOutboxStatus(value)
+    except ValueError:
+        raise InvalidInput(f"--status must be one of {', '.join(s.value for s in EventOutboxStatus)}") from None
+
+
+@app.command("list")
+def list_rows(database: DatabaseOpt = DEFAULT_URL, status: StatusOpt = None, limit: LimitOpt = 100,
+              json: JsonOpt = False) -> None:
+    """List publication rows, oldest first, with counts per status and the oldest unpublished row's age."""
+    with opened(database) as store, handled():
+        wanted = _status(status)
+        if not 1 <= limit <= 10_000:
+            raise InvalidInput("--limit must be between 1 and 10000")
+        rows, summary = store.read(lambda tx: (tx.events.list_event_outbox(status=wanted, limit=limit),
+                                               tx.events.summarize_event_outbox()))
+    data: dict[str, Any] = {"summary": summary_view(summary), "items": [row_view(r) for r in rows]}
+    emit(json, data, lambda: _rows_text(data["items"], data["summary"]))
+
+
+@app.command("dead-letters")
+def dead_letters(database: DatabaseOpt = DEFAULT_URL, limit: LimitOpt = 100, json: JsonOpt = False) -> None:
+    """List dead-lettered rows with their last error; `fencepost events requeue ID` sends one again."""
+    with opened(database) as store, handled():
+        rows = store.read(lambda tx: tx.events.list_event_outbox(status=EventOutboxStatus.DEAD_LETTERED,
+                                                                 limit=limit))
+    data: dict[str, Any] = {"items": [row_view(r) for r in rows]}
+    emit(json, data, lambda: _rows_text(data["items"], None))
+
+
+@app.command()
+def show(event_id: Annotated[str, typer.Argument(help="The event id.")], database: DatabaseOpt = DEFAULT_URL,
+         json: JsonOpt = False) -> None:
+    """Show one event as stored and its publication row."""
+    with opened(database) as store, handled():
+        event, row = store.read(lambda tx: (tx.events.get_event(event_id), tx.events.get_event_outbox(event_id)))
+        if event is None:
+            raise NotFound(f"no event {event_id}")
+    data: dict[str, Any] = {"event": {"id": event.id, "tenant_id": event.tenant_id, "space_id": event.space_id,
+                      "subject": {"subject_type": event.subject.subject_type, "subject_id": event.subject.subject_id},
+                      "type": event.type, "sequence": event.sequence, "occurred_at": to_iso(event.occurred_at),
+                      "recorded_at": to_iso(event.recorded_at), "payload": event.payload, "actor": event.actor},
+            "outbox": None if row is None else row_view(row)}
+
+    def text() -> None:
+        e = data["event"]
+        render.console.print(f"event {e['id']}  {e['type']}  {e['tenant_id']}/{e['space_id']} #{e['sequence']}")
+        render.console.print(f"  subject {e['subject']['subject_type']} {e['subject']['subject_id']}; occurred "
+                             f"{render.when(e['occurred_at'])}")
+        o = data["outbox"]
+        if o is None:
+            render.console.print("  no publication row (appended without the outbox)")
+        else:
+            render.console.print(f"  {o['status']} after {o['attempts']} attempt(s) to {o['destination']}"
+                                 + (f"; last error: {o['last_error']}" if o["last_error"] else ""))
+
+    emit(json, data, text)
+
+
+@app.command()
+def requeue(event_ids: Annotated[list[str], typer.Argument(help="Dead-lettered event ids.")],
+            database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
+    """Send dead letters again: each becomes pending now with a fresh attempt budget.
+
+    Refused (exit 3) for a row that is not dead-lettered and for a conformance probe space's event, which is
+    never published; an unknown id exits 2. Each id is its own transaction: those before a refusal stay
+    requeued.
+    """
+    done: list[dict[str, Any]] = []
+    with opened(database) as store, handled():
+        for event_id in event_ids:
+            def one(tx: UnitOfWork, event_id: str = event_id) -> EventOutboxRecord:
+                return tx.events.requeue_event(event_id)
+
+            done.append(row_view(store.transact(one)))
+    emit(json, {"items": done}, lambda: render.console.print(
+        "\n".join(f"requeued {r['event_id']}: pending" for r in done)))

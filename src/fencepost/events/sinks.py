@@ -1,0 +1,171 @@
+"""The relay's sinks (ADR 0039): a Python callable, an HTTP webhook (httpx) and RabbitMQ with publisher confirms
+(pika). Each is a ``Publisher``: ``publish`` returns only once the sink accepted the event, and raises otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from fencepost.events.relay import PublishFailed, envelope_bytes
+from fencepost.store.host_records import EventOutboxRecord, EventRecord
+
+if TYPE_CHECKING:  # pika is imported when an AMQP sink connects, so that the others never need it
+    import pika
+
+#: The idempotency header: the event id, the same on every delivery of one event.
+EVENT_ID_HEADER = "Fencepost-Event-Id"
+#: The body signature, in the scheme of the completion endpoint (docs/api.md): ``t=<unix s>,v1=<hex HMAC>``.
+SIGNATURE_HEADER = "Fencepost-Signature"
+
+
+def sign_body(secret: str, timestamp: int, body: bytes) -> str:
+    """``t=<timestamp>,v1=<hex HMAC-SHA256(secret, b"<timestamp>." + body)>``: the header a receiver checks.
+
+    The timestamp is inside the signed bytes, so a captured delivery cannot be re-dated; a receiver accepts it
+    only within a window around its own clock (``fencepost.api.signatures.refusal`` is such a check).
+    """
+    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={digest}"
+
+
+class CallableSink:
+    """Calls ``fn(event, outbox)``; it accepts by returning and refuses by raising (tests, embedding)."""
+
+    def __init__(self, fn: Callable[[EventRecord, EventOutboxRecord], object]) -> None:
+        self._fn = fn
+
+    def publish(self, event: EventRecord, outbox: EventOutboxRecord) -> None:
+        """Call the function; its exception is the failure."""
+        self._fn(event, outbox)
+
+
+class WebhookSink:
+    """POSTs each envelope as JSON to ``url``; a 2xx answer is acceptance, anything else a failure.
+
+    Headers: ``Content-Type: application/json``, ``Fencepost-Event-Id`` (the idempotency key),
+    ``Fencepost-Event-Type`` and, with a ``secret``, ``Fencepost-Signature`` over the exact body bytes.
+
+    Args:
+        url: http(s) URL. secret: the HMAC key (None sends no signature). timeout_seconds: per request; keep it
+            well under the relay's lease. client: an httpx.Client to use (the sink closes only its own).
+    """
+
+    def __init__(self, url: str, *, secret: str | None = None, timeout_seconds: float = 10.0,
+                 client: httpx.Client | None = None, clock: Callable[[], float] = time.time) -> None:
+        if urlsplit(url).scheme not in ("http", "https"):
+            raise ValueError(f"webhook URL must be http or https: {url!r}")
+        self.url = url
+        self._secret = secret
+        self._own = client is None
+        self._client = client or httpx.Client(timeout=timeout_seconds)
+        self._clock = clock
+
+    def publish(self, event: EventRecord, outbox: EventOutboxRecord) -> None:
+        """POST the envelope; raises ``PublishFailed`` on a transport error or a non-2xx status."""
+        body = envelope_bytes(event, outbox)
+        headers = {"Content-Type": "application/json", EVENT_ID_HEADER: event.id, "Fencepost-Event-Type": event.type}
+        if self._secret is not None:
+            headers[SIGNATURE_HEADER] = sign_body(self._secret, int(self._clock()), body)
+        try:
+            response = self._client.post(self.url, content=body, headers=headers)
+        except httpx.HTTPError as error:
+            raise PublishFailed(f"webhook transport error: {type(error).__name__}: {error}") from error
+        if not 200 <= response.status_code < 300:
+            raise PublishFailed(f"webhook answered HTTP {response.status_code}: {response.text[:200]}")
+
+    def close(self) -> None:
+        if self._own:
+            self._client.close()
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password, for logs and errors."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class AmqpSink:
+    """Publishes each envelope to a RabbitMQ exchange with publisher confirms: ``publish`` returns only after the
+    broker confirmed the message (persistent, ``mandatory``: an unroutable message is a failure, not a loss).
+
+    Properties: ``message_id`` = the event id, ``type`` = the event type, ``content_type`` JSON,
+    ``delivery_mode`` 2; the routing key is ``routing_key`` or, when None, the row's destination.
+    A dropped connection fails that publish and the next one reconnects.
+
+    Args:
+        url: ``amqp://user:pass@host:port/vhost``. exchange: an existing exchange ("" is the default exchange,
+            which routes to the queue named by the routing key). timeout_seconds: connect and confirm bound.
+    """
+
+    def __init__(self, url: str, *, exchange: str = "", routing_key: str | None = None,
+                 timeout_seconds: float = 10.0) -> None:
+        if urlsplit(url).scheme not in ("amqp", "amqps"):
+            raise ValueError(f"AMQP URL must be amqp:// or amqps://: {redacted(url)!r}")
+        self.url, self.exchange, self.routing_key = url, exchange, routing_key
+        self._timeout = timeout_seconds
+        self._connection: pika.BlockingConnection | None = None
+        self._channel: Any = None
+        self._lock = threading.Lock()  # pika's blocking connection is not thread-safe
+
+    def _connect(self) -> Any:
+        import pika
+
+        if self._channel is not None and self._channel.is_open:
+            return self._channel
+        self.close()
+        params = pika.URLParameters(self.url)
+        params.socket_timeout = self._timeout
+        params.blocked_connection_timeout = self._timeout
+        params.connection_attempts = 1
+        self._connection = pika.BlockingConnection(params)
+        self._channel = self._connection.channel()
+        self._channel.confirm_delivery()
+        return self._channel
+
+    def publish(self, event: EventRecord, outbox: EventOutboxRecord) -> None:
+        """Publish and wait for the broker's confirm; raises ``PublishFailed`` on a nack, an unroutable message,
+        or a connection error (after one reconnect, for a connection the broker closed while idle)."""
+        import pika
+        import pika.exceptions
+
+        body = envelope_bytes(event, outbox)
+        properties = pika.BasicProperties(message_id=event.id, type=event.type, content_type="application/json",
+                                          delivery_mode=2, headers={"fencepost-event-id": event.id})
+        key = self.routing_key if self.routing_key is not None else outbox.destination
+        with self._lock:
+            for attempt in (1, 2):
+                try:
+                    channel = self._connect()
+                    channel.basic_publish(self.exchange, key, body, properties, mandatory=True)
+                    return
+                except pika.exceptions.UnroutableError as error:
+                    raise PublishFailed(f"broker returned the message as unroutable (exchange {self.exchange!r}, "
+                                        f"routing key {key!r})") from error
+                except pika.exceptions.NackError as error:
+                    raise PublishFailed("broker nacked the message") from error
+                except (pika.exceptions.AMQPError, OSError) as error:
+                    self.close()
+                    # A connection closed while idle (heartbeat missed, broker restart) is retried once at once;
+                    # a second failure is the row's failure, retried later with backoff.
+                    if attempt == 2 or isinstance(error, pika.exceptions.ChannelClosedByBroker):
+                        raise PublishFailed(f"AMQP error at {redacted(self.url)}: {type(error).__name__}: "
+                                            f"{error}") from error
+
+    def close(self) -> None:
+        """Close the connection (safe to call twice)."""
+        connection, self._connection, self._channel = self._connection, None, None
+        if connection is not None and connection.is_open:
+            with contextlib.suppress(Exception):  # closing a broken connection: nothing more to do
+                connection.close()
