@@ -10,7 +10,8 @@ level  packages                                  owns
 1      core                                      canonical JSON, fingerprints, ids, clocks, vocabularies, errors
 2      store                                     the ports, the only SQL, the SQLite and PostgreSQL backends
 3      catalog, outbox                           package format, publication lifecycle; fenced command outbox
-4      evidence, host, workflows                 sealed evidence, comparison, gate; the action host; admission
+4      evidence, events, host, workflows         sealed evidence, comparison, gate; store conformance checks;
+                                                the action host; admission
 5      rehearsal                                 the plugin delivery rehearsal
 6      api, demo, ui, testing                    HTTP API, demos, operator page; the store contract suite
 7      cli                                       the command line
@@ -23,5 +24,5 @@ __version__ = "0.1.0"
 __all__ = ["LAYERS", "FencepostError", "RecoverableFinalization", "__version__"]
 
 #: Package -> layer level; imports may only point to the same or a lower level.
-LAYERS = {"core": 1, "store": 2, "catalog": 3, "outbox": 3, "evidence": 4, "host": 4, "workflows": 4,
+LAYERS = {"core": 1, "store": 2, "catalog": 3, "outbox": 3, "evidence": 4, "events": 4, "host": 4, "workflows": 4,
           "rehearsal": 5, "api": 6, "demo": 6, "ui": 6, "testing": 6, "cli": 7}
