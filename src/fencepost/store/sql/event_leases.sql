@@ -28,7 +28,6 @@ ORDER BY o.available_at, o.event_id
 LIMIT :limit;
 
 -- name: lease_event_outbox_row
--- instants: lease_until, available_at, published_at, created_at, updated_at
 -- Lease one row found due: the due condition is repeated, so a concurrent claimer that took it first
 -- leaves this statement nothing (PostgreSQL re-checks the row it waited for). Counts the attempt.
 UPDATE host_event_outbox
