@@ -637,7 +637,8 @@ class TxAppend(_Base):
         found = ctx.probe_events()
         if len(found) != 1:
             raise _Stop(f"kept both events: {len(found)} events with the probe id after buffered duplicates in "
-                        "one transaction" if found else "the first transaction stored no probe event")
+                        "one transaction" if found else "the first transaction stored no probe event: it was silently "
+                        "rolled back, or its appends were lost")
         ref = snapshot(found[0])
         given = snapshot(ctx.probe.first)
         for dup in ctx.probe.duplicates:  # U19: every exposed differing field keeps the first value
