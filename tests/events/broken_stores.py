@@ -6,6 +6,7 @@ database (raw SQL), not a simulation in memory, except where a real schema forbi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -255,3 +256,23 @@ class OutboxWithoutClaim:
         self.append_event = inner.append_event
         self.list_events = inner.list_events
         self.append_event_with_outbox = inner.append_event_with_outbox
+
+
+class IgnoringScope:
+    """Adapter rows by id alone (host-spec V5): reads ignore the scope, and writes take the scope of the
+    invocation whose lease they carry instead of the one they name."""
+
+    violation = "ignoring scope"
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.create_probe_parent = inner.create_probe_parent
+        self.retire = inner.retire
+
+    def get_adapter_invocation(self, adapter_invocation_id: str, scope: Any) -> Any:
+        return self.inner.store.read(lambda tx: tx.host.get_adapter_invocation(adapter_invocation_id))
+
+    def write_adapter_invocation(self, write: Any) -> bool:
+        invocation = self.inner.store.read(lambda tx: tx.host.get_invocation(write.condition.lease.command_id))
+        real = type(write.scope)(invocation.tenant_id, invocation.space_id, invocation.id)
+        return bool(self.inner.write_adapter_invocation(dataclasses.replace(write, scope=real)))

@@ -19,7 +19,8 @@ from typing import Any
 from fencepost.catalog.lifecycle import CatalogService
 from fencepost.core.statuses import AdapterStatus, CommandStatus, InvocationStatus
 from fencepost.events.conformance import EventAppendSubject, run_event_append_checks
-from fencepost.events.fencepost_subject import FencepostEventStore
+from fencepost.events.fencepost_subject import FencepostAdapterRows, FencepostEventStore
+from fencepost.events.isolation import TenantIsolationSubject, run_tenant_isolation_checks
 from fencepost.outbox.handlers import HandlerRegistry
 from fencepost.outbox.worker import Worker, WorkerConfig
 from fencepost.rehearsal.audit import audit
@@ -178,6 +179,9 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
     # The reconciliation logs and the settled-parent enrichment (ADR 0032; host-spec L13, H17).
     # The store conformance checks' event outbox leases (ADR 0040): one full run drives each of them.
     assert run_event_append_checks(EventAppendSubject(FencepostEventStore(store), "probe-tenant")).passed
+    isolation_rows = FencepostAdapterRows(store)
+    assert run_tenant_isolation_checks(TenantIsolationSubject(isolation_rows, "probe-tenant")).passed
+    isolation_rows.retire()
     assert host_contract.append(store, host_contract.reconciliation("rc-every-query", "inv-every-query",
                                                                     adapter_invocation_id="ai-every-query"))
     assert [r.id for r in host_contract.reconciliations(store, "inv-every-query")] == ["rc-every-query"]

@@ -14,9 +14,20 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
+from fencepost.core.statuses import CommandStatus, InvocationMode, InvocationStatus
 from fencepost.store.base import Store
-from fencepost.store.host_records import EventRecord, NewEvent, Subject
+from fencepost.store.host_records import (
+    AdapterRecord,
+    AdapterScope,
+    AdapterWrite,
+    EventRecord,
+    InvocationVerdict,
+    NewEvent,
+    NewInvocation,
+    Subject,
+)
 from fencepost.store.ports import UnitOfWork
+from fencepost.store.records import Lease
 
 
 def new_event(envelope: Mapping[str, Any]) -> NewEvent:
@@ -108,3 +119,56 @@ class FencepostEventStore:
     def dead_letter_outbox(self, row_id: str, worker: str, lease_token: str, reason: str) -> bool:
         return self.store.transact(lambda tx: tx.event_leases.dead_letter(
             row_id, owner=worker, token=lease_token, reason=reason, now=tx.now()), name="check-store.dead-letter")
+
+
+#: The command kind of the isolation probes' parent invocations: a ``host.invoke`` kind (only those may be held
+#: at delivery 0, ADR 0022) that no action defines, so that no worker ever claims one.
+PROBE_KIND = "host.invoke:event-append-probe.isolation@1"
+
+
+class FencepostAdapterRows:
+    """The tenant isolation checks' store over a fencepost ``Store`` (``fencepost.events.isolation``).
+
+    Args:
+        store: a migrated fencepost store.
+
+    ``retire()`` fails every probe parent this object created (its verdict written and its command finished
+    under its lease), so that no probe stays ``running``.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.parents: list[tuple[str, Lease]] = []
+
+    def create_probe_parent(self, scope: AdapterScope) -> Lease:
+        def fn(tx: UnitOfWork) -> Lease:
+            lease = tx.outbox.insert_leased(command_id=scope.invocation_id, kind=PROBE_KIND, payload={},
+                                            owner="event-append-probe", lease_seconds=300)
+            inserted = tx.host.insert_invocation(NewInvocation(
+                id=scope.invocation_id, tenant_id=scope.tenant_id, space_id=scope.space_id,
+                action_id="event-append-probe.isolation", action_version=1, idempotency_key=scope.invocation_id,
+                actor="fencepost:check-store", authority="fencepost:check-store",
+                binding_digest="bd1:" + "0" * 64, params_digest="cp1:" + "0" * 64, params={},
+                mode=InvocationMode.INLINE, status=InvocationStatus.RUNNING))
+            if not inserted:
+                raise ValueError(f"probe invocation {scope.invocation_id} already exists")
+            return lease
+
+        lease = self.store.transact(fn, name="check-store.isolation-parent")
+        self.parents.append((scope.invocation_id, lease))
+        return lease
+
+    def write_adapter_invocation(self, write: AdapterWrite) -> bool:
+        return self.store.transact(lambda tx: tx.host.write_adapter_invocation(write), name="check-store.write")
+
+    def get_adapter_invocation(self, adapter_invocation_id: str, scope: AdapterScope) -> AdapterRecord | None:
+        return self.store.read(lambda tx: tx.host.get_adapter_invocation_in_scope(adapter_invocation_id, scope))
+
+    def retire(self) -> None:
+        for invocation_id, lease in self.parents:
+            def fn(tx: UnitOfWork, invocation_id: str = invocation_id, lease: Lease = lease) -> None:
+                tx.host.update_leased_invocation(invocation_id, lease, InvocationVerdict(
+                    InvocationStatus.FAILED, error="tenant isolation probe; never executed"))
+                tx.outbox.finish(lease, CommandStatus.FAILED, "tenant isolation probe")
+            self.store.transact(fn, name="check-store.isolation-retire")
+        self.parents.clear()

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from fencepost.core.statuses import AttemptStatus, CommandStatus, Disposition, InvocationStatus, ReceiptStatus
 from fencepost.store.host_records import (
     AdapterRecord,
+    AdapterScope,
     AdapterWrite,
     EventOutboxRecord,
     EventRecord,
@@ -591,6 +592,12 @@ class HostPort(Protocol):
 
     def list_adapter_invocations(self, invocation_id: str) -> list[AdapterRecord]:
         """An invocation's adapter rows in step order (host-spec G5: the recovery scan)."""
+        ...
+
+    # ADR 0040: the tenant isolation checks' scoped read (a separate block).
+    def get_adapter_invocation_in_scope(self, adapter_invocation_id: str, scope: AdapterScope) -> AdapterRecord | None:
+        """The adapter row only when it lives in ``scope`` (host-spec V2): None for any other tenant, space or
+        invocation."""
         ...
 
 
