@@ -25,6 +25,7 @@ from fencepost import __version__
 from fencepost.catalog.manifest import load_package
 from fencepost.cli import logs, render
 from fencepost.cli.audit_cmd import audit
+from fencepost.cli.check_store_cmd import app as check_store_app
 from fencepost.cli.common import (
     DEFAULT_SANDBOX_MAX_BYTES,
     DEFAULT_SANDBOX_MAX_MEMORY,
@@ -67,6 +68,7 @@ app.add_typer(package_app, name="package")
 app.add_typer(workflow_app, name="workflow")
 app.add_typer(host_app, name="host")
 app.add_typer(demo_app, name="demo")
+app.add_typer(check_store_app, name="check-store")
 app.command()(serve)
 app.command()(audit)
 app.command(help=WORKERS_HELP)(workers)
