@@ -276,3 +276,44 @@ class IgnoringScope:
         invocation = self.inner.store.read(lambda tx: tx.host.get_invocation(write.condition.lease.command_id))
         real = type(write.scope)(invocation.tenant_id, invocation.space_id, invocation.id)
         return bool(self.inner.write_adapter_invocation(dataclasses.replace(write, scope=real)))
+
+
+class AttemptsAlwaysZero(Broken):
+    """A correct store that reports ``attempt_count`` 0 throughout (U14: no positive count is prescribed)."""
+
+    violation = "none"
+
+    def list_outbox(self, tenant_id: str, space_id: str) -> list[dict[str, Any]]:
+        return [{**r, "attempt_count": 0} for r in super().list_outbox(tenant_id, space_id)]
+
+
+class ExtraAndMissingFields(Broken):
+    """A correct store that omits ``recorded_at`` and adds ``x_extra`` to every event (U18)."""
+
+    violation = "none"
+
+    def list_events(self, tenant_id: str, space_id: str) -> list[dict[str, Any]]:
+        return [{**{k: v for k, v in e.items() if k != "recorded_at"}, "x_extra": "kept"}
+                for e in super().list_events(tenant_id, space_id)]
+
+
+class ActorOnEveryEnvelope(Broken):
+    """Adds an actor identity to every stored event (U17)."""
+
+    violation = "an actor disclosure nobody opted in to"
+
+    def list_events(self, tenant_id: str, space_id: str) -> list[dict[str, Any]]:
+        return [{**e, "actor": {"id": "store-user"}} for e in super().list_events(tenant_id, space_id)]
+
+
+class RelayStealingLeases(Broken):
+    """A relay running for the probe tenant: right after each claim it takes the row's lease (U13, U27)."""
+
+    violation = "a relay leasing probe rows"
+
+    def claim_outbox(self, worker: str, limit: int, lease_seconds: float, now: datetime, *, tenant_id: str,
+                     space_id: str | None = None) -> list[dict[str, Any]]:
+        claimed = super().claim_outbox(worker, limit, lease_seconds, now, tenant_id=tenant_id, space_id=space_id)
+        for row in claimed:
+            raw(self.store, "UPDATE host_event_outbox SET lease_owner = 'relay-1' WHERE event_id = ?", row["id"])
+        return claimed

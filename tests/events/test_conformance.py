@@ -219,3 +219,34 @@ def _memory_store() -> Store:
     store = open_store(f"sqlite:///{tempfile.mkdtemp()}/shape.db")
     store.migrate()
     return store
+
+
+@pytest.mark.parametrize("make", [b.AttemptsAlwaysZero, b.ExtraAndMissingFields], ids=["attempts-0", "extra-missing"])
+def test_tolerated_store_shapes_pass(sqlite: Store, make: Callable[[Store], Any]) -> None:
+    result = run(make(sqlite))
+    assert result.passed, [(c.id, c.error) for c in result.checks if c.error]
+
+
+def test_actor_disclosure_not_opted_in_fails(sqlite: Store) -> None:
+    checks = by_id(run(b.ActorOnEveryEnvelope(sqlite)))
+    assert checks["outbox-append"].status == "failed"
+    assert "did not opt in" in (checks["outbox-append"].error or "")
+
+
+def test_foreign_lease_asks_to_pause_relays(sqlite: Store) -> None:
+    result = event_append_checks()[1].run(EventAppendSubject(b.RelayStealingLeases(sqlite), TENANT))
+    assert result.status == "failed"
+    error = result.error or ""
+    assert "leased by another worker (relay-1)" in error and "pause outbox relays" in error
+
+
+def test_cleanup_writes_only_probe_rows(sqlite: Store) -> None:
+    # A real pending row of the probe tenant in another space: cleanup and claims never touch it (U32).
+    sqlite.transact(lambda tx: tx.events.append_event_with_outbox(NewEvent(
+        id="real-1", tenant_id=TENANT, space_id="orders", subject=Subject("S", "s"), type="Real")))
+    before = sqlite.read(lambda tx: tx.execute_raw(  # type: ignore[attr-defined]
+        "SELECT * FROM host_event_outbox WHERE event_id = 'real-1'"))
+    assert run(FencepostEventStore(sqlite)).passed
+    after = sqlite.read(lambda tx: tx.execute_raw(  # type: ignore[attr-defined]
+        "SELECT * FROM host_event_outbox WHERE event_id = 'real-1'"))
+    assert after == before and after[0][3] == "pending"
