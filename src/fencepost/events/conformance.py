@@ -298,7 +298,7 @@ class _Ctx:
             return fn()
         except _Stop:
             raise
-        except Exception as error:
+        except Exception as error:  # any store error is a finding, reported, never a crash of the suite
             raise _Stop(f"{what} raised {type(error).__name__}: {error}") from error
 
     # -- outbox
@@ -431,6 +431,8 @@ class _Base:
             self.body(ctx)
         except _Stop as stop:
             error = str(stop)
+        except Exception as raised:  # a store error outside a named call (list_events, a buffered append)
+            error = f"{type(raised).__name__}: {raised}"
         cleanup_error = _cleanup(ctx) if self.outbox else None
         if cleanup_error:
             error = f"{error}; {cleanup_error}" if error else cleanup_error
@@ -604,7 +606,7 @@ def _tx(ctx: _Ctx, what: str) -> Iterator[Any]:
             yield tx
     except _Stop:
         raise
-    except Exception as error:
+    except Exception as error:  # any store error is a finding, reported, never a crash of the suite
         raise _Stop(f"{what} raised {type(error).__name__}: {error}") from error
 
 
@@ -715,7 +717,7 @@ def _cleanup(ctx: _Ctx) -> str | None:
         try:
             if ctx.store.dead_letter_outbox(row_id, ctx.worker, token, DEAD_LETTER_REASON) is False:
                 problems.append(f"dead-lettering probe row {row_id} was refused")
-        except Exception as error:
+        except Exception as error:  # any store error is a finding, reported, never a crash of the suite
             problems.append(f"dead-lettering probe row {row_id} raised {type(error).__name__}: {error}")
 
     if not callable(getattr(ctx.store, "dead_letter_outbox", None)):
@@ -732,17 +734,19 @@ def _cleanup(ctx: _Ctx) -> str | None:
             if pending:
                 try:
                     ctx.claim(len(pending))
-                except _Stop as stop:
+                except _Stop as stop:  # the cleanup claim itself returned foreign rows (U34)
                     problems.append(str(stop))
+                    for row_id, event_id, token in ctx.violating_claim or []:
+                        dead_letter(row_id, token, event_id)
                 for event_id, (row_id, token) in list(ctx.held.items()):
                     dead_letter(row_id, token, event_id)
                 ctx.held.clear()
         left = [str(_get(r, "id")) for r in _pending(ctx)]
-    except Exception as error:
+    except Exception as error:  # any store error is a finding, reported, never a crash of the suite
         return f"probe cleanup raised {type(error).__name__}: {error}"
     if left:
         problems.append(f"probe rows still pending: {', '.join(left)}; dead-letter them by hand")
-    elif ctx.evidence is not None:
+    else:
         ctx.note("cleanup: no probe row left pending")
     return "; ".join(problems) or None
 
