@@ -10,8 +10,8 @@ level  packages                                  owns
 1      core                                      canonical JSON, fingerprints, ids, clocks, vocabularies, errors
 2      store                                     the ports, the only SQL, the SQLite and PostgreSQL backends
 3      catalog, outbox                           package format, publication lifecycle; fenced command outbox
-4      evidence, events, host, workflows         sealed evidence, comparison, gate; store conformance checks;
-                                                the action host; admission
+4      evidence, events, host, workflows         sealed evidence, comparison, gate; the event relay; the action
+                                                 host; admission
 5      rehearsal                                 the plugin delivery rehearsal
 6      api, demo, ui, testing                    HTTP API, demos, operator page; the store contract suite
 7      cli                                       the command line

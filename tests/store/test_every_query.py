@@ -177,11 +177,6 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
     store.read(lambda tx: (tx.events.get_event("ev-every-query"), tx.events.get_event_outbox("ev-every-query"),
                            tx.events.list_events(tenant_id=host_contract.TENANT, space_id=host_contract.SPACE)))
     # The reconciliation logs and the settled-parent enrichment (ADR 0032; host-spec L13, H17).
-    # The store conformance checks' event outbox leases (ADR 0040): one full run drives each of them.
-    assert run_event_append_checks(EventAppendSubject(FencepostEventStore(store), "probe-tenant")).passed
-    isolation_rows = FencepostAdapterRows(store)
-    assert run_tenant_isolation_checks(TenantIsolationSubject(isolation_rows, "probe-tenant")).passed
-    isolation_rows.retire()
     assert host_contract.append(store, host_contract.reconciliation("rc-every-query", "inv-every-query",
                                                                     adapter_invocation_id="ai-every-query"))
     assert [r.id for r in host_contract.reconciliations(store, "inv-every-query")] == ["rc-every-query"]
@@ -205,6 +200,11 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
     assert host_contract.unleased(store, "inv-unleased", InvocationStatus.PENDING, host_contract.verdict_of(
         host_contract.invocation(store, "inv-unleased"), status=InvocationStatus.FAILED, error="withdrawn"))
     # SQLite's clock is the store's Clock, so nothing else runs its clock statement; run it once here.
+    # The store conformance checks' event outbox leases (ADR 0040): one full run drives each of them.
+    assert run_event_append_checks(EventAppendSubject(FencepostEventStore(store), "probe-tenant")).passed
+    isolation_rows = FencepostAdapterRows(store)
+    assert run_tenant_isolation_checks(TenantIsolationSubject(isolation_rows, "probe-tenant")).passed
+    isolation_rows.retire()
     store.read(lambda tx: tx.run("store_now", {"now": tx.now()}))  # type: ignore[attr-defined]
 
 

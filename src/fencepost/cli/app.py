@@ -63,12 +63,12 @@ app = typer.Typer(
     help="fencepost runs side-effecting work under fenced leases and proves what happened.\n\n"
          "Start with `fencepost migrate`, then `fencepost rehearse examples/inventory`.",
     no_args_is_help=True, add_completion=False)
+app.add_typer(check_store_app, name="check-store")
 app.add_typer(rehearsal_app, name="rehearsal")
 app.add_typer(package_app, name="package")
 app.add_typer(workflow_app, name="workflow")
 app.add_typer(host_app, name="host")
 app.add_typer(demo_app, name="demo")
-app.add_typer(check_store_app, name="check-store")
 app.command()(serve)
 app.command()(audit)
 app.command(help=WORKERS_HELP)(workers)

@@ -634,31 +634,6 @@ class EventsPort(Protocol):
         ...
 
 
-# --- Event outbox leases for the store conformance checks (ADR 0040). A separate block: the relay of issue 15
-# --- may grow its own claim port in EventsPort; the two are merged by the lead.
-class EventLeasesPort(Protocol):
-    """Leases on event outbox rows (host-spec U10-U15, U29-U35): list, claim, publish, fail, dead-letter.
-
-    Every write names the caller's owner and token and returns False, changing nothing, when the row is not
-    leased by them.
-    """
-
-    def list_rows(self, *, tenant_id: str, space_id: str) -> list[Any]:
-        """Every outbox row (``EventOutboxRow``) of one (tenant, space), any status."""
-        ...
-
-    def claim(self, *, owner: str, tenant_id: str, space_id: str | None, limit: int, lease_seconds: float,
-              now: datetime) -> list[Any]:
-        """Lease up to ``limit`` due rows of the tenant (and space), each under a fresh token."""
-        ...
-
-    def publish(self, event_id: str, *, owner: str, token: str, at: datetime) -> bool: ...
-
-    def fail(self, event_id: str, *, owner: str, token: str, error: str, available_at: datetime) -> bool: ...
-
-    def dead_letter(self, event_id: str, *, owner: str, token: str, reason: str, now: datetime) -> bool: ...
-
-
 class _Ports(Protocol):
     """What every unit of work offers, fenced or not."""
 
@@ -729,3 +704,29 @@ class FencedUnit(_Ports, Protocol):
             LeaseLost: the lease is no longer the command's current one.
         """
         ...
+
+
+# --- Event outbox leases for the store conformance checks (ADR 0040). A separate block: the relay of issue 15
+# --- may grow its own claim port in EventsPort; the two are merged by the lead.
+class EventLeasesPort(Protocol):
+    """Leases on event outbox rows (host-spec U10-U15, U29-U35): list, claim, publish, fail, dead-letter.
+
+    Every write names the caller's owner and token and returns False, changing nothing, when the row is not
+    leased by them.
+    """
+
+    def list_rows(self, *, tenant_id: str, space_id: str) -> list[Any]:
+        """Every outbox row (``EventOutboxRow``) of one (tenant, space), any status."""
+        ...
+
+    def claim(self, *, owner: str, tenant_id: str, space_id: str | None, limit: int, lease_seconds: float,
+              now: datetime) -> list[Any]:
+        """Lease up to ``limit`` due rows of the tenant (and space), each under a fresh token."""
+        ...
+
+    def publish(self, event_id: str, *, owner: str, token: str, at: datetime) -> bool: ...
+
+    def fail(self, event_id: str, *, owner: str, token: str, error: str, available_at: datetime) -> bool: ...
+
+    def dead_letter(self, event_id: str, *, owner: str, token: str, reason: str, now: datetime) -> bool: ...
+
