@@ -55,7 +55,7 @@ class SqlEventLeases:
 
     def list_rows(self, *, tenant_id: str, space_id: str) -> list[EventOutboxRow]:
         """Every outbox row of one (tenant, space), any status, in event sequence order."""
-        return [_row(r) for r in self._unit.run("list_event_outbox_rows",
+        return [_row(r) for r in self._unit.run("probe_list_outbox_rows",
                                                 {"tenant_id": tenant_id, "space_id": space_id}).rows]
 
     def claim(self, *, owner: str, tenant_id: str, space_id: str | None, limit: int, lease_seconds: float,
@@ -70,29 +70,29 @@ class SqlEventLeases:
         """
         if limit < 1:
             return []
-        ids = [r["event_id"] for r in self._unit.run("due_event_outbox_rows", {
+        ids = [r["event_id"] for r in self._unit.run("probe_due_outbox_rows", {
             "tenant_id": tenant_id, "space_id": space_id, "now": now, "limit": limit}).rows]
         until = now + timedelta(seconds=lease_seconds)
-        leased = [event_id for event_id in ids if self._unit.run("lease_event_outbox_row", {
+        leased = [event_id for event_id in ids if self._unit.run("probe_lease_outbox_row", {
             "event_id": event_id, "owner": owner, "token": secrets.token_hex(16), "lease_until": until,
             "now": now}).rows]
         if not leased:
             return []
         return [_row(r) for event_id in leased
-                for r in self._unit.run("get_event_outbox_row", {"event_id": event_id}).rows]
+                for r in self._unit.run("probe_get_outbox_row", {"event_id": event_id}).rows]
 
     def publish(self, event_id: str, *, owner: str, token: str, at: datetime) -> bool:
         """Mark a row published under the caller's lease. Returns False, changing nothing, otherwise."""
-        return bool(self._unit.run("publish_event_outbox_row",
+        return bool(self._unit.run("probe_publish_outbox_row",
                                    {"event_id": event_id, "owner": owner, "token": token, "at": at}).rows)
 
     def fail(self, event_id: str, *, owner: str, token: str, error: str, available_at: datetime) -> bool:
         """A failed publication under the caller's lease: retry-pending from ``available_at``, lease released."""
-        return bool(self._unit.run("fail_event_outbox_row", {
+        return bool(self._unit.run("probe_fail_outbox_row", {
             "event_id": event_id, "owner": owner, "token": token, "error": error,
             "available_at": available_at}).rows)
 
     def dead_letter(self, event_id: str, *, owner: str, token: str, reason: str, now: datetime) -> bool:
         """Dead-letter a row under the caller's lease with ``reason`` as its last error."""
-        return bool(self._unit.run("dead_letter_event_outbox_row", {
+        return bool(self._unit.run("probe_dead_letter_outbox_row", {
             "event_id": event_id, "owner": owner, "token": token, "reason": reason, "now": now}).rows)
