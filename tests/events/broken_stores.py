@@ -317,3 +317,34 @@ class RelayStealingLeases(Broken):
         for row in claimed:
             raw(self.store, "UPDATE host_event_outbox SET lease_owner = 'relay-1' WHERE event_id = ?", row["id"])
         return claimed
+
+
+class TxReplacingCommitted(Broken):
+    """Dedups duplicates buffered in one transaction, but a transactional append of an id committed by an
+    earlier transaction replaces the stored event (host-spec U4's "dedups buffered but not committed")."""
+
+    violation = "a transaction replacing a committed event"
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        broken = self
+
+        class Tx:
+            def __init__(self, tx: Any) -> None:
+                self._unit, self._tx, self._mine = tx, _Tx(tx), set()
+
+            def append_event(self, envelope: Mapping[str, Any]) -> bool:
+                if envelope["id"] not in self._mine and self._unit.events.get_event(envelope["id"]) is not None:
+                    ph = "?" if self._unit.backend == "sqlite" else "%s"
+                    self._unit.execute_raw(
+                        f"UPDATE host_events SET type = {ph}, payload = {ph} WHERE id = {ph}",
+                        (envelope["type"], canonical_json(envelope["payload"]), envelope["id"]))
+                    return True
+                self._mine.add(envelope["id"])
+                return self._tx.append_event(envelope)
+
+            def append_event_with_outbox(self, envelope: Mapping[str, Any], outbox: Mapping[str, Any]) -> bool:
+                return self._tx.append_event_with_outbox(envelope, outbox)
+
+        with broken.store.transaction() as tx:
+            yield Tx(tx)

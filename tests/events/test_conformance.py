@@ -88,6 +88,8 @@ BROKEN: list[tuple[str, Callable[[Store], Any], str, str]] = [
     ("resetting-outbox-row", b.ResettingOutboxRow, "outbox-append", "state leased: the outbox row was reset"),
     ("never-committing", b.NeverCommitting, "tx-append", "silently rolled back"),
     ("buffer-last-write-wins", b.BufferLastWriteWins, "tx-append", "first write must win within a transaction"),
+    ("tx-replacing-committed", b.TxReplacingCommitted, "tx-append",
+     "committed duplicate in a transaction: the earlier-ordered duplicate was merged into the first event"),
     ("empty-list-outbox", b.EmptyListOutbox, "outbox-after-plain", "expected only the control"),
 ]
 
