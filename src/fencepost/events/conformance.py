@@ -87,6 +87,7 @@ class CheckResult:
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
+        """``{"id", "status", "evidence", "error"}`` for JSON."""
         return {"id": self.id, "status": self.status, "evidence": self.evidence, "error": self.error}
 
 
@@ -99,13 +100,16 @@ class SuiteResult:
 
     @property
     def skipped(self) -> int:
+        """How many checks were skipped."""
         return sum(1 for c in self.checks if c.status == "skipped")
 
     @property
     def failed(self) -> int:
+        """How many checks failed."""
         return sum(1 for c in self.checks if c.status == "failed")
 
     def as_dict(self) -> dict[str, Any]:
+        """``{"passed", "checks": [...]}`` for JSON (U22)."""
         return {"passed": self.passed, "checks": [c.as_dict() for c in self.checks]}
 
 

@@ -81,42 +81,52 @@ class FencepostEventStore:
         self.store = store
 
     def append_event(self, envelope: Mapping[str, Any]) -> bool:
+        """One unit: ``EventsPort.append_event`` (T1). Returns False for an id already stored (a no-op)."""
         return self.store.transact(lambda tx: _Tx(tx).append_event(envelope), name="check-store.append")
 
     def append_event_with_outbox(self, envelope: Mapping[str, Any], outbox: Mapping[str, Any]) -> bool:
+        """One unit: the event and, only when stored now, its pending outbox row with ``outbox``'s destination
+        and headers (T3)."""
         return self.store.transact(lambda tx: _Tx(tx).append_event_with_outbox(envelope, outbox),
                                    name="check-store.append")
 
     def list_events(self, tenant_id: str, space_id: str) -> list[dict[str, Any]]:
+        """The space's events (up to 10,000) as flat dicts, in sequence order."""
         return self.store.read(lambda tx: [event_dict(e) for e in tx.events.list_events(
             tenant_id=tenant_id, space_id=space_id, limit=10_000)])
 
     @contextmanager
     def transaction(self) -> Iterator[_Tx]:
+        """One fencepost unit of work holding several appends; commits on normal exit (U4, U5)."""
         with self.store.transaction(name="check-store.tx") as tx:
             yield _Tx(tx)
 
     def list_outbox(self, tenant_id: str, space_id: str) -> list[dict[str, Any]]:
+        """Every outbox row of the space, any status, as dicts (``id`` is the event id)."""
         return self.store.read(lambda tx: [outbox_dict(r) for r in tx.event_leases.list_rows(
             tenant_id=tenant_id, space_id=space_id)])
 
     def claim_outbox(self, worker: str, limit: int, lease_seconds: float, now: datetime, *, tenant_id: str,
                      space_id: str | None = None) -> list[dict[str, Any]]:
+        """Lease due rows of ``tenant_id`` (and ``space_id``) at the caller's ``now`` (U31); the leased rows."""
         return self.store.transact(lambda tx: [outbox_dict(r) for r in tx.event_leases.claim(
             owner=worker, tenant_id=tenant_id, space_id=space_id, limit=limit, lease_seconds=lease_seconds,
             now=now)], name="check-store.claim")
 
     def mark_outbox_published(self, row_id: str, worker: str, lease_token: str, at: datetime) -> bool:
+        """Published under the caller's lease; False, changing nothing, without it."""
         return self.store.transact(lambda tx: tx.event_leases.publish(row_id, owner=worker, token=lease_token,
                                                                        at=at), name="check-store.publish")
 
     def mark_outbox_failed(self, row_id: str, worker: str, lease_token: str, error: str,
                            available_at: datetime) -> bool:
+        """Retry-pending from ``available_at`` under the caller's lease, which is released (U11)."""
         return self.store.transact(lambda tx: tx.event_leases.fail(
             row_id, owner=worker, token=lease_token, error=error, available_at=available_at),
             name="check-store.fail")
 
     def dead_letter_outbox(self, row_id: str, worker: str, lease_token: str, reason: str) -> bool:
+        """Dead-lettered with ``reason`` under the caller's lease (U29)."""
         return self.store.transact(lambda tx: tx.event_leases.dead_letter(
             row_id, owner=worker, token=lease_token, reason=reason, now=tx.now()), name="check-store.dead-letter")
 
@@ -141,6 +151,11 @@ class FencepostAdapterRows:
         self.parents: list[tuple[str, Lease]] = []
 
     def create_probe_parent(self, scope: AdapterScope) -> Lease:
+        """A ``running`` inline invocation in ``scope`` and its leased command (300 s); the lease.
+
+        Raises:
+            ValueError: the invocation id exists already.
+        """
         def fn(tx: UnitOfWork) -> Lease:
             lease = tx.outbox.insert_leased(command_id=scope.invocation_id, kind=PROBE_KIND, payload={},
                                             owner="event-append-probe", lease_seconds=300)
@@ -159,12 +174,15 @@ class FencepostAdapterRows:
         return lease
 
     def write_adapter_invocation(self, write: AdapterWrite) -> bool:
+        """``HostPort.write_adapter_invocation`` in its own unit (host-spec I1, V4)."""
         return self.store.transact(lambda tx: tx.host.write_adapter_invocation(write), name="check-store.write")
 
     def get_adapter_invocation(self, adapter_invocation_id: str, scope: AdapterScope) -> AdapterRecord | None:
+        """The row only in ``scope``, else None (host-spec V2)."""
         return self.store.read(lambda tx: tx.host.get_adapter_invocation_in_scope(adapter_invocation_id, scope))
 
     def retire(self) -> None:
+        """Fail every probe parent created so far and finish its command, under its lease."""
         for invocation_id, lease in self.parents:
             def fn(tx: UnitOfWork, invocation_id: str = invocation_id, lease: Lease = lease) -> None:
                 tx.host.update_leased_invocation(invocation_id, lease, InvocationVerdict(
