@@ -18,6 +18,9 @@ from typing import Any
 
 from fencepost.catalog.lifecycle import CatalogService
 from fencepost.core.statuses import AdapterStatus, CommandStatus, InvocationStatus
+from fencepost.events.conformance import EventAppendSubject, run_event_append_checks
+from fencepost.events.fencepost_subject import FencepostAdapterRows, FencepostEventStore
+from fencepost.events.isolation import TenantIsolationSubject, run_tenant_isolation_checks
 from fencepost.outbox.handlers import HandlerRegistry
 from fencepost.outbox.worker import Worker, WorkerConfig
 from fencepost.rehearsal.audit import audit
@@ -211,6 +214,11 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
     assert host_contract.unleased(store, "inv-unleased", InvocationStatus.PENDING, host_contract.verdict_of(
         host_contract.invocation(store, "inv-unleased"), status=InvocationStatus.FAILED, error="withdrawn"))
     # SQLite's clock is the store's Clock, so nothing else runs its clock statement; run it once here.
+    # The store conformance checks' event outbox leases (ADR 0040): one full run drives each of them.
+    assert run_event_append_checks(EventAppendSubject(FencepostEventStore(store), "probe-tenant")).passed
+    isolation_rows = FencepostAdapterRows(store)
+    assert run_tenant_isolation_checks(TenantIsolationSubject(isolation_rows, "probe-tenant")).passed
+    isolation_rows.retire()
     store.read(lambda tx: tx.run("store_now", {"now": tx.now()}))  # type: ignore[attr-defined]
 
 

@@ -25,6 +25,7 @@ from fencepost import __version__
 from fencepost.catalog.manifest import load_package
 from fencepost.cli import logs, render
 from fencepost.cli.audit_cmd import audit
+from fencepost.cli.check_store_cmd import app as check_store_app
 from fencepost.cli.common import (
     DEFAULT_SANDBOX_MAX_BYTES,
     DEFAULT_SANDBOX_MAX_MEMORY,
@@ -64,6 +65,7 @@ app = typer.Typer(
     help="fencepost runs side-effecting work under fenced leases and proves what happened.\n\n"
          "Start with `fencepost migrate`, then `fencepost rehearse examples/inventory`.",
     no_args_is_help=True, add_completion=False)
+app.add_typer(check_store_app, name="check-store")
 app.add_typer(rehearsal_app, name="rehearsal")
 app.add_typer(package_app, name="package")
 app.add_typer(workflow_app, name="workflow")

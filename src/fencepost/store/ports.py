@@ -30,6 +30,7 @@ from fencepost.core.statuses import (
 )
 from fencepost.store.host_records import (
     AdapterRecord,
+    AdapterScope,
     AdapterWrite,
     ClaimedEvent,
     EventLease,
@@ -603,6 +604,12 @@ class HostPort(Protocol):
         """An invocation's adapter rows in step order (host-spec G5: the recovery scan)."""
         ...
 
+    # ADR 0040: the tenant isolation checks' scoped read (a separate block).
+    def get_adapter_invocation_in_scope(self, adapter_invocation_id: str, scope: AdapterScope) -> AdapterRecord | None:
+        """The adapter row only when it lives in ``scope`` (host-spec V2): None for any other tenant, space or
+        invocation."""
+        ...
+
 
 class EventsPort(Protocol):
     """The host's event log (host-spec T1-T8): first-write-wins by a store-wide event id, with its outbox."""
@@ -745,6 +752,9 @@ class _Ports(Protocol):
     @property
     def events(self) -> EventsPort: ...
 
+    @property
+    def event_leases(self) -> EventLeasesPort: ...
+
     def now(self) -> datetime:
         """The store's clock, read once per unit (SQLite: the store's Clock; PostgreSQL: the server)."""
         ...
@@ -783,3 +793,29 @@ class FencedUnit(_Ports, Protocol):
             LeaseLost: the lease is no longer the command's current one.
         """
         ...
+
+
+# --- Event outbox leases for the store conformance checks (ADR 0040). A separate block: the relay of issue 15
+# --- may grow its own claim port in EventsPort; the two are merged by the lead.
+class EventLeasesPort(Protocol):
+    """Leases on event outbox rows (host-spec U10-U15, U29-U35): list, claim, publish, fail, dead-letter.
+
+    Every write names the caller's owner and token and returns False, changing nothing, when the row is not
+    leased by them.
+    """
+
+    def list_rows(self, *, tenant_id: str, space_id: str) -> list[Any]:
+        """Every outbox row (``EventOutboxRow``) of one (tenant, space), any status."""
+        ...
+
+    def claim(self, *, owner: str, tenant_id: str, space_id: str | None, limit: int, lease_seconds: float,
+              now: datetime) -> list[Any]:
+        """Lease up to ``limit`` due rows of the tenant (and space), each under a fresh token."""
+        ...
+
+    def publish(self, event_id: str, *, owner: str, token: str, at: datetime) -> bool: ...
+
+    def fail(self, event_id: str, *, owner: str, token: str, error: str, available_at: datetime) -> bool: ...
+
+    def dead_letter(self, event_id: str, *, owner: str, token: str, reason: str, now: datetime) -> bool: ...
+

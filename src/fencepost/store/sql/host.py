@@ -25,6 +25,7 @@ from fencepost.core.statuses import (
 )
 from fencepost.store.host_records import (
     AdapterRecord,
+    AdapterScope,
     AdapterWrite,
     CreateAdapterRow,
     Handoff,
@@ -233,6 +234,13 @@ class SqlHost:
     def list_adapter_invocations(self, invocation_id: str) -> list[AdapterRecord]:
         return [adapter_from_row(r) for r in
                 self._unit.run("list_adapter_invocations", {"invocation_id": invocation_id}).rows]
+
+    # ADR 0040, tenant isolation checks (host-spec V2): a separate block.
+    def get_adapter_invocation_in_scope(self, adapter_invocation_id: str, scope: AdapterScope) -> AdapterRecord | None:
+        rows = self._unit.run("get_adapter_invocation_in_scope", {
+            "id": adapter_invocation_id, "tenant_id": scope.tenant_id, "space_id": scope.space_id,
+            "invocation_id": scope.invocation_id}).rows
+        return adapter_from_row(rows[0]) if rows else None
 
 
 def invocation_from_row(row: dict[str, Any]) -> InvocationRecord:

@@ -231,3 +231,10 @@ RETURNING id;
 -- per-dialect
 -- Ends a primary-key lookup of one invocation (alias i): locks it until the transaction ends on PostgreSQL
 -- (FOR UPDATE); SQLite's BEGIN IMMEDIATE already serializes every writer.
+
+-- name: get_adapter_invocation_in_scope
+-- instants: created_at, updated_at
+-- Tenant isolation (host-spec V1, V2; ADR 0040): the row only when it lives in the given scope, so that a read
+-- naming another tenant, space or invocation finds nothing.
+SELECT {{adapter_columns}} FROM adapter_invocations
+WHERE id = :id AND tenant_id = :tenant_id AND space_id = :space_id AND invocation_id = :invocation_id;

@@ -15,6 +15,7 @@ from fencepost.store.records import Lease
 from fencepost.store.sql.admission import SqlAdmission
 from fencepost.store.sql.audit import SqlAudit
 from fencepost.store.sql.catalog import SqlCatalog
+from fencepost.store.sql.event_leases import SqlEventLeases
 from fencepost.store.sql.events import SqlEvents
 from fencepost.store.sql.executor import Executor, Result
 from fencepost.store.sql.host import SqlHost
@@ -47,6 +48,7 @@ class SqlUnitOfWork:
         self.workers = SqlWorkers(self)
         self.host = SqlHost(self)
         self.events = SqlEvents(self)
+        self.event_leases = SqlEventLeases(self)  # ADR 0040: the store conformance checks
 
     def now(self) -> datetime:
         return self.executor.now()
@@ -77,6 +79,7 @@ class SqlFencedUnit:
         self.workers = unit.workers
         self.host = unit.host
         self.events = unit.events
+        self.event_leases = unit.event_leases
         self.rehearsal = SqlFencedRehearsal(unit, lease)
 
     def now(self) -> datetime:
