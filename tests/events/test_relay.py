@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from fencepost.api.signatures import refusal
 from fencepost.cli.app import app
 from fencepost.core.statuses import EventOutboxStatus
-from fencepost.events.relay import Relay, RelayConfig, backoff_seconds
+from fencepost.events.relay import PublishFailed, Relay, RelayConfig, backoff_seconds
 from fencepost.events.sinks import AmqpSink, CallableSink, WebhookSink
 from fencepost.store.base import Store
 from fencepost.store.host_records import EventOutboxRecord, EventRecord
@@ -145,6 +145,14 @@ def test_failing_sink_dead_letters_with_last_error_and_requeue_brings_it_back(db
     assert twice.exit_code == 3 and "not dead_lettered" in twice.output
     unknown = runner.invoke(app, ["events", "requeue", "nope", "--database", db])
     assert unknown.exit_code == 2
+    # several ids: each is tried and reported; the exit code is the first refusal's (break-it trial)
+    mixed = runner.invoke(app, ["events", "requeue", "ev-00001", "ev-00000", "nope", "--database", db, "--json"])
+    report = json.loads(mixed.stdout)
+    assert mixed.exit_code == 3 and [i["event_id"] for i in report["items"]] == ["ev-00001"]
+    assert [(r["event_id"], r["exit_code"]) for r in report["refused"]] == [("ev-00000", 3), ("nope", 2)]
+    sqlite_store.transact(lambda tx: tx.execute_raw(  # type: ignore[attr-defined]
+        "UPDATE host_event_outbox SET status = 'dead_lettered', available_at = created_at "
+        "WHERE event_id = 'ev-00001'"))
 
     seen: list[str] = []
     Relay(sqlite_store, CallableSink(lambda e, o: seen.append(e.id)), RelayConfig(**FAST)).run_once()
@@ -302,7 +310,9 @@ def test_relay_cli_refuses_bad_input_and_its_help_explains(db: str, monkeypatch:
               "unset or empty"),
              (["--sink", "amqp://guest:hunter2@127.0.0.1/", "--secret-env", "X"], "authenticates with its URL"),
              (["--sink", "webhook:http://127.0.0.1:9/e", "--timeout", "40"], "at most half"),
-             (["--sink", "webhook:http://127.0.0.1:9/e", "--max-attempts", "0"], "max_attempts")]
+             (["--sink", "webhook:http://127.0.0.1:9/e", "--max-attempts", "0"], "max_attempts"),
+             (["--sink", "amqp://guest:guest@127.0.0.1:5672/%2F", "--exchange", "fp-no-such-exchange"],
+              "does not exist at the broker")]  # refused at start, not after dead-lettering every row
     for args, message in cases:
         result = runner.invoke(app, ["relay", "--database", db, *args])
         assert result.exit_code == 2 and message in result.output, (args, result.output)
@@ -327,3 +337,43 @@ def test_a_row_whose_leases_kept_expiring_is_dead_lettered_without_another_publi
     row = sqlite_store.read(lambda tx: tx.events.get_event_outbox("ev-00000"))
     assert calls == [] and row is not None and row.status == EventOutboxStatus.DEAD_LETTERED
     assert row.attempts == 3 and row.last_error is not None and "attempt budget (2) spent" in row.last_error
+
+
+def test_a_webhook_that_trickles_its_answer_fails_within_the_timeout(sqlite_store: Store) -> None:
+    """The webhook's timeout bounds the whole request: a receiver that answers 200 one byte at a time past it
+    fails the publish (break-it trial: per-read timeouts let one publish outlive the relay's lease)."""
+    import http.server
+    import socketserver
+    import threading
+
+    class Trickle(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Length", "20")
+            self.end_headers()
+            for _ in range(20):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                time.sleep(0.1)
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Trickle)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        [event_id] = append(sqlite_store, 1)
+        event = sqlite_store.read(lambda tx: tx.events.get_event(event_id))
+        outbox = sqlite_store.read(lambda tx: tx.events.get_event_outbox(event_id))
+        sink = WebhookSink(f"http://127.0.0.1:{server.server_address[1]}/", timeout_seconds=0.6)
+        started = time.monotonic()
+        with pytest.raises(PublishFailed, match=r"within 0\.6 s"):
+            sink.publish(event, outbox)
+        assert time.monotonic() - started < 1.5
+        sink.close()
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -11,8 +11,9 @@ import typer
 
 from fencepost.cli import logs, render
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, fail, handled, opened
+from fencepost.cli.exit_codes import exit_code
 from fencepost.core.clock import to_iso
-from fencepost.core.errors import InvalidInput, NotFound
+from fencepost.core.errors import Conflict, FencepostError, InvalidInput, NotFound
 from fencepost.core.statuses import EventOutboxStatus
 from fencepost.events.relay import DEFAULT_MAX_ATTEMPTS, Publisher, Relay, RelayConfig, default_relay_id
 from fencepost.events.sinks import AmqpSink, WebhookSink, redacted
@@ -64,7 +65,11 @@ def _publisher(sink: str, secret_env: str | None, exchange: str, routing_key: st
     if sink.startswith(("amqp://", "amqps://")):
         if secret_env is not None:
             raise InvalidInput("--secret-env signs webhook bodies; an AMQP sink authenticates with its URL")
-        return AmqpSink(sink, exchange=exchange, routing_key=routing_key, timeout_seconds=timeout)
+        amqp = AmqpSink(sink, exchange=exchange, routing_key=routing_key, timeout_seconds=timeout)
+        if not amqp.check_exchange():  # refused now, not after every row was dead-lettered against it
+            amqp.close()
+            raise InvalidInput(f"--exchange {exchange!r} does not exist at the broker: declare it first")
+        return amqp
     raise InvalidInput(f"--sink must be webhook:<http(s) URL> or amqp://...: {redacted(sink)!r}")
 
 
@@ -239,16 +244,25 @@ def requeue(event_ids: Annotated[list[str], typer.Argument(help="Dead-lettered e
             database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
     """Send dead letters again: each becomes pending now with a fresh attempt budget.
 
-    Refused (exit 3) for a row that is not dead-lettered and for a conformance probe space's event, which is
-    never published; an unknown id exits 2. Each id is its own transaction: those before a refusal stay
-    requeued.
+    Each id is its own transaction and is reported on its own (with --json: ``items`` requeued, ``refused``
+    with the reason): a row that is not dead-lettered, or a conformance probe space's event (never published),
+    is refused; an unknown id is refused as unknown. Exit 0 when every id was requeued; otherwise the exit code
+    of the first refusal (3: refused, 2: unknown), after all ids were tried.
     """
     done: list[dict[str, Any]] = []
+    refused: list[tuple[str, FencepostError]] = []
     with opened(database) as store, handled():
         for event_id in event_ids:
             def one(tx: UnitOfWork, event_id: str = event_id) -> EventOutboxRecord:
                 return tx.events.requeue_event(event_id)
 
-            done.append(row_view(store.transact(one)))
-    emit(json, {"items": done}, lambda: render.console.print(
-        "\n".join(f"requeued {r['event_id']}: pending" for r in done)))
+            try:
+                done.append(row_view(store.transact(one)))
+            except (NotFound, Conflict, InvalidInput) as error:  # reported with the others, below
+                refused.append((event_id, error))
+    emit(json, {"items": done, "refused": [{"event_id": i, "error": str(e), "exit_code": exit_code(type(e))}
+                                          for i, e in refused]},
+         lambda: render.console.print("\n".join([f"requeued {r['event_id']}: pending" for r in done]
+                                                + [f"not requeued {i}: {e}" for i, e in refused]), markup=False))
+    if refused:
+        raise typer.Exit(exit_code(type(refused[0][1])))

@@ -55,8 +55,9 @@ class WebhookSink:
     ``Fencepost-Event-Type`` and, with a ``secret``, ``Fencepost-Signature`` over the exact body bytes.
 
     Args:
-        url: http(s) URL. secret: the HMAC key (None sends no signature). timeout_seconds: per request; keep it
-            well under the relay's lease. client: an httpx.Client to use (the sink closes only its own).
+        url: http(s) URL. secret: the HMAC key (None sends no signature). timeout_seconds: the whole request,
+            answer included (a receiver that trickles its answer fails the publish); keep it well under the
+            relay's lease. client: an httpx.Client to use (the sink closes only its own).
     """
 
     def __init__(self, url: str, *, secret: str | None = None, timeout_seconds: float = 10.0,
@@ -66,7 +67,8 @@ class WebhookSink:
         self.url = url
         self._secret = secret
         self._own = client is None
-        self._client = client or httpx.Client(timeout=timeout_seconds)
+        self._client = client or httpx.Client(timeout=timeout_seconds / 3)  # each phase; the whole: below
+        self._timeout = timeout_seconds
         self._clock = clock
 
     def publish(self, event: EventRecord, outbox: EventOutboxRecord) -> None:
@@ -75,12 +77,24 @@ class WebhookSink:
         headers = {"Content-Type": "application/json", EVENT_ID_HEADER: event.id, "Fencepost-Event-Type": event.type}
         if self._secret is not None:
             headers[SIGNATURE_HEADER] = sign_body(self._secret, int(self._clock()), body)
+        # httpx's timeout bounds each phase (connect, each read); a receiver that trickles its answer would keep
+        # one publish going past the relay's lease. The whole request gets the budget, checked between chunks.
+        deadline = time.monotonic() + self._timeout
         try:
-            response = self._client.post(self.url, content=body, headers=headers)
+            with self._client.stream("POST", self.url, content=body, headers=headers) as response:
+                received = bytearray()
+                for chunk in response.iter_bytes():
+                    if len(received) < 200:
+                        received += chunk[:200 - len(received)]
+                    if time.monotonic() > deadline:
+                        raise PublishFailed(f"webhook did not finish answering within {self._timeout:g} s")
+                status = response.status_code
         except httpx.HTTPError as error:
             raise PublishFailed(f"webhook transport error: {type(error).__name__}: {error}") from error
-        if not 200 <= response.status_code < 300:
-            raise PublishFailed(f"webhook answered HTTP {response.status_code}: {response.text[:200]}")
+        if time.monotonic() > deadline:
+            raise PublishFailed(f"webhook did not finish answering within {self._timeout:g} s")
+        if not 200 <= status < 300:
+            raise PublishFailed(f"webhook answered HTTP {status}: {received.decode('utf-8', 'replace')}")
 
     def close(self) -> None:
         if self._own:
@@ -133,6 +147,28 @@ class AmqpSink:
         self._channel = self._connection.channel()
         self._channel.confirm_delivery()
         return self._channel
+
+    def check_exchange(self) -> bool:
+        """Whether the exchange exists (a passive declare), for a relay to refuse a misnamed one before it fails
+        every row into dead letters. The default exchange always exists.
+
+        Returns:
+            True when it exists or the broker cannot be reached now (the relay retries then); False when the
+            broker answered that it does not exist.
+        """
+        import pika.exceptions
+
+        if not self.exchange:
+            return True
+        try:
+            channel = self._connect()
+            channel.exchange_declare(self.exchange, passive=True)
+        except pika.exceptions.ChannelClosedByBroker as error:
+            self._channel = None
+            return bool(error.reply_code != 404)
+        except pika.exceptions.AMQPError:
+            self.close()
+        return True
 
     def publish(self, event: EventRecord, outbox: EventOutboxRecord) -> None:
         """Publish and wait for the broker's confirm; raises ``PublishFailed`` on a nack, an unroutable message,
