@@ -1,6 +1,6 @@
 """Run the benchmark suite: ``python -m bench [--quick] [--reps R] [--n N] [name ...]`` (``bash bench/run``).
 
-Names: throughput, peers, host, latency, takeover, size, rehearsal (default: all). Every figure is printed as it
+Names: throughput, peers, host, latency, takeover, size, rehearsal, relay (default: all). Every figure is printed as it
 is measured; the run ends with a markdown report in bench/results/<UTC date-time>.md. Repetitions are
 interleaved (fencepost, then each peer, then the next repetition) and every ratio is taken within one
 repetition, then the median of those ratios is reported.
@@ -18,7 +18,7 @@ from typing import Any
 
 from bench.common import ROOT, Row, database, drop_stale_pg_databases, fmt, median, scratch_dir
 
-NAMES = ("throughput", "peers", "host", "latency", "takeover", "size", "rehearsal")
+NAMES = ("throughput", "peers", "host", "latency", "takeover", "size", "rehearsal", "relay")
 BACKENDS = ("sqlite", "postgres")
 # Peer worker counts: pgqueuer (a target at 1 and 4) and Huey at both; the slow peers at one worker.
 PEERS = {"sqlite": [("huey", [1, 4]), ("dbos", [1])],
@@ -427,6 +427,64 @@ def bench_rehearsal(rep: Report, args: argparse.Namespace) -> None:
                   "and records fenced evidence"))
 
 
+# ───────────────────────────────── relay ─────────────────────────────────
+
+RELAY_SINKS = (("amqp", "RabbitMQ (confirms)", "pika loop, confirm per message"),
+               ("webhook", "webhook", "httpx loop, one POST at a time"))
+
+
+def bench_relay(rep: Report, args: argparse.Namespace) -> None:
+    """``fencepost relay`` processes (1 and 4) draining N seeded events to RabbitMQ and to a local webhook
+    receiver, both backends, each against the plain client loop's rate at the same process count, in the same
+    repetition (bench/relay.py)."""
+    from bench import relay
+
+    n = args.n
+    series: dict[str, list[float]] = {}
+
+    def put(key: str, value: float) -> None:
+        series.setdefault(key, []).append(value)
+
+    receiver = relay.Receiver()
+    try:
+        for i in range(args.reps):
+            print(f"relay repetition {i + 1}/{args.reps}", flush=True)
+            for backend in BACKENDS:
+                for sink, _label, _note in RELAY_SINKS:
+                    for workers in (1, 4):
+                        with database(backend, f"relay{workers}") as url, scratch_dir("relay") as d:
+                            got = relay.run_case(url, sink, n, workers, str(d), receiver)
+                        if not got.verified["ok"]:
+                            raise RuntimeError(f"relay {backend} {sink} x{workers}: not every event published "
+                                               f"exactly once and received: {got.verified}")
+                        put(f"{backend}/{sink}/{workers}", got.relay_per_s)
+                        put(f"ceiling/{backend}/{sink}/{workers}", got.ceiling_per_s)
+                        put(f"ratio/{backend}/{sink}/{workers}", got.relay_per_s / got.ceiling_per_s)
+                        print(f"  {backend} {sink} x{workers}: relay {got.relay_per_s:,.0f}/s, ceiling "
+                              f"{got.ceiling_per_s:,.0f}/s ({got.relay_per_s / got.ceiling_per_s:.2f}x); "
+                              f"outbox {got.verified['outbox']}, delivered {got.verified['delivered']}, "
+                              f"missing {got.verified['missing']}", flush=True)
+    finally:
+        receiver.close()
+    label = {"sqlite": "SQLite WAL/FULL", "postgres": "PostgreSQL"}
+    for backend in BACKENDS:
+        for sink, sink_label, note in RELAY_SINKS:
+            for workers in (1, 4):
+                rep.add(Row("relay", f"{label[backend]} relay -> {sink_label}, {workers} process(es)",
+                            series[f"{backend}/{sink}/{workers}"], "events/s",
+                            f"fencepost relay CLI, batch {relay.RELAY_BATCH}; first to last published_at"))
+                rep.add(Row("relay", f"{sink_label} ceiling, {workers} process(es) ({backend} run)",
+                            series[f"ceiling/{backend}/{sink}/{workers}"], "events/s", note))
+    for backend in BACKENDS:
+        for sink, sink_label, _note in RELAY_SINKS:
+            for workers in (1, 4):
+                rep.ratio(Row("relay", f"{label[backend]} relay / {sink_label} ceiling, {workers} process(es)",
+                              series[f"ratio/{backend}/{sink}/{workers}"], "x"))
+    rep.notes.append("relay: every case verified: the outbox holds N rows `published` with attempts 1, and every id "
+                     "reached the sink at least once (RabbitMQ queue drained by message_id; webhook receiver's ids); "
+                     "the ceiling loops' ids are checked the same way.")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -451,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
         steps.append(("throughput" + (" and peers" if "peers" in names else ""),
                       lambda: bench_throughput(rep, args, "peers" in names)))
     for name, fn in (("host", bench_host), ("latency", bench_latency), ("takeover", bench_takeover),
-                     ("size", bench_size), ("rehearsal", bench_rehearsal)):
+                     ("size", bench_size), ("rehearsal", bench_rehearsal), ("relay", bench_relay)):
         if name in names:
             steps.append((name, lambda fn=fn: fn(rep, args)))
     for title, step in steps:

@@ -1,4 +1,5 @@
-"""Smoke test of the benchmark suite: the fencepost-only throughput and host benchmarks, small, in this process.
+"""Smoke test of the benchmark suite: the fencepost-only throughput and host benchmarks, small, in this process,
+and the relay benchmark's cases (real relay processes, RabbitMQ on 127.0.0.1:5672 and a local receiver).
 
 It proves the benchmark code runs against the current fencepost and that its workload is correct (every
 command DELIVERED exactly once, one claim and one deliver event each; every host invocation succeeded on its
@@ -43,3 +44,23 @@ def test_quick_sqlite_host_invocations_each_succeed_once_with_one_adapter_row() 
     assert commits["submit"] == {"host.submit": 10}
     for name in ("host.claim", "host.handler", "host.step.row", "host.step.checkpoint", "host.finalize"):
         assert commits["worker"][name] == 10, commits["worker"]
+
+
+def test_quick_relay_cases_publish_every_event_once_and_deliver_every_id() -> None:
+    """The relay benchmark's cases, tiny: real `fencepost relay` processes to a real RabbitMQ queue and to the
+    bench's webhook receiver, then the plain pika and httpx loops; each verified by the outbox and by id."""
+    from bench.common import scratch_dir
+    from bench.relay import Receiver, run_case
+
+    receiver = Receiver()
+    try:
+        for sink in ("amqp", "webhook"):
+            with database("sqlite", f"smoke-relay-{sink}") as url, scratch_dir("smoke-relay") as d:
+                result = run_case(url, sink, 30, 1, str(d), receiver)
+            assert result.verified["ok"], (sink, result.verified)
+            assert result.verified["outbox"] == {"published/1": 30}
+            assert result.verified["missing"] == 0 and result.verified["ceiling_missing"] == 0
+            assert result.verified["distinct_ids"] == 30 and result.verified["delivered"] >= 30
+            assert result.relay_per_s > 0 and result.ceiling_per_s > 0
+    finally:
+        receiver.close()
