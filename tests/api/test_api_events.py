@@ -138,6 +138,10 @@ def test_closed_reads_need_the_token(closed_api: Api) -> None:
     for url in ("/v1/events/outbox/summary", "/v1/events/outbox"):
         assert_problem(closed_api.client.get(url), 401, "unauthorized")
         assert closed_api.client.get(url, headers=AUTH).status_code == 200
+    one_dead_letter(closed_api.store, "ev-secret", "HTTP 500")
+    page = closed_api.client.get("/")  # drawn empty: app.js loads the panel with the token
+    assert page.status_code == 200 and 'id="relay-section"' in page.text
+    assert "ev-secret" not in page.text and "No events waiting" not in page.text
 
 
 def test_the_page_renders_the_relay_panel_from_the_same_views(api: Api) -> None:
