@@ -31,6 +31,7 @@ PATHS = {
     "/delivery-rehearsals/{rehearsalId}/attempt-comparison": {"get"},
     "/delivery-rehearsals/{rehearsalId}/release-gate": {"get"},
     "/workers": {"get"},
+    "/v1/events/outbox": {"get"}, "/v1/events/outbox/summary": {"get"},
     "/v1/host/completions/{provider}": {"post"},
 }
 

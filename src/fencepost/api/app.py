@@ -20,7 +20,7 @@ from fencepost.api import problems, signatures
 from fencepost.api.archive import MAX_EXTRACTED_BYTES
 from fencepost.api.completions import SECURITY_SCHEME, CompletionProvider, completions, providers_of
 from fencepost.api.context import ApiContext
-from fencepost.api.routes import health, router, workers
+from fencepost.api.routes import events, health, router, workers
 from fencepost.host import Host
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store.base import Store
@@ -193,6 +193,7 @@ def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed
     app.include_router(health)
     app.include_router(router)
     app.include_router(workers)
+    app.include_router(events)
     app.include_router(completions)
     if ui:
         from fencepost.ui.pages import mount

@@ -11,12 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 from fencepost.api.archive import MAX_EXTRACTED_BYTES
 from fencepost.api.signatures import DEFAULT_WINDOW_SECONDS
+from fencepost.core.clock import to_iso
 from fencepost.core.errors import NotFound
+from fencepost.core.statuses import EventOutboxStatus
+from fencepost.events.views import outbox_row_view, outbox_summary_view
 from fencepost.host import Host
 from fencepost.outbox.registry import WorkerCensus, census_view, read_census
 from fencepost.rehearsal import views
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store.base import Store
+from fencepost.store.ports import UnitOfWork
 from fencepost.store.records import AttemptRecord, ReceiptRecord
 
 if TYPE_CHECKING:
@@ -80,6 +84,22 @@ class ApiContext:
     def workers_json(self) -> dict[str, Any]:
         """``{"now", "live", "expired"}``: the registered workers, live ones apart from expired ones."""
         return census_view(self.census())
+
+    def relay_summary_json(self) -> dict[str, Any]:
+        """The relay's backlog (``fencepost.events.views.outbox_summary_view``), by the store's clock."""
+        return outbox_summary_view(self.store.read(lambda tx: tx.events.summarize_event_outbox()))
+
+    def event_rows_json(self, status: EventOutboxStatus | None, limit: int) -> dict[str, Any]:
+        """``{"now", "items"}``: publication rows (of one status, or all), oldest first, at most ``limit``.
+
+        Raises:
+            ValueError: ``limit`` outside 1..10000 (the route allows 1..1000).
+        """
+        def read(tx: UnitOfWork) -> tuple[datetime, list[dict[str, Any]]]:
+            return tx.now(), [outbox_row_view(r) for r in tx.events.list_event_outbox(status=status, limit=limit)]
+
+        now, items = self.store.read(read)
+        return {"now": to_iso(now), "items": items}
 
     # ── views with the lease verdict and the worker census the page needs ──
     @staticmethod

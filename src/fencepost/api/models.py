@@ -213,3 +213,55 @@ class CompletionAnswer(_Model):
     invocation_id: str
     status: Literal["pending", "awaiting_approval", "running", "succeeded", "failed", "reconciliation_required"]
     detail: str
+
+
+# ── the event relay (issue 15): its publication rows and backlog ──
+EventOutboxStatus = Literal["pending", "processing", "retry_pending", "published", "dead_lettered"]
+
+
+class EventOutboxCounts(_Model):
+    """Publication rows per status (0 when none)."""
+
+    pending: int
+    processing: int
+    published: int
+    retry_pending: int
+    dead_lettered: int
+
+
+class EventOutboxSummary(_Model):
+    """The relay's backlog, by the store's clock (``fencepost events list`` prints the same)."""
+
+    now: str = Field(description="The store's clock when the rows were counted, UTC.")
+    counts: EventOutboxCounts
+    backlog: int = Field(description="Rows not yet published nor dead-lettered: pending + retry_pending + "
+                                     "processing.")
+    oldest_unpublished_at: str | None = Field(description="When the oldest backlog row was recorded (UTC); null "
+                                                          "when the backlog is empty.")
+    oldest_unpublished_age_seconds: float | None = Field(
+        description="Seconds from oldest_unpublished_at to now, by the store's clock; null when the backlog is empty.")
+
+
+class EventOutboxRow(_Model):
+    """One event's publication row (the lease token is never exposed)."""
+
+    event_id: str
+    tenant_id: str | None
+    space_id: str | None
+    type: str | None = Field(description="The event's type.")
+    destination: str
+    headers: dict[str, Any]
+    status: EventOutboxStatus
+    attempts: int = Field(description="Publish attempts made (a requeue starts a fresh budget at 0).")
+    lease_owner: str | None = Field(description="The relay that holds it (processing only).")
+    lease_until: str | None
+    available_at: str = Field(description="When it is due (again), UTC.")
+    published_at: str | None
+    last_error: str | None = Field(description="The last failed attempt's error (kept when dead-lettered).")
+    created_at: str
+    updated_at: str | None = Field(description="Its last change; for a dead letter, when it was dead-lettered.")
+
+
+class EventOutboxList(_Model):
+    now: str = Field(description="The store's clock when the rows were read, UTC.")
+    items: list[EventOutboxRow] = Field(description="Oldest first (by creation, then event id).")

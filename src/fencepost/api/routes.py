@@ -1,6 +1,7 @@
 """The JSON endpoints. Plain ``def`` handlers: FastAPI runs them in its threadpool, so blocking store
 calls never stall the event loop. Handlers call ``RehearsalService`` and ``views`` only (``GET /workers``: the
-worker census of ``fencepost.outbox.registry``, through ``ApiContext``).
+worker census of ``fencepost.outbox.registry``, and ``/v1/events/outbox...``: the relay's rows through
+``fencepost.events.views``, both through ``ApiContext``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from fencepost.api import models
 from fencepost.api.archive import extract_package
 from fencepost.api.context import ApiContext
 from fencepost.core.errors import InvalidInput
+from fencepost.core.statuses import EventOutboxStatus
 from fencepost.rehearsal import views
 
 bearer = HTTPBearer(auto_error=False, description="The API token printed by `fencepost serve` "
@@ -71,6 +73,7 @@ Read = [Depends(read_access), Depends(schema_ready)]
 router = APIRouter(tags=["delivery rehearsals"])
 health = APIRouter(tags=["health"])
 workers = APIRouter(tags=["workers"])
+events = APIRouter(tags=["event relay"])
 
 
 # ── health ──
@@ -193,3 +196,21 @@ def release_gate(rehearsal_id: RehearsalId, ctx: Ctx) -> dict[str, Any]:
              summary="The registered workers: live ones, and registrations that stopped renewing")
 def list_workers(ctx: Ctx) -> dict[str, Any]:
     return ctx.workers_json()
+
+
+# ── the event relay (issue 15): what waits to be published, and what gave up ──
+@events.get("/v1/events/outbox/summary", response_model=models.EventOutboxSummary, dependencies=Read,
+            responses=_errors(401, 503),
+            summary="The relay's backlog: rows per status, and the oldest unpublished row's age")
+def event_outbox_summary(ctx: Ctx) -> dict[str, Any]:
+    return ctx.relay_summary_json()
+
+
+@events.get("/v1/events/outbox", response_model=models.EventOutboxList, dependencies=Read,
+            responses=_errors(401, 422, 503),
+            summary="Publication rows oldest first, e.g. ?status=dead_lettered for the dead letters")
+def event_outbox(ctx: Ctx,
+                 status: Annotated[EventOutboxStatus | None, Query(description="Only rows of this status.")] = None,
+                 limit: Annotated[int, Query(ge=1, le=1000, description="At most this many rows.")] = 100,
+                 ) -> dict[str, Any]:
+    return ctx.event_rows_json(status, limit)

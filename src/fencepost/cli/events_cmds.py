@@ -17,7 +17,9 @@ from fencepost.core.errors import Conflict, FencepostError, InvalidInput, NotFou
 from fencepost.core.statuses import EventOutboxStatus
 from fencepost.events.relay import DEFAULT_MAX_ATTEMPTS, Publisher, Relay, RelayConfig, default_relay_id
 from fencepost.events.sinks import AmqpSink, WebhookSink, redacted
-from fencepost.store.host_records import EventOutboxRecord, EventOutboxSummary
+from fencepost.events.views import outbox_row_view as row_view
+from fencepost.events.views import outbox_summary_view as summary_view
+from fencepost.store.host_records import EventOutboxRecord
 from fencepost.store.ports import UnitOfWork
 from fencepost.store.url import DEFAULT_URL
 
@@ -131,25 +133,6 @@ def relay(
                 close()
     typer.echo(f"fencepost relay stopped: published {stats.published}, failed {stats.failed}, "
                f"dead-lettered {stats.dead_lettered}, released {stats.released}, lost {stats.lost}", err=True)
-
-
-def row_view(row: EventOutboxRecord) -> dict[str, Any]:
-    """The JSON shape of one publication row (never its lease token)."""
-    def iso(value: Any) -> str | None:
-        return None if value is None else to_iso(value)
-
-    return {"event_id": row.event_id, "tenant_id": row.tenant_id, "space_id": row.space_id,
-            "type": row.event_type, "destination": row.destination, "headers": row.headers,
-            "status": str(row.status), "attempts": row.attempts, "lease_owner": row.lease_owner,
-            "lease_until": iso(row.lease_until), "available_at": iso(row.available_at),
-            "published_at": iso(row.published_at), "last_error": row.last_error,
-            "created_at": iso(row.created_at), "updated_at": iso(row.updated_at)}
-
-
-def summary_view(summary: EventOutboxSummary) -> dict[str, Any]:
-    """Counts per status, the backlog and its oldest row's age in seconds (None when empty)."""
-    return {"now": to_iso(summary.now), "counts": {s.value: summary.counts.get(s.value, 0) for s in EventOutboxStatus},
-            "backlog": summary.backlog, "oldest_unpublished_age_seconds": summary.oldest_unpublished_age_seconds}
 
 
 def _rows_text(rows: list[dict[str, Any]], summary: dict[str, Any] | None) -> None:

@@ -429,7 +429,13 @@ class EventOutboxSummary:
         return sum(self.counts.get(s, 0) for s in ("pending", "retry_pending", "processing"))
 
     @property
+    def oldest_unpublished_at(self) -> datetime | None:
+        """When the oldest row of the backlog was created, or None when the backlog is empty."""
+        times = [self.oldest[s] for s in ("pending", "retry_pending", "processing") if s in self.oldest]
+        return min(times) if times else None
+
+    @property
     def oldest_unpublished_age_seconds(self) -> float | None:
         """Seconds since the oldest row of the backlog was created, or None when the backlog is empty."""
-        times = [self.oldest[s] for s in ("pending", "retry_pending", "processing") if s in self.oldest]
-        return (self.now - min(times)).total_seconds() if times else None
+        oldest = self.oldest_unpublished_at
+        return None if oldest is None else (self.now - oldest).total_seconds()

@@ -16,6 +16,7 @@ from fencepost import __version__
 from fencepost.api.context import ApiContext
 from fencepost.api.problems import problem_for
 from fencepost.core.errors import FencepostError
+from fencepost.core.statuses import EventOutboxStatus
 from fencepost.rehearsal import views
 
 HERE = Path(__file__).parent
@@ -41,6 +42,10 @@ def age(seconds: float | None) -> str:
     return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
 
 
+#: How many dead letters the index page lists (oldest first); it says how many more there are and which command
+#: lists them all. ``app.js`` reads it from the panel's ``data-dead-limit``.
+DEAD_LETTER_LIMIT = 20
+
 templates.env.filters["when"] = when
 templates.env.filters["age"] = age
 templates.env.globals["version"] = __version__
@@ -62,14 +67,18 @@ def index(request: Request) -> HTMLResponse:
     ctx = _ctx(request)
     runs: list[dict[str, Any]] | None = None
     workers: dict[str, Any] | None = None
+    relay: dict[str, Any] | None = None
     try:
         ctx.require_ready()
         if ctx.open_reads:
             runs = [views.run_view(r) for r in ctx.service.list_runs()]
             workers = ctx.workers_json()
+            relay = {"summary": ctx.relay_summary_json(),
+                     "dead": ctx.event_rows_json(EventOutboxStatus.DEAD_LETTERED, DEAD_LETTER_LIMIT)["items"]}
     except FencepostError as error:
         return _error_page(request, error)
-    return templates.TemplateResponse(request, "index.html", {"runs": runs, "workers": workers,
+    return templates.TemplateResponse(request, "index.html", {"runs": runs, "workers": workers, "relay": relay,
+                                                              "dead_limit": DEAD_LETTER_LIMIT,
                                                               "open_reads": ctx.open_reads})
 
 

@@ -162,6 +162,93 @@
       .finally(() => window.setTimeout(pollWorkers, 5000));
   }
 
+  // Event relay (GET /v1/events/outbox/summary and ?status=dead_lettered): what waits to be published and what
+  // used up its attempts. Polled like the workers; redrawn only when the answer changed, so nothing flickers.
+  const RELAY_MS = 5000;
+  const COUNTS = [["pending", "Pending"], ["retry_pending", "Retry pending"], ["processing", "Processing"],
+    ["published", "Published"], ["dead_lettered", "Dead-lettered"]];
+  let relayDrawn = "";
+  let relayDead = null;  // dead-letter ids last drawn (null before the first draw: nothing to announce)
+
+  function renderRelay(summary, dead) {
+    const key = JSON.stringify([summary.counts, summary.backlog, summary.oldest_unpublished_at,
+      Math.floor(summary.oldest_unpublished_age_seconds || 0), dead]);
+    if (key === relayDrawn) return;
+    relayDrawn = key;
+    const backlog = document.getElementById("relay-backlog");
+    backlog.className = summary.backlog ? "relay-waiting" : "muted";
+    backlog.replaceChildren(...(summary.backlog
+      ? [h("strong", { "data-field": "backlog" }, summary.backlog), " event" + (summary.backlog === 1 ? "" : "s") + " waiting to be published. The oldest has waited ",
+        h("strong", { "data-field": "oldest-age" }, age(summary.oldest_unpublished_age_seconds)), " (recorded ",
+        h("time", { datetime: summary.oldest_unpublished_at }, when(summary.oldest_unpublished_at)), ")."]
+      : ["No events waiting: nothing is pending, retrying or being published."]));
+    document.getElementById("relay-counts").replaceChildren(...COUNTS.map(([status, label]) =>
+      h("div", {}, h("dt", {}, label), h("dd", { "data-field": "count-" + status }, summary.counts[status]))));
+    document.getElementById("dead-letters").replaceChildren(...(dead.length ? dead.map((d) => h("tr", { "data-event": d.event_id },
+      h("td", {}, h("code", {}, d.event_id)), h("td", {}, d.type || "—"), h("td", {}, d.tenant_id + "/" + d.space_id),
+      h("td", {}, d.attempts), h("td", { className: "last-error" }, d.last_error || "—"),
+      h("td", {}, h("time", { datetime: d.updated_at }, when(d.updated_at)))))
+      : [h("tr", {}, h("td", { colSpan: 6, className: "muted" }, "No dead letters: no event has used up its publish attempts."))]));
+    const total = summary.counts.dead_lettered;
+    document.getElementById("dead-letters-more").replaceChildren(...(total ? [
+      total > dead.length ? ["Showing the oldest " + dead.length + " of " + total + "; ", h("code", {}, "fencepost events dead-letters"), " lists them all. "] : [],
+      "Send one again with ", h("code", {}, "fencepost events requeue ID"), "."] : []));
+    const ids = dead.map((d) => d.event_id);
+    if (relayDead !== null) {
+      const added = ids.filter((id) => !relayDead.includes(id));
+      if (added.length) say("New dead letter" + (added.length === 1 ? ": " : "s: ") + added.join(", "));
+    }
+    relayDead = ids;
+  }
+
+  function initRelay(serverRendered) {
+    const section = document.getElementById("relay-section");
+    if (!section) return;
+    const limit = Number(section.dataset.deadLimit) || 20;
+    const stateEl = document.getElementById("relay-freshness");
+    const detailEl = document.getElementById("relay-freshness-detail");
+    let lastOk = serverRendered ? performance.now() : null;  // the server drew the panel just now
+    let lastError = null;
+    if (serverRendered) {
+      relayDead = [...document.querySelectorAll("#dead-letters tr[data-event]")].map((tr) => tr.dataset.event);
+    }
+
+    // The same stale indicator as the rehearsal page: stale after 2.5 intervals without a good refresh, or at once
+    // when a refresh failed, saying why.
+    function freshness(serverNow) {
+      const since = lastOk === null ? Infinity : (performance.now() - lastOk) / 1000;
+      let state, text;
+      if (lastError) { state = "error"; text = "Stale: the last refresh failed (" + lastError + ")"; }
+      else if (since > RELAY_MS / 1000 * 2.5) { state = "stale"; text = "Stale: no refresh for " + (since === Infinity ? "a while" : Math.round(since) + " s"); }
+      else { state = "live"; text = "Live: updating every " + RELAY_MS / 1000 + " s"; }
+      if (stateEl.textContent !== text) stateEl.textContent = text;
+      stateEl.dataset.state = state;
+      if (serverNow) detailEl.textContent = "store time " + when(serverNow);
+      else if (lastError && lastOk !== null) detailEl.textContent = "last good refresh " + Math.round(since) + " s ago";
+      stateEl.parentElement.classList.toggle("stale", state !== "live");
+    }
+
+    async function poll() {
+      try {
+        const [summary, dead] = await Promise.all([call("GET", "/v1/events/outbox/summary"),
+          call("GET", "/v1/events/outbox?status=dead_lettered&limit=" + limit)]);
+        renderRelay(summary, dead.items);
+        lastOk = performance.now();
+        lastError = null;
+        freshness(summary.now);
+      } catch (error) {
+        lastError = describe(error);
+        freshness(null);
+      }
+      window.setTimeout(poll, RELAY_MS);
+    }
+
+    freshness(null);
+    window.setInterval(() => freshness(null), 1000);
+    if (serverRendered) window.setTimeout(poll, RELAY_MS);
+    else poll();
+  }
+
   function initIndex() {
     const created = (run) => { if (run) window.location.assign("/rehearsals/" + encodeURIComponent(run.id)); };
     document.getElementById("create-path").addEventListener("submit", async (event) => {
@@ -183,6 +270,7 @@
     } else {
       window.setTimeout(pollWorkers, 5000);
     }
+    initRelay(main.dataset.openReads === "true");
   }
 
   // ── rehearsal page ──
