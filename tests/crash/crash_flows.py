@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -362,15 +362,19 @@ def _operator(db: CrashDB, verb: str, attempt_id: str, window: Window | None) ->
     assert recorded.count(event) == 1, recorded
 
 
-def window_matrix(windows: Sequence[W], window_id: Callable[[W], str] = str) -> list[Any]:
+def window_matrix(windows: Sequence[W], window_id: Callable[[W], str] = str, *,
+                  postgres_default: Collection[str] = ()) -> list[Any]:
     """``(backend, window)`` pytest params of every window on every backend: SQLite WAL/FULL in the default
-    run, SQLite DELETE/FULL and PostgreSQL marked soak (PostgreSQL also ``postgres``)."""
+    run, SQLite DELETE/FULL and PostgreSQL marked soak (PostgreSQL also ``postgres``), except the PostgreSQL
+    windows whose id is in ``postgres_default``, which stay in the default run."""
     params: list[Any] = []
     for backend in BACKENDS:
-        marks = [] if backend == "sqlite-wal" else [pytest.mark.soak]
-        if backend == "postgres":
-            marks.append(pytest.mark.postgres)
-        params += [pytest.param(backend, w, id=f"{backend}-{window_id(w)}", marks=marks) for w in windows]
+        for w in windows:
+            default = backend == "sqlite-wal" or (backend == "postgres" and window_id(w) in postgres_default)
+            marks = [] if default else [pytest.mark.soak]
+            if backend == "postgres":
+                marks.append(pytest.mark.postgres)
+            params.append(pytest.param(backend, w, id=f"{backend}-{window_id(w)}", marks=marks))
     return params
 
 

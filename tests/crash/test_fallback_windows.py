@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crash_flows import require_backend
+from crash_flows import require_backend, window_matrix
 from crash_harness import CrashDB, claim_count, crash_db
 from host_flow import ledger_lines, run_subject
 
@@ -99,16 +99,7 @@ POSTGRES_DEFAULT = "host.evidence:after-commit@1"
 
 
 def _matrix() -> list[Any]:
-    params: list[Any] = []
-    for backend in ("sqlite-wal", "postgres", "sqlite-delete"):
-        for window in WINDOWS:
-            marks: list[Any] = []
-            if backend == "postgres":
-                marks.append(pytest.mark.postgres)
-            if backend == "sqlite-delete" or (backend == "postgres" and window.point != POSTGRES_DEFAULT):
-                marks.append(pytest.mark.soak)
-            params.append(pytest.param(backend, window, id=f"{backend}-{window.point}", marks=marks))
-    return params
+    return window_matrix(WINDOWS, lambda w: w.point, postgres_default={POSTGRES_DEFAULT})
 
 
 @pytest.mark.slow
