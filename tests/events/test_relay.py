@@ -312,7 +312,8 @@ def test_relay_cli_refuses_bad_input_and_its_help_explains(db: str, monkeypatch:
              (["--sink", "webhook:http://127.0.0.1:9/e", "--timeout", "40"], "at most half"),
              (["--sink", "webhook:http://127.0.0.1:9/e", "--max-attempts", "0"], "max_attempts"),
              (["--sink", "amqp://guest:guest@127.0.0.1:5672/%2F", "--exchange", "fp-no-such-exchange"],
-              "does not exist at the broker")]  # refused at start, not after dead-lettering every row
+              "does not exist at the broker"),  # refused at start, not after dead-lettering every row
+             (["--sink", "amqp://guest:wrong-password@127.0.0.1:5672/%2F"], "refused these credentials")]
     for args, message in cases:
         result = runner.invoke(app, ["relay", "--database", db, *args])
         assert result.exit_code == 2 and message in result.output, (args, result.output)

@@ -30,8 +30,13 @@ TenantOpt = Annotated[str, typer.Option(
     "--tenant", "-t", help="The dedicated probe tenant the checks write in (pause its outbox relays).")]
 
 
-def _warn(as_json: bool) -> None:
-    line = f"WARNING: {RELAY_WARNING}"
+#: The tenant-isolation checks' own warning: they write invocations and adapter rows, not outbox rows.
+ISOLATION_WARNING = ("these checks write probe invocations and adapter rows in the probe tenant and leave them "
+                     "failed; run them against a test or staging store with a dedicated probe tenant")
+
+
+def _warn(as_json: bool, warning: str = RELAY_WARNING) -> None:
+    line = f"WARNING: {warning}"
     if as_json:
         sys.stderr.write(line + "\n")
         sys.stderr.flush()
@@ -76,7 +81,7 @@ def tenant_isolation(tenant: TenantOpt, database: DatabaseOpt = DEFAULT_URL, jso
     naming another tenant, space or invocation must find and change nothing. Probe invocations are left
     failed ("tenant isolation probe; never executed")."""
     with opened(database) as store:
-        _warn(json)
+        _warn(json, ISOLATION_WARNING)
         with handled():
             rows = FencepostAdapterRows(store)
             try:

@@ -68,9 +68,10 @@ def _publisher(sink: str, secret_env: str | None, exchange: str, routing_key: st
         if secret_env is not None:
             raise InvalidInput("--secret-env signs webhook bodies; an AMQP sink authenticates with its URL")
         amqp = AmqpSink(sink, exchange=exchange, routing_key=routing_key, timeout_seconds=timeout)
-        if not amqp.check_exchange():  # refused now, not after every row was dead-lettered against it
+        problem = amqp.startup_problem()  # refused now, not after every row was dead-lettered against it
+        if problem is not None:
             amqp.close()
-            raise InvalidInput(f"--exchange {exchange!r} does not exist at the broker: declare it first")
+            raise InvalidInput(f"--sink {redacted(sink)}: {problem}")
         return amqp
     raise InvalidInput(f"--sink must be webhook:<http(s) URL> or amqp://...: {redacted(sink)!r}")
 
@@ -135,7 +136,7 @@ def relay(
                f"dead-lettered {stats.dead_lettered}, released {stats.released}, lost {stats.lost}", err=True)
 
 
-def _rows_text(rows: list[dict[str, Any]], summary: dict[str, Any] | None) -> None:
+def _rows_text(rows: list[dict[str, Any]], summary: dict[str, Any] | None, status_word: str = "") -> None:
     from rich.table import Table
 
     if summary is not None:
@@ -144,7 +145,7 @@ def _rows_text(rows: list[dict[str, Any]], summary: dict[str, Any] | None) -> No
         render.console.print(f"{counts}; backlog {summary['backlog']}"
                              + (f", oldest unpublished {render.age(age)} old" if age is not None else ""))
     if not rows:
-        render.console.print("no publication rows")
+        render.console.print(f"no {status_word} publication rows" if status_word else "no publication rows")
         return
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     for column in ("event", "space", "type", "status", "attempts", "available", "last error"):
@@ -190,7 +191,7 @@ def dead_letters(database: DatabaseOpt = DEFAULT_URL, limit: LimitOpt = 100, jso
         rows = store.read(lambda tx: tx.events.list_event_outbox(status=EventOutboxStatus.DEAD_LETTERED,
                                                                  limit=limit))
     data: dict[str, Any] = {"items": [row_view(r) for r in rows]}
-    emit(json, data, lambda: _rows_text(data["items"], None))
+    emit(json, data, lambda: _rows_text(data["items"], None, "dead-lettered"))
 
 
 @app.command()

@@ -148,27 +148,32 @@ class AmqpSink:
         self._channel.confirm_delivery()
         return self._channel
 
-    def check_exchange(self) -> bool:
-        """Whether the exchange exists (a passive declare), for a relay to refuse a misnamed one before it fails
-        every row into dead letters. The default exchange always exists.
+    def startup_problem(self) -> str | None:
+        """What would make every publish fail, checked before a relay starts so that it refuses a misconfigured
+        sink instead of dead-lettering the whole backlog against it: credentials the broker refuses, or an
+        exchange it does not have (a passive declare; the default exchange always exists).
 
         Returns:
-            True when it exists or the broker cannot be reached now (the relay retries then); False when the
-            broker answered that it does not exist.
+            The problem in one sentence, or None when the sink looks usable or the broker cannot be reached now
+            (a relay retries an unreachable broker per row, with backoff).
         """
         import pika.exceptions
 
-        if not self.exchange:
-            return True
         try:
             channel = self._connect()
-            channel.exchange_declare(self.exchange, passive=True)
+            if self.exchange:
+                channel.exchange_declare(self.exchange, passive=True)
+        except (pika.exceptions.ProbableAuthenticationError, pika.exceptions.ProbableAccessDeniedError):
+            self.close()
+            return "the broker refused these credentials or this virtual host"
         except pika.exceptions.ChannelClosedByBroker as error:
             self._channel = None
-            return bool(error.reply_code != 404)
+            if error.reply_code == 404:
+                return f"the exchange {self.exchange!r} does not exist at the broker: declare it first"
+            return f"the broker refused the exchange {self.exchange!r}: {error.reply_text}"
         except pika.exceptions.AMQPError:
             self.close()
-        return True
+        return None
 
     def publish(self, event: EventRecord, outbox: EventOutboxRecord) -> None:
         """Publish and wait for the broker's confirm; raises ``PublishFailed`` on a nack, an unroutable message,
