@@ -488,13 +488,19 @@ def bench_relay(rep: Report, args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("names", nargs="*", help=f"benchmarks to run: {', '.join(NAMES)} (default: all)")
+    parser.add_argument("names", nargs="*", help=f"benchmarks to run: {', '.join(NAMES)} (default: all), or "
+                        "crash-compare alone")
     parser.add_argument("--quick", action="store_true", help="small N, one repetition: a smoke run")
     parser.add_argument("--reps", type=int, help="repetitions (default 3; 1 with --quick)")
     parser.add_argument("--n", type=int, help="commands per throughput run (default 10,000; 1,000 with --quick)")
     parser.add_argument("--batch", type=int, default=100, help="fencepost worker batch size (default 100)")
     parser.add_argument("--dbos-n", type=int, help="workflows per DBOS run of `host` (default: --n); rates compare")
     args = parser.parse_args(argv)
+    if args.names == ["crash-compare"]:  # a correctness comparison, not a timed benchmark: its own table
+        from bench import crash_compare
+
+        crash_compare.main(["run"])
+        return 0
     args.reps = args.reps or (1 if args.quick else 3)
     args.n = args.n or (1_000 if args.quick else 10_000)
     names = args.names or list(NAMES)
