@@ -89,3 +89,13 @@ def test_ready_carries_the_host_counts_and_stays_ready_with_open_reconciliations
     response = api.client.get("/health/ready")
     assert response.status_code == 200 and response.json()["status"] == "ready"
     assert response.json()["host"] == {**body["host"], "open_reconciliations": 1, "attention": True}
+
+
+def test_the_operator_page_shows_the_host_counts(api: Api) -> None:
+    page = api.client.get("/")
+    assert page.status_code == 200 and 'id="host-health"' in page.text and "Nothing needs attention." in page.text
+    host = make_host(api.store, charge_action(Spy()), Scripted(Ledger(), Ambiguous("reset after the request left")))
+    host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k", mode=Inline())
+    page = api.client.get("/")
+    assert '<dd data-field="host-open_reconciliations">1</dd>' in page.text
+    assert "An operator has work" in page.text
