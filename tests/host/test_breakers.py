@@ -21,9 +21,11 @@ from fencepost.host import (
     TransientFailure,
 )
 from fencepost.host.breakers import CIRCUIT_OPEN
+from fencepost.host.http_adapter import HttpAdapter, HttpOperation, HttpTimeouts
 from fencepost.host.outcome import StepOutcome, StepVerdict
 from fencepost.host.telemetry import CIRCUIT_STATE_CHANGED
 from fencepost.store.base import Store
+from helpers.loopback_http import loopback_server, reply
 from helpers.store_backends import StoreBackend
 from host.kit import PARAMS, Ledger, Scripted, Spy, charge_action, events_of, run_worker
 
@@ -175,3 +177,26 @@ def test_half_open_admits_one_probe_and_a_raised_probe_gives_its_turn_back() -> 
 def test_settings_out_of_range_are_refused(settings: dict[str, Any]) -> None:
     with pytest.raises(InvalidInput):
         Breakers(**settings)
+
+
+def test_a_loopback_provider_opens_the_breaker_on_429s_and_never_on_500s(store: Store, backend: StoreBackend,
+                                                                         ledger: Ledger) -> None:
+    """The shipped HTTP adapter against a real server on loopback: a 500 after a charge request may have
+    charged (Ambiguous: never counted); a 429 was not processed (TransientFailure: counted once retries are
+    spent). Once open, no request reaches the server."""
+    answers = [reply(500, b'{"error": "boom"}')] * 2 + [reply(429, b'{"error": "slow down"}')] * 2
+
+    def behave(handler: Any, server: Any) -> None:
+        answers.pop(0)(handler, server)
+
+    clock, sink = Clock(), Sink()
+    breakers = Breakers(failure_threshold=2, reset_timeout=30.0, clock=clock)
+    action = charge_action(Spy(), adapter="http")
+    with loopback_server(behave) as server, HttpAdapter(
+            server.url, vendor="testpay", operations={"create_charge": HttpOperation("/v1/charges")},
+            timeouts=HttpTimeouts(connect=0.5, write=0.5, read=0.5, pool=0.5)) as http:
+        host = Host(store, actions=[action], adapters=[http], telemetry=sink, breakers=breakers)
+        verdicts = [run(host, backend, f"h{n}").status for n in range(5)]
+        assert verdicts == [InvocationStatus.RECONCILIATION_REQUIRED] * 2 + [InvocationStatus.FAILED] * 3
+        assert len(server.received) == 4  # the fifth was refused before any request
+    assert breakers.state("http", "testpay") is CircuitState.OPEN and sink.transitions() == [("closed", "open")]
