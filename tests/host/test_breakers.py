@@ -27,7 +27,7 @@ from fencepost.host.telemetry import CIRCUIT_STATE_CHANGED
 from fencepost.store.base import Store
 from helpers.loopback_http import loopback_server, reply
 from helpers.store_backends import StoreBackend
-from host.kit import PARAMS, Ledger, Scripted, Spy, charge_action, events_of, run_worker
+from host.kit import PARAMS, Crash, Ledger, Scripted, Spy, charge_action, events_of, run_worker
 
 
 class Clock:
@@ -200,3 +200,26 @@ def test_a_loopback_provider_opens_the_breaker_on_429s_and_never_on_500s(store: 
         assert verdicts == [InvocationStatus.RECONCILIATION_REQUIRED] * 2 + [InvocationStatus.FAILED] * 3
         assert len(server.received) == 4  # the fifth was refused before any request
     assert breakers.state("http", "testpay") is CircuitState.OPEN and sink.transitions() == [("closed", "open")]
+
+
+def test_a_refused_reclaim_of_a_step_that_may_have_been_sent_is_unknown_not_failed(
+        store: Store, backend: StoreBackend, ledger: Ledger) -> None:
+    """An idempotent action's first execution died inside the provider call (its row stays ``running``). While
+    the breaker is open, its recovery is refused; ``failed`` would claim the provider did nothing, which nobody
+    knows, so the step is ``ambiguous`` and the invocation ``reconciliation_required`` (R1 with E5, X3)."""
+    clock, sink = Clock(), Sink()
+    breakers = Breakers(failure_threshold=1, reset_timeout=30.0, clock=clock)
+    adapter = Scripted(ledger, Crash())
+    host = Host(store, actions=[charge_action(Spy(), idempotent=True)], adapters=[adapter],
+                config=HostConfig(lease_seconds=backend.short_lease), telemetry=sink, breakers=breakers)
+    queued = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="dies")
+    run_worker(host, backend)  # the worker "dies" in the provider call
+    assert breakers.state("pay", "simpay-test") is CircuitState.CLOSED  # a crash is no verdict: turn given back
+    opener = breakers.admit("pay", "simpay-test", sink)
+    assert opener is not None
+    opener.failed()  # another step's definite failure opens the breaker
+    backend.expire()
+    run_worker(host, backend)
+    done = host.get(queued.id)
+    assert len(adapter.calls) == 1 and done.status is InvocationStatus.RECONCILIATION_REQUIRED
+    assert done.steps[0].status is AdapterStatus.AMBIGUOUS and CIRCUIT_OPEN in (done.steps[0].error or "")

@@ -9,7 +9,9 @@ no step is ever refused. Each breaker is:
   ``count_permanent_failures=True``. One step counts once, however many attempts it made; a success resets
   the count.
 - **open**: every step is refused before its provider call, and fails with ``circuit open`` (R1, F18), until
-  ``reset_timeout`` seconds have passed since it opened.
+  ``reset_timeout`` seconds have passed since it opened. One exception: a reclaimed step whose row an earlier
+  execution left ``running`` (an idempotent action's recovery, X3) may already have reached the provider, so
+  its refusal is an unknown outcome (``reconciliation_required``), never a ``failed`` that denies it.
 - **half-open**: the first step admitted after that is the probe; every other step is refused while it runs.
   A probe that succeeds closes the breaker, one that fails definitely opens it again for ``reset_timeout``.
 
@@ -41,6 +43,10 @@ from fencepost.host.telemetry import Telemetry
 
 #: The error of a refused step's adapter row (host-spec R1).
 CIRCUIT_OPEN = "circuit open"
+#: The reason of a refused reclaimed step whose row was left ``running`` by an earlier execution: that attempt
+#: may have reached the provider, so the refusal cannot claim "nothing happened" and the outcome is unknown.
+CIRCUIT_OPEN_UNKNOWN = ("circuit open; an earlier attempt of this step may have reached the provider and was "
+                        "not re-sent, so its outcome is unknown")
 
 
 class CircuitState(StrEnum):

@@ -50,7 +50,7 @@ from fencepost.host.action import (
     StepInputContext,
 )
 from fencepost.host.adapter import Adapter, AdapterCall
-from fencepost.host.breakers import CIRCUIT_OPEN, Breakers, Permit
+from fencepost.host.breakers import CIRCUIT_OPEN, CIRCUIT_OPEN_UNKNOWN, Breakers, Permit
 from fencepost.host.finalization import (
     Settlement,
     SettlementRefused,
@@ -509,6 +509,7 @@ class Execution:
         scope = self._scope(invocation)
         deadline = time.monotonic() + step.timeout.total_seconds() if step.timeout is not None else None
         outcome = StepOutcome(StepVerdict.FAILED, reason="not called")
+        earlier_unknown = not prepared and from_status is AdapterStatus.RUNNING  # a reclaimed row: sent before?
         for call_number in range(1, step.retry.max_attempts + 1):
             self.ctx.check()
             if deadline is not None and time.monotonic() >= deadline:
@@ -521,8 +522,9 @@ class Execution:
                                attempt=call_number, deadline=deadline)
             if not admitted and self.runtime.breakers is not None:  # R1: refused before any provider call
                 permit = self.runtime.breakers.admit(adapter.type, adapter.vendor, self.runtime.telemetry)
-                if permit is None:
-                    return StepOutcome(StepVerdict.FAILED, reason=CIRCUIT_OPEN), attempts
+                if permit is None:  # "failed" would deny what an earlier, unrecorded attempt may have done
+                    return (StepOutcome(StepVerdict.AMBIGUOUS, reason=CIRCUIT_OPEN_UNKNOWN) if earlier_unknown
+                            else StepOutcome(StepVerdict.FAILED, reason=CIRCUIT_OPEN)), attempts
                 admitted.append(permit)
             try:
                 outcome = interpret_reply(adapter.execute(call))
