@@ -8,7 +8,10 @@ from fastapi.testclient import TestClient
 
 from api.conftest import AUTH, TOKEN, Api, assert_problem
 from fencepost.api import create_app
+from fencepost.core.statuses import InvocationStatus
+from fencepost.host import Ambiguous, Inline
 from fencepost.store import open_store
+from host.kit import PARAMS, Ledger, Scripted, Spy, charge_action, make_host
 
 
 def test_live_answers(api: Api) -> None:
@@ -72,3 +75,27 @@ def test_a_loopback_app_refuses_foreign_host_headers(tmp_path: Path) -> None:
             response = client.get("/delivery-rehearsals", headers={"host": host})
             assert_problem(response, 400, "invalid-host")
     store.close()
+
+
+def test_ready_carries_the_host_counts_and_stays_ready_with_open_reconciliations(api: Api) -> None:
+    """ADR 0051: open reconciliations are an operator's work, not a reason to take the server out of rotation."""
+    body = api.client.get("/health/ready").json()
+    assert body["host"]["open_reconciliations"] == 0 and body["host"]["attention"] is False
+    assert body["host"]["schema_current"] is True and body["host"]["schema_version"] == body["schema_version"]
+    ledger = Ledger()
+    host = make_host(api.store, charge_action(Spy()), Scripted(ledger, Ambiguous("reset after the request left")))
+    done = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k", mode=Inline())
+    assert done.status is InvocationStatus.RECONCILIATION_REQUIRED
+    response = api.client.get("/health/ready")
+    assert response.status_code == 200 and response.json()["status"] == "ready"
+    assert response.json()["host"] == {**body["host"], "open_reconciliations": 1, "attention": True}
+
+
+def test_the_operator_page_shows_the_host_counts(api: Api) -> None:
+    page = api.client.get("/")
+    assert page.status_code == 200 and 'id="host-health"' in page.text and "Nothing needs attention." in page.text
+    host = make_host(api.store, charge_action(Spy()), Scripted(Ledger(), Ambiguous("reset after the request left")))
+    host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k", mode=Inline())
+    page = api.client.get("/")
+    assert '<dd data-field="host-open_reconciliations">1</dd>' in page.text
+    assert "An operator has work" in page.text

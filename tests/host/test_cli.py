@@ -4,6 +4,7 @@ user's app module in the working directory (issue 12)."""
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 from pathlib import Path
 
@@ -219,3 +220,53 @@ def test_complete_and_sweep_from_the_command_line(app_dir: Path) -> None:
     assert unknown.returncode == 1 and "not_found" in unknown.stdout
     swept = run_cli(["host", "sweep", "--app", "shopapp:make", "--json", "-d", url], cwd=app_dir)
     assert swept.returncode == 0 and json.loads(swept.stdout) == {"settled": 0}
+
+
+def test_host_status_prints_the_counts_and_exits_by_the_store_only(app_dir: Path) -> None:
+    """``fencepost host status`` (host-spec W2; ADR 0051): counts never change the exit code; a schema that is
+    not current exits 4 with the versions, a store that does not answer exits 5."""
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    calm = run_cli(["host", "status", "-d", url], cwd=app_dir)
+    assert calm.returncode == 0, calm.describe()
+    assert "open reconciliations" in calm.stdout and "nothing needs attention" in calm.stdout
+    lost = run_cli(["host", "submit", "shop.echo", "--app", "shopapp:make", "--params", '{"order_id": "lost"}',
+                    "--key", "k", "--inline", "--json", "-d", url], cwd=app_dir)
+    assert json.loads(lost.stdout)["status"] == "reconciliation_required"
+    busy = run_cli(["host", "status", "--json", "--stuck-after", "60", "-d", url], cwd=app_dir)
+    assert busy.returncode == 0, busy.describe()
+    data = json.loads(busy.stdout)
+    assert data["open_reconciliations"] == 1 and data["attention"] is True and data["stuck_after_seconds"] == 60.0
+    assert data["schema_current"] is True and data["dead_letters"] == 0
+    empty = open_store(f"sqlite:///{app_dir / 'empty.db'}", create=True)  # a database never migrated
+    assert empty.schema_version() == 0
+    empty.close()
+    behind = run_cli(["host", "status", "--json", "-d", f"sqlite:///{app_dir / 'empty.db'}"], cwd=app_dir)
+    assert behind.returncode == 4, behind.describe()
+    assert json.loads(behind.stdout)["schema_version"] == 0 and json.loads(behind.stdout)["stuck_runs"] is None
+    down = run_cli(["host", "status", "-d", "postgresql://postgres@127.0.0.1:9/none?connect_timeout=2"],
+                   cwd=app_dir)
+    assert down.returncode == 5, down.describe()
+
+
+def test_an_app_host_keeps_its_circuit_breakers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--app`` rebuilds the user's Host on the command's store: its breakers come along (ADR 0050)."""
+    (tmp_path / "breakerapp.py").write_text(textwrap.dedent('''
+        from fencepost.host import Breakers, Host
+        from fencepost.store import open_store
+        BREAKERS = Breakers(failure_threshold=2)
+        HOST = Host(open_store("sqlite:///''' + str(tmp_path / "app.db") + '''"), breakers=BREAKERS)
+    '''), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # load_host puts the working directory on it
+    monkeypatch.delitem(sys.modules, "breakerapp", raising=False)
+    from fencepost.cli.host_cmds import load_host
+
+    store = open_store(f"sqlite:///{tmp_path / 'fp.db'}")
+    try:
+        loaded = load_host("breakerapp:HOST", store)
+        import breakerapp  # type: ignore[import-not-found]
+
+        assert loaded.runtime.breakers is breakerapp.BREAKERS and loaded.store is store
+    finally:
+        store.close()
+        sys.modules.pop("breakerapp", None)

@@ -12,7 +12,7 @@ import re
 import shutil
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +207,8 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
     assert [r.id for r in store.read(lambda tx: tx.host.find_handoffs(
         provider="simpay", external_reference="po-every-query"))] == ["inv-handoff"]
     assert host_contract.overdue(store) == ["inv-handoff"]
+    assert store.read(lambda tx: tx.host.host_health(stuck_after=timedelta(0), window=timedelta(hours=1))
+                      ).overdue_handoffs == 1  # the host's health counts (ADR 0051)
     parked = host_contract.invocation(store, "inv-handoff")
     assert host_contract.unleased(store, "inv-handoff", InvocationStatus.RUNNING, host_contract.verdict_of(
         parked, status=InvocationStatus.SUCCEEDED, external_completion={"outcome": "completed"}))

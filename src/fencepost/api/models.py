@@ -196,10 +196,29 @@ class Live(_Model):
     status: Literal["live"]
 
 
+class HostHealth(_Model):
+    """The action host's health counts (host-spec W2; ADR 0051): work for an operator, never unreadiness."""
+
+    schema_version: int
+    expected_schema_version: int
+    schema_current: bool
+    stuck_after_seconds: float = Field(description="How long a running invocation must be unleased and unchanged "
+                                                   "to count in stuck_runs.")
+    attention: bool = Field(description="Whether any count but probe_dead_letters is above zero.")
+    open_reconciliations: int | None = Field(description="Invocations reconciliation_required.")
+    overdue_handoffs: int | None = Field(description="Handoffs past their completion deadline, not yet swept.")
+    stuck_runs: int | None = Field(description="Running invocations neither parked nor leased for stuck_after "
+                                               "seconds (a dead inline caller or worker no worker took over).")
+    budget_exhaustions: int | None = Field(description="Open recovery_budget_exhausted verdicts of the last hour.")
+    dead_letters: int | None = Field(description="Dead-lettered event outbox rows outside probe spaces.")
+    probe_dead_letters: int | None = Field(description="Dead-lettered rows of conformance probe spaces (expected).")
+
+
 class Ready(_Model):
     status: Literal["ready"]
     backend: str
     schema_version: int
+    host: HostHealth | None = Field(default=None, description="The action host's health counts (ADR 0051).")
 
 
 # ── external completions ──

@@ -20,6 +20,7 @@ from fencepost.api.archive import extract_package
 from fencepost.api.context import ApiContext
 from fencepost.core.errors import InvalidInput
 from fencepost.core.statuses import EventOutboxStatus
+from fencepost.host.health import read_host_health
 from fencepost.rehearsal import views
 
 bearer = HTTPBearer(auto_error=False, description="The API token printed by `fencepost serve` "
@@ -85,8 +86,12 @@ def live() -> dict[str, Any]:
 @health.get("/health/ready", response_model=models.Ready, responses=_errors(503),
             summary="Readiness: the control store answers and its schema is current")
 def ready(ctx: Ctx) -> dict[str, Any]:
+    """503 only when the store does not answer or its schema is not current. ``host`` carries the action host's
+    counts (host-spec W2; ADR 0051); open reconciliations and the rest are an operator's work, not unreadiness."""
     ctx.store.require_schema()
-    return {"status": "ready", "backend": ctx.store.backend, "schema_version": ctx.store.schema_version()}
+    host = read_host_health(ctx.store)
+    return {"status": "ready", "backend": ctx.store.backend, "schema_version": host.schema_version,
+            "host": host.as_json()}
 
 
 # ── rehearsals ──

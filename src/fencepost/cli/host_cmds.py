@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import json as jsonlib
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,9 +19,11 @@ from rich.table import Table
 
 from fencepost.cli import render
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
-from fencepost.core.errors import InvalidInput, RecoverableFinalization
+from fencepost.cli.exit_codes import exit_code
+from fencepost.core.errors import InvalidInput, RecoverableFinalization, SchemaNotReady
 from fencepost.core.statuses import CompletionDisposition, InvocationStatus
 from fencepost.host import Dispatch, Host, Inline, InvocationView
+from fencepost.host.health import DEFAULT_STUCK_AFTER, read_host_health
 from fencepost.store.base import Store
 from fencepost.store.url import DEFAULT_URL
 
@@ -61,7 +64,7 @@ def load_host(spec: str, store: Store) -> Host:
             raise InvalidInput(f"--app: {module_name} has no attribute {attribute}")
     if isinstance(target, Host):
         return Host(store, actions=list(target.actions), adapters=list(target.runtime.adapters.values()),
-                    config=target.config)
+                    config=target.config, breakers=target.runtime.breakers)
     if callable(target):
         try:
             made = target(store)
@@ -246,6 +249,46 @@ def sweep(host_app: AppOpt, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt =
     with opened(database) as store, handled():
         settled = load_host(host_app, store).reconcile_overdue_completions()
     emit(json, {"settled": settled}, lambda: render.console.print(f"settled {settled} overdue handoff(s)"))
+
+
+@app.command("status")
+def status(
+    stuck_after: Annotated[float, typer.Option("--stuck-after", metavar="SECONDS", min=0,
+                                               help="How long a running invocation must be unleased and unchanged "
+                                                    "to count as stuck.")] = DEFAULT_STUCK_AFTER.total_seconds(),
+    database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False,
+) -> None:
+    """The host's health: schema version and the counts an operator watches (host-spec W2; ADR 0051).
+
+    Exit 0 whatever the counts say (they are work for an operator); 4 when the schema is not current (the
+    counts are then not read), 5 when the store does not answer. The same object as /health/ready's ``host``.
+    """
+    with opened(database, require_schema=False, create=False) as store, handled():
+        health = read_host_health(store, stuck_after=timedelta(seconds=stuck_after))
+    data = health.as_json()
+
+    def text() -> None:
+        render.console.print(f"schema version {health.schema_version} (this fencepost: "
+                             f"{health.expected_schema_version})" + ("" if health.schema_current
+                                                                     else ": run fencepost migrate"))
+        if health.counts is None:
+            return
+        labels = {"open_reconciliations": "open reconciliations",
+                  "overdue_handoffs": "overdue handoffs not yet swept",
+                  "stuck_runs": f"stuck runs (unleased > {stuck_after:g}s)",
+                  "budget_exhaustions": "budget exhaustions (last hour)",
+                  "dead_letters": "event dead letters", "probe_dead_letters": "probe dead letters (expected)"}
+        table = Table(show_header=False, box=None, pad_edge=False)
+        table.add_column("what")
+        table.add_column("count", justify="right")
+        for name, label in labels.items():
+            table.add_row(label, str(data[name]))
+        render.console.print(table)
+        render.console.print("attention: an operator has work" if health.attention else "nothing needs attention")
+
+    emit(json, data, text)
+    if not health.schema_current:
+        raise typer.Exit(exit_code(SchemaNotReady))
 
 
 @app.command("complete")

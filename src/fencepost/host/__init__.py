@@ -18,6 +18,7 @@ from fencepost.host.adapter import (
     TimedOut,
     TransientFailure,
 )
+from fencepost.host.breakers import Breakers, CircuitState
 from fencepost.host.handler import KIND_PREFIX, kind_of
 from fencepost.host.service import Dispatch, Host, HostConfig, Inline, InvocationView, StepView
 
@@ -29,6 +30,8 @@ __all__ = [
     "AdapterCall",
     "AdapterStep",
     "Ambiguous",
+    "Breakers",
+    "CircuitState",
     "DecisionRequired",
     "Dispatch",
     "HandlerContext",

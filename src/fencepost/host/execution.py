@@ -50,6 +50,7 @@ from fencepost.host.action import (
     StepInputContext,
 )
 from fencepost.host.adapter import Adapter, AdapterCall
+from fencepost.host.breakers import CIRCUIT_OPEN, CIRCUIT_OPEN_UNKNOWN, Breakers, Permit
 from fencepost.host.finalization import (
     Settlement,
     SettlementRefused,
@@ -103,13 +104,14 @@ FINISH = CommandStatus.DELIVERED
 
 @dataclass(frozen=True)
 class Runtime:
-    """What an execution needs from its host: the actions, the adapters by ``type``, a sleep for retries and the
-    telemetry sink (host-spec S1)."""
+    """What an execution needs from its host: the actions, the adapters by ``type``, a sleep for retries, the
+    telemetry sink (host-spec S1) and the adapter circuit breakers, None for none (R2, ADR 0050)."""
 
     actions: ActionRegistry
     adapters: Mapping[str, Adapter]
     sleep: Callable[[float], None] = time.sleep
     telemetry: Telemetry = field(default_factory=LogTelemetry)
+    breakers: Breakers | None = None
 
 
 def _handoff_id(invocation: InvocationRecord) -> str | None:
@@ -489,9 +491,25 @@ class Execution:
               from_status: AdapterStatus) -> tuple[StepOutcome, int]:
         """The retry helper (E8): calls until a non-RETRY outcome or the policy is spent; the step's deadline
         spans its attempts, and an attempt it would start past the deadline is a failure without a call (F18)."""
+        admitted: list[Permit] = []  # the step's circuit-breaker permit, once admitted (R2, ADR 0050)
+        try:
+            outcome, attempts = self._calls(invocation, step, adapter, adapter_id, call_input, attempts, prepared,
+                                            from_status, admitted)
+        except BaseException:
+            for permit in admitted:  # the step ended without an outcome: its breaker turn is given back
+                permit.release()
+            raise
+        for permit in admitted:
+            permit.report(outcome)
+        return outcome, attempts
+
+    def _calls(self, invocation: InvocationRecord, step: AdapterStep, adapter: Adapter, adapter_id: str,
+               call_input: dict[str, Any], attempts: int, prepared: bool, from_status: AdapterStatus,
+               admitted: list[Permit]) -> tuple[StepOutcome, int]:
         scope = self._scope(invocation)
         deadline = time.monotonic() + step.timeout.total_seconds() if step.timeout is not None else None
         outcome = StepOutcome(StepVerdict.FAILED, reason="not called")
+        earlier_unknown = not prepared and from_status is AdapterStatus.RUNNING  # a reclaimed row: sent before?
         for call_number in range(1, step.retry.max_attempts + 1):
             self.ctx.check()
             if deadline is not None and time.monotonic() >= deadline:
@@ -502,6 +520,12 @@ class Execution:
             prepared = False
             call = AdapterCall(adapter_invocation_id=adapter_id, operation=step.operation, input=dict(call_input),
                                attempt=call_number, deadline=deadline)
+            if not admitted and self.runtime.breakers is not None:  # R1: refused before any provider call
+                permit = self.runtime.breakers.admit(adapter.type, adapter.vendor, self.runtime.telemetry)
+                if permit is None:  # "failed" would deny what an earlier, unrecorded attempt may have done
+                    return (StepOutcome(StepVerdict.AMBIGUOUS, reason=CIRCUIT_OPEN_UNKNOWN) if earlier_unknown
+                            else StepOutcome(StepVerdict.FAILED, reason=CIRCUIT_OPEN)), attempts
+                admitted.append(permit)
             try:
                 outcome = interpret_reply(adapter.execute(call))
             except (Exception, GeneratorExit) as error:  # GeneratorExit: not the caller's to receive

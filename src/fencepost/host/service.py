@@ -38,6 +38,7 @@ from fencepost.core.statuses import (
 from fencepost.host import telemetry
 from fencepost.host.action import Action, ActionRegistry
 from fencepost.host.adapter import Adapter
+from fencepost.host.breakers import Breakers
 from fencepost.host.completion import Completion, CompletionReceipt, apply_completion
 from fencepost.host.execution import Execution, Runtime
 from fencepost.host.handler import HostHandler, kind_of
@@ -189,13 +190,16 @@ class Host:
     Args:
         store: a migrated store. actions: the ``Action`` definitions. adapters: adapter instances, by their
             ``type`` (unique). config: ``HostConfig``. telemetry: the lifecycle sink (host-spec S1;
-            default ``LogTelemetry``: log records under ``fencepost.host``).
+            default ``LogTelemetry``: log records under ``fencepost.host``). breakers: the adapter circuit
+            breakers (host-spec R; ``Breakers(failure_threshold=5, reset_timeout=30.0)``); None, the default,
+            refuses no step (ADR 0050).
     Raises:
         InvalidInput: two adapters with one type, or a duplicate action ``(id, version)``.
     """
 
     def __init__(self, store: Store, *, actions: Iterable[Action] = (), adapters: Iterable[Adapter] = (),
-                 config: HostConfig | None = None, telemetry: Telemetry | None = None) -> None:
+                 config: HostConfig | None = None, telemetry: Telemetry | None = None,
+                 breakers: Breakers | None = None) -> None:
         self.store = store
         self.config = config or HostConfig()
         self.actions = ActionRegistry(actions)
@@ -204,7 +208,8 @@ class Host:
             if adapter.type in by_type:
                 raise InvalidInput(f"two adapters of type {adapter.type!r}")
             by_type[adapter.type] = adapter
-        self.runtime = Runtime(actions=self.actions, adapters=by_type, telemetry=telemetry or LogTelemetry())
+        self.runtime = Runtime(actions=self.actions, adapters=by_type, telemetry=telemetry or LogTelemetry(),
+                               breakers=breakers)
         self.owner = f"inline:{socket.gethostname()}:{os.getpid()}"
         self._held: dict[str, CommandContext] = {}
         self._lock = threading.Lock()

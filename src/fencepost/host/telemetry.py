@@ -8,6 +8,8 @@ A sink receives ``emit(name, attributes)``. Names are ``fencepost.host.<subject>
 - ``EVIDENCE_REFUSED`` (``fencepost.host.invocation.adapter_evidence_refused``): an evidence write after a
   durable verdict whose settled-verdict condition no longer held (``evidence``: ``adapter_checkpoint``,
   ``event``, ``reconciliation`` or ``parent_enrichment``; S2, H18). A refusal is not an error.
+- ``CIRCUIT_STATE_CHANGED`` (``fencepost.host.adapter.circuit_state_changed``): an adapter circuit breaker
+  changed state (``adapter_type``, ``vendor``, ``from_state``, ``to_state``, ``failures``; R2, ADR 0050).
 - ``EVIDENCE_FAILED`` (``fencepost.host.invocation.adapter_evidence_failed``): an evidence write that raised; the
   execution raises ``RecoverableFinalization`` after the remaining writes (K7).
 
@@ -25,6 +27,7 @@ from typing import Any, Protocol
 STATUS = "fencepost.host.invocation.status"
 EVIDENCE_REFUSED = "fencepost.host.invocation.adapter_evidence_refused"
 EVIDENCE_FAILED = "fencepost.host.invocation.adapter_evidence_failed"
+CIRCUIT_STATE_CHANGED = "fencepost.host.adapter.circuit_state_changed"
 
 log = logging.getLogger("fencepost.host")
 
@@ -32,6 +35,7 @@ log = logging.getLogger("fencepost.host")
 MESSAGES = {
     STATUS: "invocation status changed",
     EVIDENCE_REFUSED: "evidence not written after a durable verdict: the verdict changed since (not an error)",
+    CIRCUIT_STATE_CHANGED: "adapter circuit breaker changed state",
     EVIDENCE_FAILED: "evidence write failed after a durable verdict: an evidence gap fencepost audit reports",
 }
 

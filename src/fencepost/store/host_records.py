@@ -439,3 +439,30 @@ class EventOutboxSummary:
         """Seconds since the oldest row of the backlog was created, or None when the backlog is empty."""
         oldest = self.oldest_unpublished_at
         return None if oldest is None else (self.now - oldest).total_seconds()
+
+
+@dataclass(frozen=True)
+class HostHealthCounts:
+    """The host's health counts, read in one snapshot (host-spec W2, §1.Y-15; ADR 0051). Every field is a count
+    of rows as of the reading unit's ``now()``.
+
+    Attributes:
+        open_reconciliations: invocations ``reconciliation_required`` (open work for an operator).
+        overdue_handoffs: running handoffs past their completion deadline that the deadline sweep has not
+            settled yet (``list_overdue_handoffs``' candidates: no live lease, ``overdue_at`` unset).
+        stuck_runs: running invocations that are neither parked nor leased (no command, a finished one, or a
+            lease expired before ``now - stuck_after``) and unchanged since before ``now - stuck_after``: an
+            inline caller or worker that died and that no worker has taken over. Parked handoffs never count.
+        budget_exhaustions: invocations still ``reconciliation_required`` with kind
+            ``recovery_budget_exhausted`` whose verdict was written in the last ``window`` (H4).
+        dead_letters: event outbox rows ``dead_lettered`` outside conformance probe spaces (T9, U29, U30).
+        probe_dead_letters: the same in probe spaces (``event-append-probe-...``), which are expected: the
+            conformance checks dead-letter their own rows at cleanup.
+    """
+
+    open_reconciliations: int
+    overdue_handoffs: int
+    stuck_runs: int
+    budget_exhaustions: int
+    dead_letters: int
+    probe_dead_letters: int

@@ -17,7 +17,7 @@ overrides; any other store implements these protocols directly and proves it wit
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from fencepost.core.statuses import (
@@ -38,6 +38,7 @@ from fencepost.store.host_records import (
     EventOutboxSummary,
     EventRecord,
     Handoff,
+    HostHealthCounts,
     InvocationRecord,
     InvocationVerdict,
     NewEvent,
@@ -539,6 +540,18 @@ class HostPort(Protocol):
 
         Raises:
             ValueError: ``limit`` outside 1..1000.
+        """
+        ...
+
+    def host_health(self, *, stuck_after: timedelta, window: timedelta) -> HostHealthCounts:
+        """The host's health counts in this unit's snapshot (host-spec W2, §1.Y-15; ADR 0051; see
+        ``HostHealthCounts`` for each count). A plain read over the status indexes.
+
+        Args:
+            stuck_after: how long a running invocation must be unleased and unchanged to count as stuck.
+            window: how far back budget exhaustions count (the host status uses one hour).
+        Raises:
+            ValueError: a negative ``stuck_after`` or a ``window`` that is not positive.
         """
         ...
 

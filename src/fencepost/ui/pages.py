@@ -17,6 +17,7 @@ from fencepost.api.context import ApiContext
 from fencepost.api.problems import problem_for
 from fencepost.core.errors import FencepostError
 from fencepost.core.statuses import EventOutboxStatus
+from fencepost.host.health import read_host_health
 from fencepost.rehearsal import views
 
 HERE = Path(__file__).parent
@@ -68,6 +69,7 @@ def index(request: Request) -> HTMLResponse:
     runs: list[dict[str, Any]] | None = None
     workers: dict[str, Any] | None = None
     relay: dict[str, Any] | None = None
+    host: dict[str, Any] | None = None
     try:
         ctx.require_ready()
         if ctx.open_reads:
@@ -75,11 +77,12 @@ def index(request: Request) -> HTMLResponse:
             workers = ctx.workers_json()
             relay = {"summary": ctx.relay_summary_json(),
                      "dead": ctx.event_rows_json(EventOutboxStatus.DEAD_LETTERED, DEAD_LETTER_LIMIT)["items"]}
+            host = read_host_health(ctx.store).as_json()  # host-spec W2, ADR 0051
     except FencepostError as error:
         return _error_page(request, error)
     return templates.TemplateResponse(request, "index.html", {"runs": runs, "workers": workers, "relay": relay,
                                                               "dead_limit": DEAD_LETTER_LIMIT,
-                                                              "open_reads": ctx.open_reads})
+                                                              "open_reads": ctx.open_reads, "host": host})
 
 
 def rehearsal(request: Request, run_id: str) -> HTMLResponse:

@@ -10,6 +10,8 @@ then the adapter row, then the command, whose lease check comes last (ADR 0002, 
 from __future__ import annotations
 
 import json
+from dataclasses import fields
+from datetime import timedelta
 from typing import Any
 
 from fencepost.core.canonical import canonical_json, parse_json
@@ -29,6 +31,7 @@ from fencepost.store.host_records import (
     AdapterWrite,
     CreateAdapterRow,
     Handoff,
+    HostHealthCounts,
     InvocationRecord,
     InvocationVerdict,
     LeaseHeld,
@@ -140,6 +143,14 @@ class SqlHost:
             raise ValueError("limit must be between 1 and 1000")
         return [invocation_from_row(r) for r in self._unit.run("list_overdue_handoffs", {
             "now": self._unit.now(), "limit": limit}).rows]
+
+    def host_health(self, *, stuck_after: timedelta, window: timedelta) -> HostHealthCounts:
+        if stuck_after < timedelta(0) or window <= timedelta(0):
+            raise ValueError("stuck_after must not be negative and window must be positive")
+        now = self._unit.now()
+        row = self._unit.run("host_health", {"now": now, "stuck_before": now - stuck_after,
+                                             "since": now - window}).rows[0]
+        return HostHealthCounts(**{f.name: int(row[f.name]) for f in fields(HostHealthCounts)})
 
     def update_unleased_invocation(self, invocation_id: str, expected: InvocationStatus,
                                    verdict: UnleasedVerdict) -> bool:

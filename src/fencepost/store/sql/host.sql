@@ -182,6 +182,29 @@ WHERE i.status = 'running' AND i.completion_due_at IS NOT NULL AND i.completion_
 ORDER BY i.completion_due_at, i.id
 LIMIT :limit;
 
+-- name: host_health
+-- The host's health counts (host-spec W2, §1.Y-15; ADR 0051), one row in one snapshot, each over a status
+-- index (invocations_by_status, host_event_outbox_due). overdue_handoffs is list_overdue_handoffs' condition.
+-- stuck_runs: running, not parked, no live lease since before :stuck_before and unchanged since then.
+-- budget_exhaustions: still open, kind recovery_budget_exhausted, written since :since. A probe space is
+-- space_id starting 'event-append-probe-' (19 characters, as the relay's claim; substr, not LIKE).
+SELECT
+  (SELECT COUNT(*) FROM invocations AS i WHERE i.status = 'reconciliation_required') AS open_reconciliations,
+  (SELECT COUNT(*) FROM invocations AS i LEFT JOIN commands AS c ON c.id = i.id
+   WHERE i.status = 'running' AND i.completion_due_at IS NOT NULL AND i.completion_due_at <= :now
+     AND i.handoff_reference IS NOT NULL AND i.overdue_at IS NULL
+     AND (c.id IS NULL OR c.status != 'PROCESSING' OR c.lease_until <= :now)) AS overdue_handoffs,
+  (SELECT COUNT(*) FROM invocations AS i LEFT JOIN commands AS c ON c.id = i.id
+   WHERE i.status = 'running' AND i.parked_at IS NULL AND i.updated_at <= :stuck_before
+     AND (c.id IS NULL OR c.status != 'PROCESSING' OR c.lease_until <= :stuck_before)) AS stuck_runs,
+  (SELECT COUNT(*) FROM invocations AS i
+   WHERE i.status = 'reconciliation_required' AND i.updated_at >= :since
+     AND {{invocation_reconciliation_kind}} = 'recovery_budget_exhausted') AS budget_exhaustions,
+  (SELECT COUNT(*) FROM host_event_outbox AS o JOIN host_events AS e ON e.id = o.event_id
+   WHERE o.status = 'dead_lettered' AND substr(e.space_id, 1, 19) <> 'event-append-probe-') AS dead_letters,
+  (SELECT COUNT(*) FROM host_event_outbox AS o JOIN host_events AS e ON e.id = o.event_id
+   WHERE o.status = 'dead_lettered' AND substr(e.space_id, 1, 19) = 'event-append-probe-') AS probe_dead_letters;
+
 -- name: lock_unleased_invocation
 -- update_unleased_invocation's first step: the invocation row lock, first in the host's lock order (the
 -- caller normally holds it already from lock_invocation), and its status.
