@@ -18,10 +18,12 @@ level  packages                                  owns
 =====  ========================================  ===========================================================
 """
 
-from fencepost.core.errors import FencepostError, RecoverableFinalization
+from fencepost.core.errors import FencepostError, RecoverableFinalization, RedactionFailed
+from fencepost.core.redaction import WITHHELD, ErrorSource, ErrorTextContext, Redaction
 
 __version__ = "0.1.0"
-__all__ = ["LAYERS", "FencepostError", "RecoverableFinalization", "__version__"]
+__all__ = ["LAYERS", "WITHHELD", "ErrorSource", "ErrorTextContext", "FencepostError", "RecoverableFinalization",
+           "Redaction", "RedactionFailed", "__version__"]
 
 #: Package -> layer level; imports may only point to the same or a lower level.
 LAYERS = {"core": 1, "store": 2, "catalog": 3, "outbox": 3, "evidence": 4, "events": 4, "host": 4, "workflows": 4,

@@ -249,12 +249,17 @@ def test_host_status_prints_the_counts_and_exits_by_the_store_only(app_dir: Path
 
 
 def test_an_app_host_keeps_its_circuit_breakers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``--app`` rebuilds the user's Host on the command's store: its breakers come along (ADR 0050)."""
+    """``--app`` rebuilds the user's Host on the command's store: its breakers, telemetry sink and redaction hooks
+    come along (ADRs 0050, 0042: a worker started with --app must not store what the app's hooks redact)."""
     (tmp_path / "breakerapp.py").write_text(textwrap.dedent('''
-        from fencepost.host import Breakers, Host
+        from fencepost.host import Breakers, Host, Redaction
+        from fencepost.host.telemetry import NullTelemetry
         from fencepost.store import open_store
         BREAKERS = Breakers(failure_threshold=2)
-        HOST = Host(open_store("sqlite:///''' + str(tmp_path / "app.db") + '''"), breakers=BREAKERS)
+        REDACTION = Redaction(redact_action_parameters=lambda action_id, params: params)
+        TELEMETRY = NullTelemetry()
+        HOST = Host(open_store("sqlite:///''' + str(tmp_path / "app.db") + '''"), breakers=BREAKERS,
+                    redaction=REDACTION, telemetry=TELEMETRY)
     '''), encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))  # load_host puts the working directory on it
@@ -267,6 +272,8 @@ def test_an_app_host_keeps_its_circuit_breakers(tmp_path: Path, monkeypatch: pyt
         import breakerapp  # type: ignore[import-not-found]
 
         assert loaded.runtime.breakers is breakerapp.BREAKERS and loaded.store is store
+        assert loaded.runtime.redaction is breakerapp.REDACTION
+        assert loaded.runtime.telemetry is breakerapp.TELEMETRY
     finally:
         store.close()
         sys.modules.pop("breakerapp", None)

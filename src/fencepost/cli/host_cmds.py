@@ -64,7 +64,8 @@ def load_host(spec: str, store: Store) -> Host:
             raise InvalidInput(f"--app: {module_name} has no attribute {attribute}")
     if isinstance(target, Host):
         return Host(store, actions=list(target.actions), adapters=list(target.runtime.adapters.values()),
-                    config=target.config, breakers=target.runtime.breakers)
+                    config=target.config, breakers=target.runtime.breakers,
+                    telemetry=target.runtime.telemetry, redaction=target.runtime.redaction)
     if callable(target):
         try:
             made = target(store)

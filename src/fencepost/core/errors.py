@@ -68,6 +68,12 @@ class NotAllowed(FencepostError):
         self.guard = guard
 
 
+class RedactionFailed(FencepostError):
+    """A redaction hook raised or returned a value of the wrong shape (host-spec Q; ADR 0042). The value it was
+    given was not stored; the message names the hook and the exception type, never the hook's own message
+    (which may quote the very secret it was meant to remove)."""
+
+
 class IdempotencyConflict(Conflict):
     """An idempotency key replayed with another binding (host-spec B3, B4; ADR 0023).
 

@@ -3,7 +3,8 @@
 Seed: platform-host-8.1-readme-excerpt.md; requirements in host-spec.md (sections named in each module).
 Public names: ``Host``, ``HostConfig``, ``Dispatch``, ``Inline``, ``InvocationView``, ``Action``,
 ``AdapterStep``, ``RetryPolicy``, ``DecisionRequired``, the adapter contract (``AdapterCall`` and the typed
-replies) and ``RecoverableFinalization``.
+replies), ``RecoverableFinalization`` and the redaction hooks (``Redaction``, ``ErrorTextContext``,
+``ErrorSource``, ``WITHHELD``, ``RedactionFailed``; host-spec Q).
 """
 
 from fencepost.core.errors import IdempotencyConflict, RecoverableFinalization
@@ -20,10 +21,12 @@ from fencepost.host.adapter import (
 )
 from fencepost.host.breakers import Breakers, CircuitState
 from fencepost.host.handler import KIND_PREFIX, kind_of
+from fencepost.host.redaction import WITHHELD, ErrorSource, ErrorTextContext, Redaction, RedactionFailed
 from fencepost.host.service import Dispatch, Host, HostConfig, Inline, InvocationView, StepView
 
 __all__ = [
     "KIND_PREFIX",
+    "WITHHELD",
     "Accepted",
     "Action",
     "Adapter",
@@ -34,6 +37,8 @@ __all__ = [
     "CircuitState",
     "DecisionRequired",
     "Dispatch",
+    "ErrorSource",
+    "ErrorTextContext",
     "HandlerContext",
     "Host",
     "HostConfig",
@@ -42,6 +47,8 @@ __all__ = [
     "InvocationView",
     "PermanentFailure",
     "RecoverableFinalization",
+    "Redaction",
+    "RedactionFailed",
     "RetryPolicy",
     "StepInputContext",
     "StepView",

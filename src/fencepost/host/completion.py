@@ -19,13 +19,18 @@ action's result schema before anything is written; an invalid merge is recorded 
 ``reconciliation_required`` (``completion_result_invalid``). A settling ``failed`` callback settles ``failed``
 with its error, or a fixed message when it gave none. No reference matches: ``not_found``, nothing recorded, so
 the provider retries (N33: a callback that outruns its handoff is never buffered).
+
+Redaction (N28, N29; ADR 0042): once matched, and before anything is digested or written, a supplied result
+passes through ``redact_external_completion_result`` and a supplied error through ``redact_error_text``
+(``source="external_completion"``); the record, the digest, the adapter row, the events and the verdict all use
+the redacted values. A missing error is Host's ``FIXED_FAILURE``, which no hook sees.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -49,6 +54,7 @@ from fencepost.host.lifecycle import (
     reconciliation_id,
     step_event,
 )
+from fencepost.host.redaction import ErrorSource, Redaction, error_context, redact_completion_result, redact_error
 from fencepost.store.host_records import (
     AdapterScope,
     AdapterWrite,
@@ -180,13 +186,15 @@ def _handoff_step(invocation: InvocationRecord) -> tuple[str | None, str | None]
     return details.get("adapter_invocation_id"), details.get("step")
 
 
-def apply_completion(tx: UnitOfWork, actions: ActionRegistry, completion: Completion) -> CompletionReceipt:
-    """Match, lock, decide and record one completion in ``tx`` (see the module docstring).
+def apply_completion(tx: UnitOfWork, actions: ActionRegistry, completion: Completion,
+                     redaction: Redaction | None = None) -> CompletionReceipt:
+    """Match, lock, redact, decide and record one completion in ``tx`` (see the module docstring).
 
     Returns:
         The receipt; nothing was written for ``not_found``, ``still_executing`` and ``absorbed``.
     Raises:
         Conflict: two invocations hold this (provider, reference): an operator decides which one it is for.
+        RedactionFailed: the completion-result hook failed; nothing is written (the unit rolls back).
     """
     found = tx.host.find_handoffs(provider=completion.provider, external_reference=completion.external_reference)
     if not found:
@@ -197,6 +205,8 @@ def apply_completion(tx: UnitOfWork, actions: ActionRegistry, completion: Comple
     invocation = tx.host.lock_invocation(found[0].id)  # N8: the decision and its writes share this lock
     if invocation is None:  # pragma: no cover - found above in this unit
         raise NotFound("the matched invocation vanished")
+    if redaction is not None:
+        completion = _redacted(tx, redaction, invocation, completion)
     digest = completion.digest
     disposition = decide(invocation, digest)
     if disposition is CompletionDisposition.STILL_EXECUTING:
@@ -210,6 +220,24 @@ def apply_completion(tx: UnitOfWork, actions: ActionRegistry, completion: Comple
     if disposition is CompletionDisposition.SETTLED:
         return _settle(tx, actions, invocation, completion, received_at)
     return _evidence_only(tx, invocation, completion, received_at)
+
+
+def _redacted(tx: UnitOfWork, redaction: Redaction, invocation: InvocationRecord,
+              completion: Completion) -> Completion:
+    """N28, N29: the completion with its supplied result and error redacted, once, before it is digested."""
+    result = redact_completion_result(redaction, invocation.action_id, completion.provider, completion.result)
+    error = completion.error
+    if error is not None and redaction.redact_error_text is not None:
+        adapter_id, _ = _handoff_step(invocation)
+        row = tx.host.get_adapter_invocation(adapter_id) if adapter_id is not None else None
+        context = error_context(invocation.action_id, ErrorSource.EXTERNAL_COMPLETION,
+                                adapter_type=row.adapter_type if row is not None else None,
+                                operation=row.operation if row is not None else None,
+                                vendor=completion.provider, adapter_invocation_id=adapter_id)
+        error = redact_error(redaction, context, error)[:MAX_ERROR]
+        if not _storable(error):
+            error = error.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\\0")
+    return replace(completion, result=result, error=error)
 
 
 def _write(tx: UnitOfWork, invocation: InvocationRecord, verdict: UnleasedVerdict) -> None:

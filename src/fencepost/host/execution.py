@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -79,6 +79,16 @@ from fencepost.host.lifecycle import (
 )
 from fencepost.host.outcome import StepOutcome, StepVerdict, classify_error, describe_error, interpret_reply
 from fencepost.host.recovery import Proceed, Settle, applied_summary, scan
+from fencepost.host.redaction import (
+    WITHHELD,
+    ErrorSource,
+    Redaction,
+    RedactionFailed,
+    error_context,
+    redact_error,
+    redact_input,
+    redact_output,
+)
 from fencepost.host.telemetry import LogTelemetry, Telemetry
 from fencepost.outbox.context import CommandContext
 from fencepost.store.host_records import (
@@ -105,13 +115,15 @@ FINISH = CommandStatus.DELIVERED
 @dataclass(frozen=True)
 class Runtime:
     """What an execution needs from its host: the actions, the adapters by ``type``, a sleep for retries, the
-    telemetry sink (host-spec S1) and the adapter circuit breakers, None for none (R2, ADR 0050)."""
+    telemetry sink (host-spec S1), the adapter circuit breakers, None for none (R2, ADR 0050), and the redaction
+    hooks (host-spec Q; ADR 0042)."""
 
     actions: ActionRegistry
     adapters: Mapping[str, Adapter]
     sleep: Callable[[float], None] = time.sleep
     telemetry: Telemetry = field(default_factory=LogTelemetry)
     breakers: Breakers | None = None
+    redaction: Redaction = field(default_factory=Redaction)
 
 
 def _handoff_id(invocation: InvocationRecord) -> str | None:
@@ -326,6 +338,21 @@ class Execution:
     def _scope(self, invocation: InvocationRecord) -> AdapterScope:
         return AdapterScope(invocation.tenant_id, invocation.space_id, invocation.id)
 
+    # ── redaction at the origins (host-spec Q4, Q5, F19; ADR 0042) ──
+    def _error_text(self, invocation: InvocationRecord, source: ErrorSource, message: str) -> str:
+        """``message`` through ``redact_error_text`` (``source`` handler or execution); every later use of the
+        text (verdict, events, records, the returned view) is built from what this returns."""
+        return redact_error(self.runtime.redaction, error_context(invocation.action_id, source), message)
+
+    def _redacted_reason(self, invocation: InvocationRecord, step: AdapterStep, adapter: Adapter, adapter_id: str,
+                         outcome: StepOutcome) -> StepOutcome:
+        """F19: a provider's result error or ambiguity reason, redacted where the reply is classified."""
+        if outcome.reason is None or self.runtime.redaction.redact_error_text is None:
+            return outcome
+        context = error_context(invocation.action_id, ErrorSource.ADAPTER, adapter_type=adapter.type,
+                                operation=step.operation, vendor=adapter.vendor, adapter_invocation_id=adapter_id)
+        return replace(outcome, reason=redact_error(self.runtime.redaction, context, outcome.reason))
+
     def _unknown_writes(self, invocation: InvocationRecord, rows: tuple[AdapterRecord, ...],
                         reason: str) -> tuple[tuple[AdapterWrite, ...], tuple[NewEvent, ...],
                                               tuple[NewReconciliation, ...]]:
@@ -430,10 +457,11 @@ class Execution:
             if raised is None:
                 raise
             if isinstance(raised, DecisionRequired):  # A11: an operator decides; no adapter, no retry
+                reason = self._error_text(invocation, ErrorSource.HANDLER, raised.reason)
                 return self._settle(invocation, Verdict(
-                    InvocationStatus.RECONCILIATION_REQUIRED, _text(f"handler: {raised.reason}"),
+                    InvocationStatus.RECONCILIATION_REQUIRED, _text(f"handler: {reason}"),
                     kind=ReconciliationKind.HANDLER_DECISION_REQUIRED))
-            text = f"handler: {describe_error(raised)}"
+            text = f"handler: {self._error_text(invocation, ErrorSource.HANDLER, describe_error(raised))}"
             return self._fail(invocation, _text(text), [])
 
     def _step(self, invocation: InvocationRecord, step: AdapterStep, index: int, adapter_id: str,
@@ -444,18 +472,19 @@ class Execution:
         adapter = self.runtime.adapters.get(step.adapter)
         if row is None:
             try:
-                if step.input is None:
-                    step_input = _json_object(params, "the params")
-                else:
-                    step_input = _json_object(step.input(StepInputContext(
-                        invocation.id, step.name, dict(handler_output), dict(outputs)), params), "the step input")
+                step_input = self._step_input(invocation, step, params, handler_output, outputs)
             except Exception as error:  # before any call of this step: a definite failure (A12)
-                return self._fail(invocation, _text(f"step {step.name}: input failed: {type(error).__name__}: "
-                                                    f"{error}"), applied)
+                message = self._error_text(invocation, ErrorSource.EXECUTION, f"{type(error).__name__}: {error}")
+                return self._fail(invocation, _text(f"step {step.name}: input failed: {message}"), applied)
             if adapter is None:  # F18: refused before any call
                 return self._fail(invocation, f"step {step.name}: no adapter {step.adapter!r} is registered", applied)
+            try:  # Q2: the row and its events keep the redacted input; the provider is sent the input itself
+                row_input = redact_input(self.runtime.redaction, invocation.action_id, adapter.type, step.operation,
+                                         step_input)
+            except RedactionFailed as error:  # fails closed before the row and any call (ADR 0042)
+                return self._fail(invocation, _text(f"step {step.name}: {error}"), applied)
             new = NewAdapterRow(id=adapter_id, step_index=index, step_name=step.name, adapter_type=adapter.type,
-                                operation=step.operation, vendor=adapter.vendor, input=step_input, attempts=1)
+                                operation=step.operation, vendor=adapter.vendor, input=row_input, attempts=1)
             # E5: the row is durable `running` BEFORE the provider is called; it prepares attempt 1.
             self.ctx.fenced(lambda tx: checkpoint(tx, AdapterWrite(scope, CreateAdapterRow(new), LeaseHeld(tx.lease))),
                             name="host.step.row")
@@ -475,10 +504,39 @@ class Execution:
                                                         else None), writes=writes, events=events,
                                     records=records)
             attempts, call_input, from_status = row.attempts, dict(row.input), row.status
+            row_input = dict(row.input)
             prepared = False
+            if self.runtime.redaction.redact_adapter_input is not None:
+                # The row holds the redacted input: a re-send recomputes the input the provider needs (ADR 0042).
+                try:
+                    call_input = self._step_input(invocation, step, params, handler_output, outputs)
+                except Exception as error:
+                    return self._unresendable(invocation, step, row, self._error_text(
+                        invocation, ErrorSource.EXECUTION, f"{type(error).__name__}: {error}"))
         outcome, attempts = self._call(invocation, step, adapter, adapter_id, call_input, attempts, prepared,
                                        from_status)
-        return self._checkpoint(invocation, step, adapter, adapter_id, call_input, outcome, attempts, applied)
+        return self._checkpoint(invocation, step, adapter, adapter_id, row_input, outcome, attempts, applied)
+
+    @staticmethod
+    def _step_input(invocation: InvocationRecord, step: AdapterStep, params: Any, handler_output: dict[str, Any],
+                    outputs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """The step's input: its ``input`` callable's, or the params (raises what the callable raises)."""
+        if step.input is None:
+            return _json_object(params, "the params")
+        return _json_object(step.input(StepInputContext(
+            invocation.id, step.name, dict(handler_output), dict(outputs)), params), "the step input")
+
+    def _unresendable(self, invocation: InvocationRecord, step: AdapterStep, row: AdapterRecord,
+                      message: str) -> InvocationStatus:
+        """A recorded row whose input cannot be recomputed for its re-send: a ``running`` row may have reached
+        its provider (unknown outcome); any other had not (failed)."""
+        reason = _text(f"step {step.name}: its input could not be recomputed for the re-send: {message}")
+        if row.status is AdapterStatus.RUNNING:
+            writes, events, records = self._unknown_writes(invocation, (row,), reason)
+            return self._settle(invocation, Verdict(InvocationStatus.RECONCILIATION_REQUIRED, reason,
+                                                    kind=ReconciliationKind.ADAPTER_OUTCOME_AMBIGUOUS),
+                                writes=writes, events=events, records=records)
+        return self._settle(invocation, Verdict(InvocationStatus.FAILED, reason))
 
     def _prepare(self, scope: AdapterScope, adapter_id: str, attempts: int, from_status: AdapterStatus) -> None:
         """The attempt-preparation write before each call (E5): the row `running` with this attempt's number."""
@@ -530,6 +588,7 @@ class Execution:
                 outcome = interpret_reply(adapter.execute(call))
             except (Exception, GeneratorExit) as error:  # GeneratorExit: not the caller's to receive
                 outcome = classify_error(error, deadline_fired=deadline is not None and time.monotonic() >= deadline)
+            outcome = self._redacted_reason(invocation, step, adapter, adapter_id, outcome)
             crashpoint(f"host.step:{step.name}:after-provider-call")
             if outcome.verdict is not StepVerdict.RETRY:
                 return outcome, attempts
@@ -548,6 +607,17 @@ class Execution:
         scope = self._scope(invocation)
         running = frozenset({AdapterStatus.RUNNING})
         reason = _text(outcome.reason or "")
+        if outcome.verdict in (StepVerdict.SUCCEEDED, StepVerdict.ACCEPTED):  # Q3: once, before handoff handling
+            try:
+                redacted = redact_output(self.runtime.redaction, invocation.action_id, adapter.type, step.operation,
+                                         dict(outcome.output or {}))
+            except RedactionFailed as failed:  # fails closed: treated as withheld (ADR 0042)
+                return self._withheld(invocation, step, adapter, adapter_id, call_input, outcome, attempts, applied,
+                                      str(failed))
+            if redacted is WITHHELD or not isinstance(redacted, dict):
+                return self._withheld(invocation, step, adapter, adapter_id, call_input, outcome, attempts, applied,
+                                      "the redact_adapter_output hook withheld it")
+            outcome = replace(outcome, output=redacted)
         if outcome.verdict is StepVerdict.SUCCEEDED:
             output = dict(outcome.output or {})
             write = AdapterWrite(scope, UpdateAdapterRow(adapter_id, AdapterStatus.SUCCEEDED, output=output,
@@ -617,6 +687,34 @@ class Execution:
                                                 _text(f"step {step.name}: {reason}"),
                                                 kind=ReconciliationKind.ADAPTER_OUTCOME_AMBIGUOUS, evidence=evidence),
                             writes=(write,), events=(event,), records=(record,))
+
+    def _withheld(self, invocation: InvocationRecord, step: AdapterStep, adapter: Adapter, adapter_id: str,
+                  row_input: dict[str, Any], outcome: StepOutcome, attempts: int, applied: list[AdapterRecord],
+                  why: str) -> InvocationStatus:
+        """Withheld output (host-spec §1.Y-18, L5, L6; ADR 0042): the provider succeeded or accepted a handoff, but
+        its output may not be stored. The invocation's result carries every step's output, so it cannot be
+        proven: the marker (no output), ``AdapterInvocationSucceeded`` (``output_withheld``), the applied-effect
+        record and the ``reconciliation_required`` verdict commit together; no later step runs."""
+        reference = outcome.external_reference
+        marker = AdapterWrite(self._scope(invocation), UpdateAdapterRow(
+            adapter_id, AdapterStatus.SUCCEEDED, external_reference=reference, attempts=attempts),
+            LeaseHeld(self.lease), frozenset({AdapterStatus.RUNNING}))
+        event = step_event(invocation, adapter_id, STEP_SUCCEEDED, {
+            "step": step.name, "adapter_type": adapter.type, "operation": step.operation, "vendor": adapter.vendor,
+            "input": row_input, "output": None, "output_withheld": True, "external_reference": reference,
+            "recovered": False})
+        reason = (f"step {step.name} succeeded at the provider but its output was withheld ({why}), so the "
+                  "result cannot be proven; an operator decides")
+        record = reconciliation_record(invocation, adapter_id, ReconciliationKind.APPLIED_EFFECT, {
+            "step": step.name, "reason": reason, "external_reference": reference})
+        evidence: dict[str, Any] = {"step": step.name, "adapter_invocation_id": adapter_id,
+                                    "external_reference": reference, "output_withheld": True}
+        if applied:
+            evidence["applied"] = [{"step": r.step_name, "adapter_invocation_id": r.id,
+                                    "external_reference": r.external_reference} for r in applied]
+        return self._settle(invocation, Verdict(InvocationStatus.RECONCILIATION_REQUIRED, _text(reason),
+                                                kind=ReconciliationKind.APPLIED_EFFECT, evidence=evidence),
+                            writes=(marker,), events=(event,), records=(record,))
 
     def _handoff_accepted(self, invocation: InvocationRecord, step: AdapterStep, adapter: Adapter, adapter_id: str,
                           outcome: StepOutcome, attempts: int,

@@ -19,6 +19,7 @@ from fencepost.host.execution import Execution, Runtime
 from fencepost.host.finalization import unknown_outcome
 from fencepost.host.lifecycle import VERDICT_EVENTS, invocation_event
 from fencepost.host.recovery import UNKNOWN_RUNNING_STEP, applied_summary
+from fencepost.host.redaction import ErrorSource, error_context, redact_error
 from fencepost.outbox.context import CommandContext
 from fencepost.outbox.handlers import DeliveryBudget
 from fencepost.store.host_records import InvocationVerdict, LeaseHeld, VerdictHeld
@@ -109,6 +110,7 @@ class HostHandler:
         invocation = tx.host.lock_invocation(ctx.command.id)
         if invocation is None or invocation.status.terminal:
             return
+        error = redact_error(self.runtime.redaction, error_context(invocation.action_id, ErrorSource.EXECUTION), error)
         rows = tx.host.list_adapter_invocations(invocation.id)
         touched = [r for r in rows if r.status is not AdapterStatus.FAILED]
         if touched:

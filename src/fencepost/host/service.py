@@ -44,6 +44,7 @@ from fencepost.host.execution import Execution, Runtime
 from fencepost.host.handler import HostHandler, kind_of
 from fencepost.host.idempotency import binding_digest, check_replay, invocation_id, params_digest
 from fencepost.host.lifecycle import STARTED, invocation_event
+from fencepost.host.redaction import Redaction, RedactionFailed, redact_params
 from fencepost.host.sweep import sweep_overdue
 from fencepost.host.telemetry import LogTelemetry, Telemetry
 from fencepost.outbox.context import CommandContext
@@ -192,14 +193,15 @@ class Host:
             ``type`` (unique). config: ``HostConfig``. telemetry: the lifecycle sink (host-spec S1;
             default ``LogTelemetry``: log records under ``fencepost.host``). breakers: the adapter circuit
             breakers (host-spec R; ``Breakers(failure_threshold=5, reset_timeout=30.0)``); None, the default,
-            refuses no step (ADR 0050).
+            refuses no step (ADR 0050). redaction: the redaction hooks (host-spec Q; default none: every value is
+            stored as given; ADR 0042).
     Raises:
         InvalidInput: two adapters with one type, or a duplicate action ``(id, version)``.
     """
 
     def __init__(self, store: Store, *, actions: Iterable[Action] = (), adapters: Iterable[Adapter] = (),
                  config: HostConfig | None = None, telemetry: Telemetry | None = None,
-                 breakers: Breakers | None = None) -> None:
+                 breakers: Breakers | None = None, redaction: Redaction | None = None) -> None:
         self.store = store
         self.config = config or HostConfig()
         self.actions = ActionRegistry(actions)
@@ -209,7 +211,7 @@ class Host:
                 raise InvalidInput(f"two adapters of type {adapter.type!r}")
             by_type[adapter.type] = adapter
         self.runtime = Runtime(actions=self.actions, adapters=by_type, telemetry=telemetry or LogTelemetry(),
-                               breakers=breakers)
+                               breakers=breakers, redaction=redaction or Redaction())
         self.owner = f"inline:{socket.gethostname()}:{os.getpid()}"
         self._held: dict[str, CommandContext] = {}
         self._lock = threading.Lock()
@@ -250,6 +252,7 @@ class Host:
         Raises:
             InvalidInput: malformed arguments. Conflict: two invocations hold this reference.
             StoreUnavailable: the store failed; nothing was recorded, the provider should retry.
+            RedactionFailed: the completion-result hook failed (N28); nothing was recorded.
         """
         try:
             parsed = CompletionOutcome(outcome)
@@ -258,7 +261,7 @@ class Host:
         completion = Completion(provider, external_reference, parsed, result, error, evidence)
 
         def unit(tx: UnitOfWork) -> CompletionReceipt:
-            return apply_completion(tx, self.runtime.actions, completion)
+            return apply_completion(tx, self.runtime.actions, completion, self.runtime.redaction)
 
         receipt: CompletionReceipt = self.store.transact(unit, name="host.complete")
         if receipt.disposition in (CompletionDisposition.SETTLED, CompletionDisposition.CONTRADICTED,
@@ -280,7 +283,8 @@ class Host:
 
         Args:
             action_id, version: the action (default: its highest registered version). params: validated by the
-                action's params model; what is stored and digested is ``model_dump(mode="json")`` (B6).
+                action's params model; what is digested is ``model_dump(mode="json")`` (B6, §1.Y-9), what is
+                stored and executed is that after ``redact_action_parameters`` (Q1), validated again.
             actor, authority: who submits, under which authority binding (B1). idempotency_key: 1..255 chars,
                 unique per tenant, space and action (B10). mode: ``Dispatch()`` (default) or ``Inline()``.
             tx: the caller's open unit of work (``store.transaction()``, or ``PostgresStore.unit_on(conn)`` over
@@ -296,6 +300,8 @@ class Host:
             another action version, actor, authority or params (B3, B4); with ``tx``, nothing of this call
             was written and the caller's transaction is still usable. RecoverableFinalization: an inline run
             could not record its outcome; ``execute(id)`` retries it while this host holds its lease (A3, A6).
+            RedactionFailed: the params hook raised, or its result is no JSON object or no longer validates
+            against the action's params model; nothing was stored (Q1, ADR 0042).
             StoreBusy, StoreUnavailable, Conflict: with ``tx``, raised as is (no retry: the caller owns the
             transaction and retries it whole). StoreUnavailable after an inline run: its outcome is stored but
             could not be read back; the message names the invocation, read it with ``get``.
@@ -317,6 +323,7 @@ class Host:
                                + "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
                                            for e in error.errors()[:5])) from None
         plain = validated.model_dump(mode="json")
+        stored = self._redacted_params(action, plain)
         inline = isinstance(mode, Inline)
         if inline and tx is not None:
             # The inline run calls the provider at once, before the caller's transaction commits: a rollback
@@ -327,7 +334,7 @@ class Host:
             id=invocation_id(tenant, space, action.id, idempotency_key), tenant_id=tenant, space_id=space,
             action_id=action.id, action_version=action.version, idempotency_key=idempotency_key, actor=actor,
             authority=authority, binding_digest=binding_digest(action.version, actor, authority),
-            params_digest=params_digest(plain), params=plain,
+            params_digest=params_digest(plain), params=stored,
             mode=InvocationMode.INLINE if inline else InvocationMode.DISPATCH,
             status=InvocationStatus.RUNNING if inline else InvocationStatus.PENDING)
 
@@ -372,6 +379,18 @@ class Host:
                 raise StoreUnavailable(f"invocation {record.id} ran; reading its outcome back failed ({error}): "
                                        "read it again with get()") from error
         return self.get(record.id)
+
+    def _redacted_params(self, action: Action, plain: dict[str, Any]) -> dict[str, Any]:
+        """Q1: the params as stored and executed, redacted once; they must still validate, since every run
+        (dispatched, recovered, inline) executes on the stored params (ADR 0042)."""
+        if self.runtime.redaction.redact_action_parameters is None:
+            return plain
+        redacted = redact_params(self.runtime.redaction, action.id, plain)
+        try:
+            return action.params.model_validate(redacted).model_dump(mode="json")
+        except ValidationError:
+            raise RedactionFailed(f"the redact_action_parameters hook returned params that do not validate for "
+                                  f"{action.id}; nothing was stored") from None
 
     def _run_inline(self, ctx: CommandContext, *, fresh: bool) -> None:
         heartbeat = Heartbeat(self.config.lease_seconds)
