@@ -83,6 +83,8 @@ PROTOCOL_KINDS = (
     ProblemKind("invalid-signature", 401, "Valid signature required"),
     ProblemKind("unknown-reference", 404, "No handoff has this reference yet"),
     ProblemKind("still-executing", 409, "Invocation still executing"),
+    # the host's submit route without the server's --app (ADR 0049): the actions are unknown to this server
+    ProblemKind("host-not-configured", 409, "No actions on this server"),
 )
 
 # kind -> problem, for ``problem(kind, ...)``.
@@ -131,6 +133,8 @@ async def _fencepost_error(request: Request, error: Exception) -> JSONResponse:
         extra["lease_until"] = _iso(error.lease_until)
     if isinstance(error, NotAllowed):
         extra["guard"] = error.guard
+    if isinstance(error, IdempotencyConflict):
+        extra["field"] = error.field  # what differs (host-spec §2.6: the 409 names the field)
     if row.status >= 500:
         log.warning("request failed", extra={"event": "request_failed", "kind": row.kind,
                                              "path": request.url.path, "error": str(error)})
