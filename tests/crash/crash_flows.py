@@ -164,12 +164,6 @@ NOT_COVERED: dict[str, str] = {
     **{f"check-store.{unit}": _CHECK_STORE for unit in ("append", "claim", "dead-letter", "fail",
                                                           "isolation-parent", "isolation-retire", "publish", "tx",
                                                           "write")},
-    # ADR 0048: one unit with no provider call and no lease; its effects are one row, one status and one event,
-    # all or nothing. Before COMMIT nothing is durable and the operator's retry resolves it; after COMMIT the
-    # identical retry is a no-op (tests/host/test_resolve.py::test_resolving_twice) and the audit checks the
-    # row, status and event agree (test_the_audit_flags_a_tampered_resolution). Subprocess windows: not yet.
-    "host.resolve": "an operator's resolution: one all-or-nothing unit without a provider call or lease; its "
-                    "retry after either side of COMMIT is covered by the identical-request rule (ADR 0048)",
 }
 
 
