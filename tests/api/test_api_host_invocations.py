@@ -144,6 +144,8 @@ def test_show_queue_and_resolve(api: HostApi) -> None:
     assert verdicts == ["ActionInvocationReconciliationRequired", "InvocationResolved"]
     assert after["error"] == shown["error"] and after["resolution"]["prior"]["status"] == "reconciliation_required"
     assert api.client.get(f"{BASE}/reconciliation-queue").json()["items"] == []
+    listed = api.client.get(f"{BASE}/invocations", params={"status": "succeeded"}).json()["items"]
+    assert [i["id"] for i in listed] == [inv["id"]] and listed[0]["resolution"]["operator"] == "ops:1"
 
 
 def test_resolve_refusals_are_problems(api: HostApi) -> None:

@@ -502,10 +502,16 @@ class Host:
 
     def page(self, *, tenant: str | None = None, space: str | None = None, status: InvocationStatus | None = None,
              action_id: str | None = None, after: str | None = None, limit: int = 50) -> builtins.list[InvocationView]:
-        """Invocations newest first (steps omitted) after the cursor ``after`` (an invocation id from the
-        previous page; None from the newest). ``limit`` 1..1000 (``InvalidInput`` otherwise)."""
+        """Invocations newest first (steps omitted, resolution included) after the cursor ``after`` (an
+        invocation id from the previous page; None from the newest). ``limit`` 1..1000 (``InvalidInput`` otherwise)."""
         if not 1 <= limit <= 1000:
             raise InvalidInput("limit is 1 to 1000")
-        records = self.store.read(lambda tx: tx.host.page_invocations(
-            tenant_id=tenant, space_id=space, status=status, action_id=action_id, after_id=after, limit=limit))
-        return [view(r, ()) for r in records]
+        def read(tx: UnitOfWork) -> builtins.list[InvocationView]:
+            records = tx.host.page_invocations(tenant_id=tenant, space_id=space, status=status, action_id=action_id,
+                                               after_id=after, limit=limit)
+            # A resolved invocation's row says so in a list too (one keyed read each: pages are small).
+            return [view(r, (), resolution_json(tx.host.get_resolution(r.id))
+                         if r.status.terminal else None) for r in records]
+
+        found: builtins.list[InvocationView] = self.store.read(read)
+        return found
