@@ -33,6 +33,8 @@ PATHS = {
     "/workers": {"get"},
     "/v1/events/outbox": {"get"}, "/v1/events/outbox/summary": {"get"},
     "/v1/host/completions/{provider}": {"post"},
+    "/v1/host/invocations": {"get", "post"}, "/v1/host/invocations/{invocationId}": {"get"},
+    "/v1/host/invocations/{invocationId}/resolve": {"post"}, "/v1/host/reconciliation-queue": {"get"},
 }
 
 

@@ -27,6 +27,7 @@ from package_flows import WINDOWS as PACKAGE_WINDOWS
 from registry_flow import WINDOWS as REGISTRY_WINDOWS
 from test_completion_windows import WINDOWS as COMPLETION_WINDOWS
 from test_fallback_windows import WINDOWS as FALLBACK_WINDOWS
+from test_resolve_windows import WINDOWS as RESOLVE_WINDOWS
 from transaction_names import transaction_names
 
 from helpers.store_backends import BackendUnreachable
@@ -99,6 +100,7 @@ def crash_window_points() -> dict[str, tuple[str, ...]]:
         "tests/workflows/test_wf_crash.py": _admission_windows(),
         "tests/crash/test_fallback_windows.py": tuple(w.point for w in FALLBACK_WINDOWS),
         "tests/crash/test_completion_windows.py": tuple(w.point for w in COMPLETION_WINDOWS),
+        "tests/crash/test_resolve_windows.py": RESOLVE_WINDOWS,
     }
 
 

@@ -28,7 +28,7 @@ from fencepost.rehearsal.handler import KIND, AttemptHandler
 from fencepost.rehearsal.service import RehearsalService, release_gate
 from fencepost.store.base import Store
 from fencepost.store.faults import FaultInjectingStore
-from fencepost.store.host_records import InvocationVerdict, VerdictHeld
+from fencepost.store.host_records import InvocationVerdict, NewResolution, VerdictHeld
 from fencepost.store.sql.executor import Executor, Result
 from fencepost.store.sql.queries import Query
 from fencepost.store.sql.unit import SqlUnitOfWork
@@ -215,6 +215,21 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
     host_contract.dispatched(store, "inv-unleased")
     assert host_contract.unleased(store, "inv-unleased", InvocationStatus.PENDING, host_contract.verdict_of(
         host_contract.invocation(store, "inv-unleased"), status=InvocationStatus.FAILED, error="withdrawn"))
+    # Operator resolutions and the operator's reads (ADRs 0048, 0049): one reconciliation_required invocation
+    # ended unleased, queued, paged and resolved.
+    host_contract.dispatched(store, "inv-resolved")
+    assert host_contract.unleased(store, "inv-resolved", InvocationStatus.PENDING, host_contract.verdict_of(
+        host_contract.invocation(store, "inv-resolved"), status=InvocationStatus.RECONCILIATION_REQUIRED,
+        error="unknown outcome", reconciliation={"kind": "adapter_outcome_ambiguous"}))
+    assert [r.id for r in store.read(lambda tx: tx.host.reconciliation_queue())] == ["inv-every-query",
+                                                                                     "inv-resolved"]
+    assert store.read(lambda tx: tx.host.page_invocations(after_id="inv-resolved", limit=1000)) is not None
+    assert store.transact(lambda tx: tx.host.record_resolution(NewResolution(
+        id="res-every-query", tenant_id=host_contract.TENANT, space_id=host_contract.SPACE,
+        invocation_id="inv-resolved", outcome=InvocationStatus.FAILED, operator="ops", note="none found",
+        evidence={"looked_up": True}, request_digest="sha256:every-query")))
+    resolved = store.read(lambda tx: tx.host.get_resolution("inv-resolved"))
+    assert resolved is not None and resolved.prior_error == "unknown outcome"
     # SQLite's clock is the store's Clock, so nothing else runs its clock statement; run it once here.
     # The store conformance checks' event outbox leases (ADR 0040): one full run drives each of them.
     assert run_event_append_checks(EventAppendSubject(FencepostEventStore(store), "probe-tenant")).passed

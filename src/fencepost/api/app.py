@@ -20,6 +20,7 @@ from fencepost.api import problems, signatures
 from fencepost.api.archive import MAX_EXTRACTED_BYTES
 from fencepost.api.completions import SECURITY_SCHEME, CompletionProvider, completions, providers_of
 from fencepost.api.context import ApiContext
+from fencepost.api.host_invocations import host_invocations
 from fencepost.api.routes import events, health, router, workers
 from fencepost.host import Host
 from fencepost.rehearsal.service import RehearsalService
@@ -195,6 +196,7 @@ def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed
     app.include_router(workers)
     app.include_router(events)
     app.include_router(completions)
+    app.include_router(host_invocations)
     if ui:
         from fencepost.ui.pages import mount
 

@@ -45,6 +45,8 @@ class Problem(BaseModel):
     instance: str | None = None
     lease_until: str | None = Field(default=None, description="lease-active only: when the lease expires (UTC).")
     guard: str | None = Field(default=None, description="not-allowed only: the start guard that is false.")
+    field: str | None = Field(default=None, description="idempotency-conflict only: what differs (action_version, "
+                                                        "actor, authority or parameters).")
 
 
 class PackageInfo(_Model):

@@ -29,6 +29,7 @@ from fencepost.core.errors import (
     NotAllowed,
     NotFound,
     RecoverableFinalization,
+    RedactionFailed,
     SchemaNotReady,
     StoreUnavailable,
 )
@@ -63,6 +64,8 @@ ERRORS: dict[type[FencepostError], ProblemKind] = {
     # 409, not 403: a guard reads the current state (gate, head, installation), not who is asking (ADR 0016).
     NotAllowed: ProblemKind("not-allowed", 409, "Not allowed by a guard"),
     IdempotencyConflict: ProblemKind("idempotency-conflict", 409, "Idempotency key used with another binding"),
+    # the application's redaction hook refused the value: nothing was stored (host-spec Q, ADR 0042)
+    RedactionFailed: ProblemKind("redaction-failed", 422, "A redaction hook refused the value"),
     # the outcome may exist but could not be recorded: retry later, a worker recovers it (host-spec M)
     RecoverableFinalization: ProblemKind("recoverable-finalization", 503, "Outcome not recorded yet"),
     SchemaNotReady: ProblemKind("schema-not-ready", 503, "Control database schema not ready"),
@@ -83,6 +86,8 @@ PROTOCOL_KINDS = (
     ProblemKind("invalid-signature", 401, "Valid signature required"),
     ProblemKind("unknown-reference", 404, "No handoff has this reference yet"),
     ProblemKind("still-executing", 409, "Invocation still executing"),
+    # the host's submit route without the server's --app (ADR 0049): the actions are unknown to this server
+    ProblemKind("host-not-configured", 409, "No actions on this server"),
 )
 
 # kind -> problem, for ``problem(kind, ...)``.
@@ -131,6 +136,8 @@ async def _fencepost_error(request: Request, error: Exception) -> JSONResponse:
         extra["lease_until"] = _iso(error.lease_until)
     if isinstance(error, NotAllowed):
         extra["guard"] = error.guard
+    if isinstance(error, IdempotencyConflict):
+        extra["field"] = error.field  # what differs (host-spec §2.6: the 409 names the field)
     if row.status >= 500:
         log.warning("request failed", extra={"event": "request_failed", "kind": row.kind,
                                              "path": request.url.path, "error": str(error)})

@@ -14,6 +14,7 @@ from fencepost.core.errors import (
     NotAllowed,
     NotFound,
     RecoverableFinalization,
+    RedactionFailed,
     SchemaNotReady,
     StoreUnavailable,
 )
@@ -30,6 +31,7 @@ EXIT_CODES: dict[type[FencepostError], int] = {
     IntegrityViolation: 5,  # a corrupt record is reported like a store that cannot be trusted
     NotAllowed: 6,
     IdempotencyConflict: 3,  # a conflict, named for what differs (ADR 0023)
+    RedactionFailed: 2,  # the application's redaction hook refused the value; nothing was stored (ADR 0042)
     RecoverableFinalization: 5,  # not recorded yet, like a store that failed: retry later
 }
 

@@ -133,6 +133,11 @@ def _show_text(view: InvocationView, events: list[dict[str, Any]] | None = None,
                + (f"; error {c.get('error')}" if c.get("error") else "")
                + (f"; evidence {jsonlib.dumps(c.get('evidence'), sort_keys=True)}" if c.get("evidence") else ""),
                markup=False)
+    if view.resolution:
+        r = view.resolution
+        print_(f"  resolved {r['outcome']} by {r['operator']} at {r['resolved_at']} (was {r['prior']['status']}): "
+               f"{r['note']}" + (f"; evidence {jsonlib.dumps(r['evidence'], sort_keys=True)}" if r["evidence"] else ""),
+               markup=False)
     for step in view.steps:
         ref = f"  external reference {step.external_reference}" if step.external_reference else ""
         print_(f"  step {step.name} {step.status}  attempts {step.attempts}  provider key "
@@ -327,3 +332,66 @@ def complete(
                                                        if receipt.invocation_id else ""), markup=False))
     if receipt.disposition in (CompletionDisposition.NOT_FOUND, CompletionDisposition.STILL_EXECUTING):
         raise typer.Exit(1)
+
+
+# ── the operator: resolution and the reconciliation queue (host-spec §1.Y-13, §2.7; ADR 0048) ──
+@app.command("resolve")
+def resolve(
+    invocation_id: Annotated[str, typer.Argument(help="The reconciliation_required invocation.")],
+    operator: Annotated[str, typer.Option("--as", metavar="NAME",
+                                          help="Who decides (recorded with the resolution), e.g. ops:alice.")],
+    note: Annotated[str, typer.Option("--note", help="What you found at the provider (1-2000 characters).")],
+    succeeded: Annotated[bool, typer.Option("--succeeded", help="The effect happened: settle it succeeded.")] = False,
+    failed: Annotated[bool, typer.Option("--failed", help="The effect did not happen: settle it failed.")] = False,
+    evidence: Annotated[str, typer.Option("--evidence", help="What you found, a JSON object (e.g. the charge "
+                                                             "at the provider).")] = "",
+    database: DatabaseOpt = DEFAULT_URL,
+    json: JsonOpt = False,
+) -> None:
+    """Resolve a reconciliation_required invocation as --succeeded or --failed, after looking it up at the
+    provider (fencepost host queue says what to look up: the vendor, the external reference and the provider
+    key, which is the adapter_invocation_id).
+
+    The resolution records --as, --note and --evidence and an InvocationResolved event; the original verdict,
+    its error, its reconciliation records and its events stay as they were (fencepost host show lists both
+    verdicts). A resolution is final: running the identical command again changes nothing and exits 0; a
+    different one is refused. Exit 0: resolved; 2: bad input (exactly one of --succeeded and --failed) or no
+    such invocation; 3: the invocation is not reconciliation_required or was resolved differently.
+    """
+    with opened(database) as store, handled():
+        if succeeded == failed:
+            raise InvalidInput("give exactly one of --succeeded and --failed")
+        facts = _json_object(evidence, "--evidence") if evidence else None
+        view = Host(store).resolve(invocation_id, "succeeded" if succeeded else "failed", operator=operator,
+                                   note=note, evidence=facts)
+    emit(json, _view_json(view), lambda: _show_text(view))
+
+
+@app.command("queue")
+def queue(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None,
+    space: Annotated[str | None, typer.Option(help="Only this space.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many (1-1000).")] = 100,
+    database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False,
+) -> None:
+    """The reconciliation queue: every reconciliation_required invocation, oldest first, with its kind, its
+    reason and what to look up at the provider (vendor, external reference, provider key). Resolve each with
+    fencepost host resolve ID --succeeded|--failed --as NAME --note TEXT."""
+    with opened(database) as store, handled():
+        entries = Host(store).reconciliation_queue(tenant=tenant, space=space, limit=limit)
+    data = [e.as_json() for e in entries]
+
+    def text() -> None:
+        if not entries:
+            render.console.print("no invocation awaits an operator")
+        for entry in entries:
+            inv = entry.invocation
+            render.console.print(f"{inv['id']}  {inv['action_id']} v{inv['action_version']}  {entry.kind}  since "
+                                 f"{entry.waiting_since}", markup=False)
+            render.console.print(f"  reason: {entry.reason}", markup=False)
+            for lookup in entry.lookups:
+                ref = f" external reference {lookup.external_reference}" if lookup.external_reference else ""
+                render.console.print(f"  look up at {lookup.vendor}: step {lookup.step} ({lookup.status}) provider "
+                                     f"key {lookup.adapter_invocation_id}{ref}", markup=False)
+
+    emit(json, data, text)

@@ -3,9 +3,10 @@ retry or recovery re-appends under the same id and the first write wins (host-sp
 
 Event names: ``ActionInvocationStarted``, ``AdapterInvocationSucceeded``, ``AdapterInvocationFailed``,
 ``AdapterInvocationAmbiguous``, ``ExternalOperationAccepted``, ``ActionInvocationSucceeded``,
-``ActionInvocationFailed``, ``ActionInvocationReconciliationRequired`` and the action's declared events
-(ADR 0025). Subjects: ``("ActionInvocation", invocation_id)`` and ``("AdapterInvocation",
-adapter_invocation_id)`` (E10's default subject).
+``ActionInvocationFailed``, ``ActionInvocationReconciliationRequired``, the action's declared events
+(ADR 0025) and an operator's ``InvocationResolved`` (``fencepost.host.resolution``, ADR 0048). Subjects:
+``("ActionInvocation", invocation_id)`` and ``("AdapterInvocation", adapter_invocation_id)`` (E10's default
+subject).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import builtins
 import math
 import os
 import socket
@@ -44,7 +45,9 @@ from fencepost.host.execution import Execution, Runtime
 from fencepost.host.handler import HostHandler, kind_of
 from fencepost.host.idempotency import binding_digest, check_replay, invocation_id, params_digest
 from fencepost.host.lifecycle import STARTED, invocation_event
+from fencepost.host.operator import QueueEntry, history, lookups, resolution_json
 from fencepost.host.redaction import Redaction, RedactionFailed, redact_params
+from fencepost.host.resolution import apply_resolution, parse_request
 from fencepost.host.sweep import sweep_overdue
 from fencepost.host.telemetry import LogTelemetry, Telemetry
 from fencepost.outbox.context import CommandContext
@@ -133,6 +136,8 @@ class InvocationView:
     steps: tuple[StepView, ...]
     handoff: dict[str, Any] | None = None
     external_completion: dict[str, Any] | None = None
+    #: The operator's resolution (ADR 0048; ``operator.resolution_json``), None when nobody resolved it.
+    resolution: dict[str, Any] | None = None
 
     @property
     def parked(self) -> bool:
@@ -152,11 +157,13 @@ class InvocationView:
                 "steps": [{"name": s.name, "adapter_invocation_id": s.adapter_invocation_id, "status": str(s.status),
                            "attempts": s.attempts, "error": s.error, "external_reference": s.external_reference,
                            "output": s.output} for s in self.steps],
-                "handoff": self.handoff, "parked": self.parked, "external_completion": self.external_completion}
+                "handoff": self.handoff, "parked": self.parked, "external_completion": self.external_completion,
+                "resolution": self.resolution}
 
 
-def view(record: InvocationRecord, rows: Iterable[AdapterRecord]) -> InvocationView:
-    """An ``InvocationView`` of a stored invocation and its adapter rows."""
+def view(record: InvocationRecord, rows: Iterable[AdapterRecord],
+         resolution: dict[str, Any] | None = None) -> InvocationView:
+    """An ``InvocationView`` of a stored invocation, its adapter rows and its resolution (plain JSON or None)."""
     steps = tuple(StepView(r.step_name, r.id, r.status, r.attempts, r.error, r.external_reference, r.output)
                   for r in sorted(rows, key=lambda r: r.step_index))
     return InvocationView(id=record.id, tenant_id=record.tenant_id, space_id=record.space_id,
@@ -167,7 +174,7 @@ def view(record: InvocationRecord, rows: Iterable[AdapterRecord]) -> InvocationV
                           reconciliation=record.reconciliation, attempt_count=record.attempt_count,
                           lease_owner=record.lease_owner, created_at=record.created_at,
                           updated_at=record.updated_at, steps=steps, handoff=_handoff(record),
-                          external_completion=record.external_completion)
+                          external_completion=record.external_completion, resolution=resolution)
 
 
 def _handoff(record: InvocationRecord) -> dict[str, Any] | None:
@@ -437,7 +444,10 @@ class Host:
 
         def read(tx: UnitOfWork) -> InvocationView | None:
             record = tx.host.get_invocation(invocation_id)
-            return None if record is None else view(record, tx.host.list_adapter_invocations(invocation_id))
+            if record is None:
+                return None
+            return view(record, tx.host.list_adapter_invocations(invocation_id),
+                        resolution_json(tx.host.get_resolution(invocation_id)))
 
         found = self.store.read(read)
         if found is None:
@@ -450,3 +460,82 @@ class Host:
         records = self.store.read(lambda tx: tx.host.list_invocations(
             tenant_id=tenant, space_id=space, status=status, action_id=action_id, limit=limit))
         return [view(r, ()) for r in records]
+
+    # ── the operator (host-spec §1.Y-13, §2.7; ADRs 0048, 0049) ──
+    def resolve(self, invocation_id: str, outcome: str, *, operator: str, note: str,
+                evidence: dict[str, Any] | None = None) -> InvocationView:
+        """Settle a ``reconciliation_required`` invocation ``succeeded`` or ``failed`` on an operator's word
+        (host-spec §1.Y-13; ADR 0048), in one unit ``host.resolve``: the resolution row (with a copy of the
+        settled verdict), the status move and an ``InvocationResolved`` event with its outbox row. The earlier
+        verdict event, error, reconciliation, adapter rows and reconciliation log stay as they were.
+
+        Args:
+            invocation_id: the invocation. outcome: ``"succeeded"`` or ``"failed"``. operator: who decides
+                (1..200 chars). note: what was found (1..2000 chars). evidence: a JSON object (e.g. the charge
+                found at the provider, at most 64 KiB) or None.
+        Returns:
+            The invocation after the resolution, its ``resolution`` set. The identical request again returns
+            it unchanged and writes nothing.
+        Raises:
+            InvalidInput: bad arguments. NotFound: no such invocation. Conflict: not ``reconciliation_required``
+            (the message names its status), already resolved with another request, or held by a live lease.
+        """
+        request = parse_request(invocation_id, outcome, operator, note, evidence)
+        resolved: bool = self.store.transact(lambda tx: apply_resolution(tx, request), name="host.resolve")
+        if resolved:
+            telemetry.emit(self.runtime.telemetry, telemetry.STATUS, invocation_id=invocation_id,
+                           status=str(request.outcome))
+        return self.get(invocation_id)
+
+    def reconciliation_queue(self, *, tenant: str | None = None, space: str | None = None,
+                             limit: int = 100) -> builtins.list[QueueEntry]:
+        """The invocations awaiting an operator, oldest verdict first (host-spec §2.7): each with its kind,
+        reason and what to look up at the provider. ``limit`` 1..1000 (``InvalidInput`` otherwise)."""
+        if not 1 <= limit <= 1000:
+            raise InvalidInput("limit is 1 to 1000")
+
+        def read(tx: UnitOfWork) -> builtins.list[QueueEntry]:
+            entries = []
+            for record in tx.host.reconciliation_queue(tenant_id=tenant, space_id=space, limit=limit):
+                rows = tx.host.list_adapter_invocations(record.id)
+                entries.append(QueueEntry(
+                    invocation=view(record, rows).as_json(), kind=(record.reconciliation or {}).get("kind"),
+                    reason=record.error, waiting_since=record.updated_at.isoformat(),
+                    lookups=tuple(lookups(record, rows))))
+            return entries
+
+        found: builtins.list[QueueEntry] = self.store.read(read)
+        return found
+
+    def history(self, invocation_id: str) -> tuple[InvocationView, dict[str, Any]]:
+        """The invocation and its history (``operator.history``: events in log order, both reconciliation logs,
+        the resolution, the lease timeline, the provider lookups), read in one unit. Raises ``NotFound``."""
+
+        def read(tx: UnitOfWork) -> tuple[InvocationView, dict[str, Any]] | None:
+            record = tx.host.get_invocation(invocation_id)
+            if record is None:
+                return None
+            rows = tx.host.list_adapter_invocations(invocation_id)
+            told = history(tx, record, rows)
+            return view(record, rows, told["resolution"]), told
+
+        found = self.store.read(read)
+        if found is None:
+            raise NotFound(f"no invocation {invocation_id}")
+        return found
+
+    def page(self, *, tenant: str | None = None, space: str | None = None, status: InvocationStatus | None = None,
+             action_id: str | None = None, after: str | None = None, limit: int = 50) -> builtins.list[InvocationView]:
+        """Invocations newest first (steps omitted, resolution included) after the cursor ``after`` (an
+        invocation id from the previous page; None from the newest). ``limit`` 1..1000 (``InvalidInput`` otherwise)."""
+        if not 1 <= limit <= 1000:
+            raise InvalidInput("limit is 1 to 1000")
+        def read(tx: UnitOfWork) -> builtins.list[InvocationView]:
+            records = tx.host.page_invocations(tenant_id=tenant, space_id=space, status=status, action_id=action_id,
+                                               after_id=after, limit=limit)
+            # A resolved invocation's row says so in a list too (one keyed read each: pages are small).
+            return [view(r, (), resolution_json(tx.host.get_resolution(r.id))
+                         if r.status.terminal else None) for r in records]
+
+        found: builtins.list[InvocationView] = self.store.read(read)
+        return found

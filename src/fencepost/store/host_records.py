@@ -466,3 +466,47 @@ class HostHealthCounts:
     budget_exhaustions: int
     dead_letters: int
     probe_dead_letters: int
+
+
+# ── operator resolutions (migration 0007, ADR 0048; host-spec §1.Y-13) ──
+@dataclass(frozen=True)
+class NewResolution:
+    """An operator's resolution of a ``reconciliation_required`` invocation: ``HostPort.record_resolution``.
+
+    Attributes:
+        id: stable, derived from the invocation (one resolution per invocation). tenant_id, space_id,
+            invocation_id: the invocation and its scope. outcome: ``succeeded`` or ``failed``. operator: who
+            decided (1..200 chars). note: why (1..2000 chars). evidence: a plain JSON object (what was found at
+            the provider) or None. request_digest: the digest of the request, so that a repeat of the identical
+            request is recognised (ADR 0048).
+    """
+
+    id: str
+    tenant_id: str
+    space_id: str
+    invocation_id: str
+    outcome: InvocationStatus
+    operator: str
+    note: str
+    evidence: dict[str, Any] | None
+    request_digest: str
+
+
+@dataclass(frozen=True)
+class ResolutionRecord:
+    """A resolution as stored (append-only), with the verdict it settled: ``prior_status`` (always
+    ``reconciliation_required``), ``prior_error`` and ``prior_reconciliation`` as the invocation held them."""
+
+    id: str
+    tenant_id: str
+    space_id: str
+    invocation_id: str
+    outcome: InvocationStatus
+    operator: str
+    note: str
+    evidence: dict[str, Any] | None
+    prior_status: InvocationStatus
+    prior_error: str | None
+    prior_reconciliation: dict[str, Any] | None
+    request_digest: str
+    created_at: datetime

@@ -44,7 +44,9 @@ from fencepost.store.host_records import (
     NewEvent,
     NewInvocation,
     NewReconciliation,
+    NewResolution,
     ReconciliationRecord,
+    ResolutionRecord,
     Subject,
     UnleasedVerdict,
     VerdictHeld,
@@ -621,6 +623,40 @@ class HostPort(Protocol):
     def get_adapter_invocation_in_scope(self, adapter_invocation_id: str, scope: AdapterScope) -> AdapterRecord | None:
         """The adapter row only when it lives in ``scope`` (host-spec V2): None for any other tenant, space or
         invocation."""
+        ...
+
+    # ADR 0048/0049: operator resolutions and the operator's reads (a separate block; migration 0007).
+    def record_resolution(self, resolution: NewResolution) -> bool:
+        """Resolve a ``reconciliation_required`` invocation (host-spec §1.Y-13): insert the resolution row with
+        a copy of the invocation's current error and reconciliation, then move the invocation's status to
+        ``resolution.outcome``. Nothing else of the invocation, its adapter rows, reconciliation log or events
+        changes. Callers lock the invocation first (``lock_invocation``) and append ``InvocationResolved`` in
+        the same unit.
+
+        Returns:
+            True when resolved now; False, changing nothing, when the invocation is missing, in another scope,
+            not ``reconciliation_required``, already resolved, or its command holds a live lease.
+        Raises:
+            Conflict: a value breaks the schema (an outcome other than succeeded/failed, an empty note).
+        """
+        ...
+
+    def get_resolution(self, invocation_id: str) -> ResolutionRecord | None:
+        """The invocation's resolution, or None when no operator resolved it."""
+        ...
+
+    def page_invocations(self, *, tenant_id: str | None = None, space_id: str | None = None,
+                         status: InvocationStatus | None = None, action_id: str | None = None,
+                         after_id: str | None = None, limit: int = 50) -> list[InvocationRecord]:
+        """``list_invocations`` with a keyset cursor: the invocations newest first (created_at, then id)
+        strictly after the invocation ``after_id`` (None: from the newest). An ``after_id`` naming no invocation
+        yields []. ``limit`` 1..1000 (ValueError otherwise)."""
+        ...
+
+    def reconciliation_queue(self, *, tenant_id: str | None = None, space_id: str | None = None,
+                             limit: int = 100) -> list[InvocationRecord]:
+        """The ``reconciliation_required`` invocations, oldest verdict first (updated_at, then id); ``limit``
+        1..1000 (ValueError otherwise)."""
         ...
 
 

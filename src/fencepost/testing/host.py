@@ -6,7 +6,9 @@ expected statuses, the lease and verdict conditions, the no-regression rule also
 fence last) with the race of a takeover against a stale write (host-spec I17), the append-only reconciliation
 logs (first write wins per id and log, in the parent's scope: L13, V), the settled-parent enrichment
 (exact status and error, H17) and the external completion handoffs (one per invocation under the lease, parking,
-the exact match, the sweep's candidates, the unleased verdict that ends the command: N1, N2, N8, N12, N18, N30).
+the exact match, the sweep's candidates, the unleased verdict that ends the command: N1, N2, N8, N12, N18, N30),
+and the operator's resolution and reads (one resolution per reconciliation_required invocation, moving only its
+status, with a copy of the verdict; keyset pages; the queue oldest first: ADRs 0048, 0049).
 ``EventsContract``: the
 first-write-wins event log across the whole store, sequences per space, and the outbox row only for an
 event stored now.
@@ -48,6 +50,7 @@ from fencepost.store.host_records import (
     NewEvent,
     NewInvocation,
     NewReconciliation,
+    NewResolution,
     ReconciliationRecord,
     Subject,
     UnleasedVerdict,
@@ -236,6 +239,28 @@ def unleased(store: Store, invocation_id: str, expected: InvocationStatus, verdi
         return tx.host.update_unleased_invocation(invocation_id, expected, verdict)
 
     return store.transact(fn)
+
+
+def awaiting(store: Store, invocation_id: str, *, error: str = "unknown outcome",
+             reconciliation: dict[str, Any] | None = None, **changes: Any) -> None:
+    """A dispatched invocation settled ``reconciliation_required`` unleased (its command finished), as the sweep
+    or a recovery leaves one for an operator (ADR 0048)."""
+    dispatched(store, invocation_id, **changes)
+    record = invocation(store, invocation_id)
+    assert unleased(store, invocation_id, InvocationStatus.PENDING, verdict_of(
+        record, status=InvocationStatus.RECONCILIATION_REQUIRED, error=error,
+        reconciliation=reconciliation or {"kind": "adapter_outcome_ambiguous"}))
+
+
+def resolve_record(store: Store, invocation_id: str, outcome: InvocationStatus, *, tenant: str = TENANT,
+                   evidence: dict[str, Any] | None = None) -> bool:
+    """``HostPort.record_resolution`` of ``invocation_id`` by ``ops:1`` in its own unit (scope: ``tenant`` and the
+    invocation's own space)."""
+    space = store.read(lambda tx: tx.host.get_invocation(invocation_id))
+    return bool(store.transact(lambda tx: tx.host.record_resolution(NewResolution(
+        id=f"res_{invocation_id}", tenant_id=tenant, space_id=space.space_id if space else SPACE,
+        invocation_id=invocation_id, outcome=outcome, operator="ops:1", note="looked it up", evidence=evidence,
+        request_digest="sha256:request"))))
 
 
 def verdict_of(record: InvocationRecord, **changes: Any) -> UnleasedVerdict:
@@ -877,6 +902,84 @@ class HostContract(StoreContract):
         assert invocation(store, "inv_1") == before and before.command_status is CommandStatus.PENDING
 
     # ── the race (I17) ──
+    # ── operator resolutions and the operator's reads (migration 0007; ADRs 0048, 0049) ──
+    def test_record_resolution_moves_only_the_status_and_keeps_a_copy_of_the_verdict(self, store: Store) -> None:
+        awaiting(store, "inv_r", error="no answer", reconciliation={"kind": "adapter_outcome_ambiguous"})
+        before = invocation(store, "inv_r")
+        assert resolve_record(store, "inv_r", InvocationStatus.SUCCEEDED, evidence={"charge": "ch_1"})
+        after = invocation(store, "inv_r")
+        assert after.status is InvocationStatus.SUCCEEDED
+        assert (after.error, after.result, after.reconciliation) == (before.error, before.result,
+                                                                      before.reconciliation)
+        found = store.read(lambda tx: tx.host.get_resolution("inv_r"))
+        assert found is not None and found.created_at.tzinfo is not None
+        assert (found.id, found.outcome, found.operator, found.note, found.evidence, found.prior_status,
+                found.prior_error, found.prior_reconciliation, found.request_digest) == (
+            "res_inv_r", InvocationStatus.SUCCEEDED, "ops:1", "looked it up", {"charge": "ch_1"},
+            InvocationStatus.RECONCILIATION_REQUIRED, "no answer", {"kind": "adapter_outcome_ambiguous"},
+            "sha256:request")
+        assert store.read(lambda tx: tx.host.get_resolution("inv_missing")) is None
+
+    def test_record_resolution_refuses_other_statuses_a_second_one_and_another_scope(self, store: Store) -> None:
+        dispatched(store, "inv_p")
+        assert not resolve_record(store, "inv_p", InvocationStatus.FAILED)  # pending
+        assert not resolve_record(store, "inv_missing", InvocationStatus.FAILED)
+        awaiting(store, "inv_r")
+        assert not resolve_record(store, "inv_r", InvocationStatus.FAILED, tenant="other")
+        assert resolve_record(store, "inv_r", InvocationStatus.FAILED)
+        assert not resolve_record(store, "inv_r", InvocationStatus.SUCCEEDED)  # one resolution per invocation
+        assert invocation(store, "inv_r").status is InvocationStatus.FAILED
+        assert invocation(store, "inv_p").status is InvocationStatus.PENDING
+        with pytest.raises(Conflict):
+            resolve_record(store, "inv_p", InvocationStatus.RECONCILIATION_REQUIRED)
+
+    def test_record_resolution_refuses_a_live_lease(self, store: Store) -> None:
+        lease = running(store, "inv_l", 600)
+        assert store.transact(lambda tx: tx.host.update_leased_invocation("inv_l", lease, InvocationVerdict(
+            InvocationStatus.RECONCILIATION_REQUIRED, error="x")))  # the command is still leased
+        assert not resolve_record(store, "inv_l", InvocationStatus.SUCCEEDED)
+        assert invocation(store, "inv_l").status is InvocationStatus.RECONCILIATION_REQUIRED
+
+    def test_page_invocations_walks_every_row_once_newest_first(self, store: Store,
+                                                                backend: ContractHarness) -> None:
+        for i in range(5):
+            dispatched(store, f"inv_{i}", tenant="t2" if i == 4 else TENANT)
+            backend.advance(0.01)
+        seen: list[str] = []
+        after: str | None = None
+
+        def page_after(cursor: str | None, limit: int = 2) -> list[InvocationRecord]:
+            found: list[InvocationRecord] = store.read(lambda tx: tx.host.page_invocations(after_id=cursor,
+                                                                                            limit=limit))
+            return found
+
+        while True:
+            page = page_after(after)
+            seen += [r.id for r in page]
+            if len(page) < 2:
+                break
+            after = page[-1].id
+        assert seen == [f"inv_{i}" for i in (4, 3, 2, 1, 0)]
+        assert [r.id for r in store.read(lambda tx: tx.host.page_invocations(tenant_id=TENANT, after_id="inv_3"))] \
+            == ["inv_2", "inv_1", "inv_0"]
+        assert store.read(lambda tx: tx.host.page_invocations(after_id="inv_missing")) == []
+        assert store.read(lambda tx: tx.host.page_invocations(status=InvocationStatus.FAILED)) == []
+        for limit in (0, 1001):
+            with pytest.raises(ValueError):
+                page_after(None, limit)
+
+    def test_reconciliation_queue_is_oldest_verdict_first(self, store: Store, backend: ContractHarness) -> None:
+        dispatched(store, "inv_pending")
+        awaiting(store, "inv_b")
+        backend.advance(0.01)
+        awaiting(store, "inv_a", space="other")
+        assert [r.id for r in store.read(lambda tx: tx.host.reconciliation_queue())] == ["inv_b", "inv_a"]
+        assert [r.id for r in store.read(lambda tx: tx.host.reconciliation_queue(space_id="other"))] == ["inv_a"]
+        assert resolve_record(store, "inv_b", InvocationStatus.FAILED)
+        assert [r.id for r in store.read(lambda tx: tx.host.reconciliation_queue(limit=1))] == ["inv_a"]
+        with pytest.raises(ValueError):
+            store.read(lambda tx: tx.host.reconciliation_queue(limit=0))
+
     def test_conditional_write_race(self, store: Store, backend: ContractHarness) -> None:
         """Two threads: takeovers (each followed by the new owner's write) against stale writes of the old
         owner. A stale write may land only before its takeover, where the new owner's write overwrites it:

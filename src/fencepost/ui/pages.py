@@ -101,9 +101,41 @@ def rehearsal(request: Request, run_id: str) -> HTMLResponse:
     return templates.TemplateResponse(request, "rehearsal.html", data)
 
 
+# ── the action host's operator views (ADR 0049; host-spec §2.7): drawn by app.js from /v1/host/... ──
+def _host_page(request: Request, template: str, **extra: Any) -> HTMLResponse:
+    ctx = _ctx(request)
+    try:
+        ctx.require_ready()
+    except FencepostError as error:
+        return _error_page(request, error)
+    return templates.TemplateResponse(request, template, {"open_reads": ctx.open_reads,
+                                                          "poll_ms": max(ctx.poll_ms, 1000), **extra})
+
+
+def invocations(request: Request) -> HTMLResponse:
+    """The invocations list (status, action, attempts), newest first, with filters."""
+    return _host_page(request, "invocations.html")
+
+
+def invocation(request: Request, invocation_id: str) -> HTMLResponse:
+    """One invocation: status, attempts, steps, events in order, lease timeline, reconciliation, resolution."""
+    return _host_page(request, "invocation.html", invocation_id=invocation_id)
+
+
+def reconciliation_queue(request: Request) -> HTMLResponse:
+    """The reconciliation queue, oldest first, with a Resolve form per invocation (the server judges it)."""
+    return _host_page(request, "queue.html")
+
+
 def mount(app: FastAPI) -> None:
     """Add the pages and ``/static`` to ``app`` (left out of the OpenAPI document)."""
     app.add_api_route("/", index, methods=["GET"], response_class=HTMLResponse, include_in_schema=False)
     app.add_api_route("/rehearsals/{run_id}", rehearsal, methods=["GET"], response_class=HTMLResponse,
+                      include_in_schema=False)
+    app.add_api_route("/invocations", invocations, methods=["GET"], response_class=HTMLResponse,
+                      include_in_schema=False)
+    app.add_api_route("/invocations/{invocation_id}", invocation, methods=["GET"], response_class=HTMLResponse,
+                      include_in_schema=False)
+    app.add_api_route("/reconciliation-queue", reconciliation_queue, methods=["GET"], response_class=HTMLResponse,
                       include_in_schema=False)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")

@@ -140,16 +140,21 @@ SELECT i.id AS subject,
 FROM invocations i
 WHERE ((i.handoff_reference IS NULL OR i.handoff_provider IS NULL)
        AND (i.parked_at IS NOT NULL OR i.overdue_at IS NOT NULL OR i.completion_due_at IS NOT NULL))
-   OR (i.status IN ('succeeded', 'failed') AND i.overdue_at IS NOT NULL AND i.parked_at IS NULL)
+   OR (i.status IN ('succeeded', 'failed') AND i.overdue_at IS NOT NULL AND i.parked_at IS NULL
+       AND NOT EXISTS (SELECT 1 FROM host_resolutions r WHERE r.invocation_id = i.id))
    OR (i.status = 'running' AND i.overdue_at IS NOT NULL)
    OR (i.status = 'succeeded' AND i.handoff_reference IS NOT NULL
-       AND (i.parked_at IS NULL OR i.external_completion IS NULL));
+       AND (i.parked_at IS NULL OR i.external_completion IS NULL)
+       -- An operator's resolution (ADR 0048) may settle a handoff that never completed.
+       AND NOT EXISTS (SELECT 1 FROM host_resolutions r WHERE r.invocation_id = i.id));
 
 -- name: audit_invocation_steps
--- A pending invocation has no adapter row; a succeeded one has only succeeded rows (host-spec J3).
+-- A pending invocation has no adapter row; a succeeded one has only succeeded rows (host-spec J3), unless an
+-- operator resolved it succeeded (ADR 0048: the ambiguous step's row keeps what the host saw).
 SELECT i.id AS subject, i.status || ' invocation has a ' || a.status || ' step ' || a.step_name AS detail
 FROM invocations i JOIN adapter_invocations a ON a.invocation_id = i.id
-WHERE i.status = 'pending' OR (i.status = 'succeeded' AND a.status != 'succeeded');
+WHERE i.status = 'pending' OR (i.status = 'succeeded' AND a.status != 'succeeded'
+                               AND NOT EXISTS (SELECT 1 FROM host_resolutions r WHERE r.invocation_id = i.id));
 
 -- name: audit_invocation_verdict_event
 -- A verdict has a verdict event (written in its transaction) and the latest one names the current status; an open
@@ -163,18 +168,53 @@ GROUP BY i.id, i.status
 HAVING (i.status IN ('succeeded', 'failed', 'reconciliation_required') AND count(e.id) = 0)
     OR (i.status NOT IN ('succeeded', 'failed', 'reconciliation_required') AND count(e.id) > 0)
 UNION ALL
-SELECT i.id AS subject, i.status || ' invocation, but its latest verdict event is ' || e.type AS detail
+SELECT i.id AS subject, i.status || ' invocation, but its latest verdict event is ' || e.type
+       || CASE WHEN e.type = 'InvocationResolved'
+               THEN ' of a ' || coalesce(r.outcome, 'missing') || ' resolution' ELSE '' END AS detail
 FROM invocations i
 JOIN host_events e ON e.subject_type = 'ActionInvocation' AND e.subject_id = i.id
-     AND e.type IN ('ActionInvocationSucceeded', 'ActionInvocationFailed', 'ActionInvocationReconciliationRequired')
+     AND e.type IN ('ActionInvocationSucceeded', 'ActionInvocationFailed', 'ActionInvocationReconciliationRequired',
+                    'InvocationResolved')
+LEFT JOIN host_resolutions r ON r.invocation_id = i.id
 WHERE i.status IN ('succeeded', 'failed', 'reconciliation_required')
   AND e.sequence = (SELECT max(l.sequence) FROM host_events l
                     WHERE l.subject_type = 'ActionInvocation' AND l.subject_id = i.id
                       AND l.type IN ('ActionInvocationSucceeded', 'ActionInvocationFailed',
-                                     'ActionInvocationReconciliationRequired'))
-  AND e.type != (CASE i.status WHEN 'succeeded' THEN 'ActionInvocationSucceeded'
-                               WHEN 'failed' THEN 'ActionInvocationFailed'
-                               ELSE 'ActionInvocationReconciliationRequired' END);
+                                     'ActionInvocationReconciliationRequired', 'InvocationResolved'))
+  -- An operator's resolution (ADR 0048) is the latest verdict event of the status it chose.
+  AND ((e.type = 'InvocationResolved' AND (r.outcome IS NULL OR r.outcome != i.status))
+       OR (e.type != 'InvocationResolved'
+           AND e.type != (CASE i.status WHEN 'succeeded' THEN 'ActionInvocationSucceeded'
+                                        WHEN 'failed' THEN 'ActionInvocationFailed'
+                                        ELSE 'ActionInvocationReconciliationRequired' END)));
+
+-- name: audit_invocation_resolution
+-- An operator's resolution (ADR 0048; host-spec §1.Y-13) is written with its InvocationResolved event in one
+-- transaction, and keeps a copy of the verdict it settled: a resolution without its event, an event without
+-- its resolution, or a settled verdict (error, reconciliation) rewritten since is a finding. The verdict event
+-- it settled stays in the log too.
+SELECT r.invocation_id AS subject, 'resolution ' || r.id || ' has no InvocationResolved event' AS detail
+FROM host_resolutions r
+WHERE NOT EXISTS (SELECT 1 FROM host_events e WHERE e.subject_type = 'ActionInvocation'
+                    AND e.subject_id = r.invocation_id AND e.type = 'InvocationResolved')
+UNION ALL
+SELECT e.subject_id AS subject, 'InvocationResolved event ' || e.id || ' without a resolution' AS detail
+FROM host_events e
+WHERE e.subject_type = 'ActionInvocation' AND e.type = 'InvocationResolved'
+  AND NOT EXISTS (SELECT 1 FROM host_resolutions r WHERE r.invocation_id = e.subject_id)
+UNION ALL
+SELECT r.invocation_id AS subject, 'resolution ' || r.id || ' settled a verdict without its '
+       || 'ActionInvocationReconciliationRequired event' AS detail
+FROM host_resolutions r
+WHERE NOT EXISTS (SELECT 1 FROM host_events e WHERE e.subject_type = 'ActionInvocation'
+                    AND e.subject_id = r.invocation_id AND e.type = 'ActionInvocationReconciliationRequired')
+UNION ALL
+SELECT r.invocation_id AS subject, 'the verdict resolution ' || r.id || ' settled was rewritten since (error or '
+       || 'reconciliation differ from the copy the resolution kept)' AS detail
+FROM host_resolutions r JOIN invocations i ON i.id = r.invocation_id
+WHERE NOT ((i.error = r.prior_error OR (i.error IS NULL AND r.prior_error IS NULL))
+           AND (i.reconciliation = r.prior_reconciliation
+                OR (i.reconciliation IS NULL AND r.prior_reconciliation IS NULL)));
 
 -- name: audit_invocation_evidence_gaps
 -- A terminal verdict whose evidence is incomplete (host-spec K8: a verdict-first fallback may commit the verdict
@@ -208,7 +248,9 @@ UNION ALL
 SELECT i.id AS subject, 'evidence gap: the applied_effect verdict names adapter invocation '
        || {{invocation_reconciliation_adapter}} || ' without a governance reconciliation record' AS detail
 FROM invocations i
-WHERE i.status = 'reconciliation_required' AND {{invocation_reconciliation_kind}} = 'applied_effect'
+WHERE (i.status = 'reconciliation_required' OR EXISTS (SELECT 1 FROM host_resolutions rr
+                                                        WHERE rr.invocation_id = i.id))
+  AND {{invocation_reconciliation_kind}} = 'applied_effect'
   AND {{invocation_reconciliation_adapter}} IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM host_reconciliations r
                   WHERE r.invocation_id = i.id AND r.log = 'governance'

@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from fencepost.core.canonical import canonical_json, parse_json
-from fencepost.core.errors import LeaseLost
+from fencepost.core.errors import Conflict, LeaseLost
 from fencepost.core.statuses import (
     AdapterStatus,
     CommandStatus,
@@ -37,7 +37,9 @@ from fencepost.store.host_records import (
     LeaseHeld,
     NewInvocation,
     NewReconciliation,
+    NewResolution,
     ReconciliationRecord,
+    ResolutionRecord,
     UnleasedVerdict,
     UpdateAdapterRow,
     VerdictHeld,
@@ -254,6 +256,49 @@ class SqlHost:
         return adapter_from_row(rows[0]) if rows else None
 
 
+    # ── operator resolutions and reads (ADRs 0048, 0049; resolutions.sql) ──
+    def record_resolution(self, resolution: NewResolution) -> bool:
+        if resolution.outcome not in (InvocationStatus.SUCCEEDED, InvocationStatus.FAILED):
+            raise Conflict(f"a resolution's outcome is succeeded or failed, not {resolution.outcome}")
+        now = self._unit.now()
+        if self._unit.run("command_leased", {"id": resolution.invocation_id, "now": now}).rows:
+            return False  # a live lease holds the command: its execution writes the verdict
+        inserted = self._unit.run("insert_resolution", {
+            "id": resolution.id, "invocation_id": resolution.invocation_id, "tenant_id": resolution.tenant_id,
+            "space_id": resolution.space_id, "outcome": str(resolution.outcome), "operator": resolution.operator,
+            "note": resolution.note, "evidence": _json_or_none(resolution.evidence),
+            "request_digest": resolution.request_digest, "now": now}).rows
+        if not inserted:
+            return False
+        moved = self._unit.run("resolve_invocation_status", {
+            "invocation_id": resolution.invocation_id, "outcome": str(resolution.outcome), "now": now}).rowcount
+        if moved != 1:  # pragma: no cover - the insert saw the row reconciliation_required in this unit
+            raise Conflict(f"invocation {resolution.invocation_id} changed while it was resolved")
+        return True
+
+    def get_resolution(self, invocation_id: str) -> ResolutionRecord | None:
+        rows = self._unit.run("get_resolution", {"invocation_id": invocation_id}).rows
+        return resolution_from_row(rows[0]) if rows else None
+
+    def page_invocations(self, *, tenant_id: str | None = None, space_id: str | None = None,
+                         status: InvocationStatus | None = None, action_id: str | None = None,
+                         after_id: str | None = None, limit: int = 50) -> list[InvocationRecord]:
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be between 1 and 1000")
+        rows = self._unit.run("page_invocations", {
+            "tenant_id": tenant_id, "space_id": space_id, "status": None if status is None else str(status),
+            "action_id": action_id, "after_id": after_id, "limit": limit}).rows
+        return [invocation_from_row(r) for r in rows]
+
+    def reconciliation_queue(self, *, tenant_id: str | None = None, space_id: str | None = None,
+                             limit: int = 100) -> list[InvocationRecord]:
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be between 1 and 1000")
+        rows = self._unit.run("reconciliation_queue", {"tenant_id": tenant_id, "space_id": space_id,
+                                                       "limit": limit}).rows
+        return [invocation_from_row(r) for r in rows]
+
+
 def invocation_from_row(row: dict[str, Any]) -> InvocationRecord:
     """An ``InvocationRecord`` from a row of the ``invocation_columns`` fragment."""
     command_status = row["command_status"]
@@ -289,3 +334,13 @@ def reconciliation_from_row(row: dict[str, Any]) -> ReconciliationRecord:
         id=row["id"], tenant_id=row["tenant_id"], space_id=row["space_id"], invocation_id=row["invocation_id"],
         adapter_invocation_id=row["adapter_invocation_id"], log=ReconciliationLog(row["log"]),
         kind=ReconciliationKind(row["kind"]), payload=_parsed(row["payload"]), created_at=row["created_at"])
+
+
+def resolution_from_row(row: dict[str, Any]) -> ResolutionRecord:
+    """A ``ResolutionRecord`` from a row of the ``resolution_columns`` fragment."""
+    return ResolutionRecord(
+        id=row["id"], tenant_id=row["tenant_id"], space_id=row["space_id"], invocation_id=row["invocation_id"],
+        outcome=InvocationStatus(row["outcome"]), operator=row["operator"], note=row["note"],
+        evidence=_parsed(row["evidence"]), prior_status=InvocationStatus(row["prior_status"]),
+        prior_error=row["prior_error"], prior_reconciliation=_parsed(row["prior_reconciliation"]),
+        request_digest=row["request_digest"], created_at=row["created_at"])

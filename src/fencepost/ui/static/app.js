@@ -461,6 +461,220 @@
     refresh();
   }
 
+
+  // ── the action host's views (ADR 0049): invocations, one invocation, the reconciliation queue ──
+  const HOST = "/v1/host";
+  const VERDICTS = new Set(["ActionInvocationSucceeded", "ActionInvocationFailed",
+    "ActionInvocationReconciliationRequired", "InvocationResolved"]);
+  const json = (value) => (value === null || value === undefined ? "—" : JSON.stringify(value));
+  const invLink = (id) => h("a", { href: "/invocations/" + encodeURIComponent(id) }, h("code", {}, id));
+
+  // Poll ``load`` every pollMs (never two at once), with the same freshness line as the rehearsal page.
+  function poller(load) {
+    const pollMs = Number(main.dataset.pollMs) || 1000;
+    const stateEl = document.getElementById("freshness");
+    const detailEl = document.getElementById("freshness-detail");
+    let lastOk = null, lastError = null, inflight = false, timer = null;
+    function freshness() {
+      const since = lastOk === null ? Infinity : (performance.now() - lastOk) / 1000;
+      let state, text;
+      if (lastError) { state = "error"; text = "Stale: the last refresh failed (" + lastError + ")"; }
+      else if (since > Math.max(4, pollMs / 1000 * 2.5)) { state = "stale"; text = "Stale: no refresh for " + (since === Infinity ? "a while" : Math.round(since) + " s"); }
+      else { state = "live"; text = "Live: updating every " + pollMs / 1000 + " s"; }
+      if (stateEl.textContent !== text) stateEl.textContent = text;
+      stateEl.dataset.state = state;
+      stateEl.parentElement.classList.toggle("stale", state !== "live");
+    }
+    async function refresh() {
+      if (inflight) return;
+      inflight = true;
+      window.clearTimeout(timer);
+      try {
+        await load();
+        lastOk = performance.now();
+        lastError = null;
+        detailEl.textContent = "";
+      } catch (error) {
+        lastError = describe(error);
+      } finally {
+        inflight = false;
+      }
+      freshness();
+      timer = window.setTimeout(refresh, pollMs);
+    }
+    window.setInterval(freshness, 1000);
+    refresh();
+    return refresh;
+  }
+
+  function invocationRow(v) {
+    return h("tr", { "data-invocation": v.id },
+      h("td", {}, invLink(v.id)), h("td", {}, v.action_id + " v" + v.action_version),
+      h("td", {}, badge(v.status)), h("td", {}, v.attempt_count), h("td", {}, h("code", {}, v.idempotency_key)),
+      h("td", {}, h("time", { datetime: v.created_at }, when(v.created_at))),
+      h("td", { className: "attempt-error" }, v.error || ""));
+  }
+
+  function initInvocations() {
+    const form = document.getElementById("invocation-filters");
+    const more = document.getElementById("more-invocations");
+    let pages = 1;
+    function query(cursor) {
+      const params = new URLSearchParams({ limit: "50" });
+      const status = document.getElementById("filter-status").value;
+      const action = document.getElementById("filter-action").value.trim();
+      if (status) params.set("status", status);
+      if (action) params.set("action_id", action);
+      if (cursor) params.set("cursor", cursor);
+      return HOST + "/invocations?" + params.toString();
+    }
+    let drawn = "";
+    const refresh = poller(async () => {
+      let items = [], cursor = null;
+      for (let i = 0; i < pages; i++) {
+        const page = await call("GET", query(cursor));
+        items = items.concat(page.items);
+        cursor = page.next_cursor;
+        if (!cursor) break;
+      }
+      more.hidden = !cursor;
+      const key = JSON.stringify(items);
+      if (key === drawn) return;
+      drawn = key;
+      const body = document.getElementById("invocations");
+      body.replaceChildren(...(items.length ? items.map(invocationRow)
+        : [h("tr", {}, h("td", { colSpan: 7, className: "muted" }, "No invocation matches."))]));
+    });
+    form.addEventListener("submit", (event) => { event.preventDefault(); pages = 1; refresh(); });
+    more.addEventListener("click", () => { pages += 1; refresh(); });
+  }
+
+  function resolutionText(r) {
+    return "Resolved " + r.outcome + " by " + r.operator + " at " + when(r.resolved_at) + " (was " + r.prior.status + "): " + r.note;
+  }
+
+  function initInvocation() {
+    const id = main.dataset.invocationId;
+    let drawn = "";
+    let lastStatus = null;
+    poller(async () => {
+      const v = await call("GET", HOST + "/invocations/" + encodeURIComponent(id));
+      const key = JSON.stringify(v);
+      if (key === drawn) return;
+      drawn = key;
+      if (lastStatus !== null && lastStatus !== v.status) say("The invocation is now " + v.status);
+      lastStatus = v.status;
+      document.getElementById("inv-status").replaceChildren(badge(v.status));
+      const rec = v.reconciliation || {};
+      const rows = [["Action", v.action_id + " v" + v.action_version], ["Status", badge(v.status)],
+        ["Attempts", v.attempt_count], ["Submitted by", v.actor + (v.authority ? " under " + v.authority : "")],
+        ["Idempotency key", h("code", {}, v.idempotency_key)], ["Created", when(v.created_at)],
+        ["Reconciliation kind", rec.kind || "—"], ["Error", v.error || "—"], ["Lease owner", v.lease_owner || "—"]];
+      document.getElementById("inv-summary").replaceChildren(...rows.map(([label, value]) =>
+        h("div", {}, h("dt", {}, label), h("dd", { "data-field": label.toLowerCase().replace(/ /g, "-") }, value))));
+      // Both verdicts when an operator resolved it: the one the host wrote, and the resolution.
+      const verdicts = v.events.filter((e) => VERDICTS.has(e.type));
+      document.getElementById("inv-verdicts").replaceChildren(
+        h("h3", {}, "Verdict history"),
+        h("ol", { className: "verdict-history", id: "verdict-history" }, ...(verdicts.length ? verdicts.map((e) =>
+          h("li", { "data-type": e.type }, h("strong", {}, e.type), " at " + when(e.occurred_at),
+            e.type === "InvocationResolved" ? " by " + e.payload.operator + ": " + e.payload.outcome + " (" + e.payload.note + ")"
+              : e.payload.error ? ": " + e.payload.error : "")) : [h("li", { className: "muted" }, "No verdict yet.")])),
+        v.resolution ? h("p", { id: "resolution", "data-outcome": v.resolution.outcome }, resolutionText(v.resolution),
+          v.resolution.evidence ? [" · evidence ", h("code", {}, json(v.resolution.evidence))] : null) : null);
+      document.getElementById("inv-steps").replaceChildren(...(v.steps.length ? v.steps.map((s) => h("tr", { "data-step": s.name },
+        h("td", {}, s.name), h("td", {}, badge(s.status)), h("td", {}, s.attempts),
+        h("td", {}, h("code", {}, s.adapter_invocation_id)), h("td", {}, s.external_reference ? h("code", {}, s.external_reference) : "—"),
+        h("td", { className: "attempt-error" }, s.error || ""))) : [h("tr", {}, h("td", { colSpan: 6, className: "muted" }, "No step has run."))]));
+      document.getElementById("inv-events").replaceChildren(...v.events.map((e) => h("li", { "data-type": e.type, className: VERDICTS.has(e.type) ? "verdict" : "" },
+        e.type, " ", h("span", { className: "muted" }, "#" + e.sequence + " · " + when(e.occurred_at) + " · " + e.subject_type),
+        " ", h("code", { className: "payload" }, json(e.payload)))));
+      document.getElementById("inv-recon").replaceChildren(...(v.reconciliations.length ? v.reconciliations.map((r) => h("tr", {},
+        h("td", {}, r.log), h("td", {}, r.kind), h("td", {}, r.adapter_invocation_id ? h("code", {}, r.adapter_invocation_id) : "—"),
+        h("td", {}, when(r.created_at)), h("td", {}, h("code", { className: "payload" }, json(r.payload)))))
+        : [h("tr", {}, h("td", { colSpan: 5, className: "muted" }, "No reconciliation record."))]));
+      document.getElementById("inv-leases").replaceChildren(...(v.lease_timeline.length ? v.lease_timeline.map((d) => h("tr", {},
+        h("td", {}, "#" + d.delivery + " (" + d.claim + ")"), h("td", {}, d.owner || "—"), h("td", {}, when(d.claimed_at)),
+        h("td", {}, d.heartbeats), h("td", {}, when(d.lease_until)), h("td", {}, d.ended + (d.ended_at ? " at " + when(d.ended_at) : ""))))
+        : [h("tr", {}, h("td", { colSpan: 6, className: "muted" }, "No delivery yet (inline, or not claimed)."))]));
+    });
+  }
+
+  function queueItem(entry) {
+    const v = entry.invocation;
+    const fid = "resolve-" + v.id;
+    return h("li", { className: "attempt s-reconciliation_required", id: "queue-" + v.id, "data-invocation": v.id },
+      h("article", { "aria-labelledby": "qh-" + v.id },
+        h("h3", { id: "qh-" + v.id }, invLink(v.id), " ", v.action_id + " v" + v.action_version, " ", badge(v.status)),
+        h("p", {}, h("strong", {}, entry.kind || "reconciliation"), " · waiting since " + when(entry.waiting_since)),
+        h("p", { className: "attempt-error" }, entry.reason || ""),
+        h("ul", { className: "lookups" }, ...(entry.lookups.length ? entry.lookups.map((lk) => h("li", {},
+          "Look up at ", h("strong", {}, lk.vendor), ": step " + lk.step + " (" + lk.operation + ", " + lk.status + "), provider key ",
+          h("code", {}, lk.adapter_invocation_id), lk.external_reference ? [", external reference ", h("code", {}, lk.external_reference)] : null))
+          : [h("li", { className: "muted" }, "No step reached a provider: nothing to look up.")])),
+        h("form", { className: "resolve-form", "data-invocation": v.id, id: fid },
+          h("div", { className: "stack" }, h("label", { htmlFor: fid + "-outcome" }, "Outcome"),
+            h("select", { id: fid + "-outcome", name: "outcome" },
+              h("option", { value: "succeeded" }, "succeeded: the effect happened"),
+              h("option", { value: "failed" }, "failed: it did not happen"))),
+          h("div", { className: "stack" }, h("label", { htmlFor: fid + "-operator" }, "Operator"),
+            h("input", { id: fid + "-operator", name: "operator", type: "text", required: true, spellcheck: false, placeholder: "ops:alice" })),
+          h("div", { className: "stack wide" }, h("label", { htmlFor: fid + "-note" }, "Note: what you found at the provider"),
+            h("input", { id: fid + "-note", name: "note", type: "text", required: true })),
+          h("div", { className: "stack wide" }, h("label", { htmlFor: fid + "-evidence" }, "Evidence (optional JSON object)"),
+            h("textarea", { id: fid + "-evidence", name: "evidence", rows: 2, spellcheck: false, placeholder: '{"charge_id": "ch_…"}' })),
+          h("div", { className: "actions" }, h("button", { type: "submit", className: "primary", id: fid + "-submit" }, "Resolve")),
+          // Approve: awaiting_approval invocations get their button here once the approval routes exist (ADR 0049).
+          h("p", { className: "resolve-error wide", id: fid + "-error", role: "alert" }))));
+  }
+
+  function initQueue() {
+    let known = null;
+    const refresh = poller(async () => {
+      const data = await call("GET", HOST + "/reconciliation-queue");
+      const list = document.getElementById("queue");
+      const ids = data.items.map((e) => e.invocation.id);
+      document.getElementById("queue-empty").hidden = ids.length > 0;
+      // Keyed update: an item already drawn keeps its element, so a half-typed resolution is never wiped.
+      const nodes = data.items.map((e) => document.getElementById("queue-" + e.invocation.id) || queueItem(e));
+      const same = nodes.length === list.children.length && nodes.every((n, i) => list.children[i] === n);
+      if (!same) list.replaceChildren(...nodes);
+      if (known !== null) {
+        const added = ids.filter((id) => !known.includes(id));
+        if (added.length) say("New in the reconciliation queue: " + added.join(", "));
+      }
+      known = ids;
+    });
+    document.getElementById("queue").addEventListener("submit", async (event) => {
+      const form = event.target.closest("form.resolve-form");
+      if (!form) return;
+      event.preventDefault();
+      const id = form.dataset.invocation;
+      const errorEl = document.getElementById("resolve-" + id + "-error");
+      errorEl.textContent = "";
+      const raw = form.elements.evidence.value.trim();
+      let evidence = null;
+      if (raw) {
+        try { evidence = JSON.parse(raw); } catch (e) { errorEl.textContent = "Evidence is not valid JSON."; return; }
+      }
+      const body = { outcome: form.elements.outcome.value, operator: form.elements.operator.value.trim(),
+        note: form.elements.note.value.trim(), evidence };
+      const button = form.querySelector("button[type=submit]");
+      button.disabled = true;
+      const result = await mutate("POST", HOST + "/invocations/" + encodeURIComponent(id) + "/resolve", body, "Resolving " + id + "…");
+      button.disabled = false;
+      if (result) {
+        say("Resolved " + id + " as " + result.status);
+        refresh();
+      } else {
+        errorEl.textContent = document.getElementById("alert").textContent;
+      }
+    });
+  }
+
   if (page === "index") initIndex();
   if (page === "rehearsal") initRehearsal();
+  if (page === "invocations") initInvocations();
+  if (page === "invocation") initInvocation();
+  if (page === "queue") initQueue();
 })();

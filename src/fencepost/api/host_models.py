@@ -1,0 +1,150 @@
+"""Request and response models of the action host's operator routes (``/v1/host/...``; ADR 0049).
+
+A response is built by validating the host's plain JSON (``InvocationView.as_json``, ``operator.history``,
+``QueueEntry.as_json``) against these models, so a view that drifts from its model fails in tests, not on a
+client. Free-form JSON the application or a provider chose (params, results, evidence) stays an object.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+InvocationStatus = Literal["pending", "awaiting_approval", "running", "succeeded", "failed", "reconciliation_required"]
+StepStatus = Literal["running", "succeeded", "failed", "ambiguous"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ── requests ──
+class SubmitInvocation(_Model):
+    """Submit an action, dispatched to the workers (host-spec A2, B1); the key is the ``Idempotency-Key`` header."""
+
+    action_id: str = Field(min_length=1, max_length=200, description="The action id, e.g. shop.charge-order.")
+    params: dict[str, Any] = Field(default_factory=dict, description="The action's params (validated by it).")
+    actor: str = Field(min_length=1, max_length=200, description="Who submits (bound to the key).")
+    authority: str = Field(default="", max_length=200, description="The authority binding (bound to the key).")
+    tenant: str = Field(default="default", min_length=1, max_length=200)
+    space: str = Field(default="default", min_length=1, max_length=200)
+    version: int | None = Field(default=None, ge=1, le=1_000_000,
+                                description="The action version (default: the highest registered).")
+
+
+class ResolveInvocation(_Model):
+    """An operator's resolution of a reconciliation_required invocation (host-spec §1.Y-13; ADR 0048)."""
+
+    outcome: Literal["succeeded", "failed"] = Field(description="succeeded: the effect happened at the provider; "
+                                                                "failed: it did not.")
+    operator: str = Field(min_length=1, max_length=200, description="Who decides, e.g. ops:alice.")
+    note: str = Field(min_length=1, max_length=2000, description="What was found at the provider.")
+    evidence: dict[str, Any] | None = Field(default=None, description="What was found, e.g. the provider's charge.")
+
+
+# ── responses ──
+class Step(_Model):
+    name: str
+    adapter_invocation_id: str = Field(description="The provider's idempotency key for this step: look it up there.")
+    status: StepStatus
+    attempts: int
+    error: str | None
+    external_reference: str | None = Field(description="The provider's own id for the effect, when it gave one.")
+    output: dict[str, Any] | None
+
+
+class Invocation(_Model):
+    id: str
+    tenant_id: str
+    space_id: str
+    action_id: str
+    action_version: int
+    idempotency_key: str
+    actor: str
+    authority: str
+    params: dict[str, Any]
+    params_digest: str
+    mode: Literal["dispatch", "inline"]
+    status: InvocationStatus
+    error: str | None
+    result: Any = Field(description="The handler's result once succeeded (any JSON), else null.")
+    reconciliation: dict[str, Any] | None = Field(description="Why an operator is needed (kind, evidence).")
+    attempt_count: int = Field(description="Worker claims, the first included (host-spec C1).")
+    lease_owner: str | None
+    created_at: str
+    updated_at: str
+    steps: list[Step]
+    handoff: dict[str, Any] | None
+    parked: bool
+    external_completion: dict[str, Any] | None
+    resolution: dict[str, Any] | None = Field(description="The operator's resolution (outcome, operator, note, "
+                                                          "evidence, resolved_at, prior verdict), or null.")
+
+
+class InvocationPage(_Model):
+    items: list[Invocation] = Field(description="Newest first; steps are omitted (read one invocation for them).")
+    next_cursor: str | None = Field(description="Pass as cursor for the next page; null on the last page.")
+
+
+class Event(_Model):
+    id: str
+    sequence: int
+    type: str
+    subject_type: str
+    subject_id: str
+    occurred_at: str
+    payload: dict[str, Any]
+
+
+class Reconciliation(_Model):
+    id: str
+    log: Literal["governance", "completion"]
+    kind: str
+    adapter_invocation_id: str | None
+    payload: dict[str, Any]
+    created_at: str
+
+
+class Delivery(_Model):
+    """One delivery of the invocation's command (``outbox.history.lease_history``)."""
+
+    delivery: int
+    owner: str | None
+    claim: str
+    claimed_at: str | None
+    heartbeats: int
+    last_heartbeat_at: str | None
+    lease_until: str | None
+    ended: str
+    ended_at: str | None
+
+
+class Lookup(_Model):
+    """What to look up at a provider to judge one step."""
+
+    step: str
+    vendor: str
+    operation: str
+    status: str
+    adapter_invocation_id: str
+    external_reference: str | None
+
+
+class InvocationDetail(Invocation):
+    events: list[Event] = Field(description="The invocation's and its steps' events, in log order.")
+    reconciliations: list[Reconciliation] = Field(description="Both reconciliation logs, oldest first.")
+    lease_timeline: list[Delivery] = Field(description="One entry per delivery of its command, oldest first.")
+    lookups: list[Lookup]
+
+
+class QueueEntry(_Model):
+    invocation: Invocation
+    kind: str | None = Field(description="The reconciliation kind, e.g. adapter_outcome_ambiguous.")
+    reason: str | None = Field(description="The verdict's error.")
+    waiting_since: str
+    lookups: list[Lookup]
+
+
+class ReconciliationQueue(_Model):
+    items: list[QueueEntry] = Field(description="Oldest verdict first.")

@@ -1,0 +1,108 @@
+"""What an operator reads about invocations (host-spec §2.7, §1.Y-13; ADR 0049): an invocation's history and the
+reconciliation queue.
+
+- ``InvocationHistory``: the invocation (with steps), its events in log order (the invocation's and each
+  adapter invocation's), both reconciliation logs, the operator's resolution, and the lease timeline folded from
+  its command's heartbeat history (``outbox.history.lease_history``).
+- ``QueueEntry``: one ``reconciliation_required`` invocation, oldest first: its kind and reason, and what to look
+  up at the provider (``Lookup``: vendor, external reference and the ``adapter_invocation_id`` the provider saw
+  as its idempotency key) for every step whose effect may exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fencepost.core.statuses import AdapterStatus
+from fencepost.host.lifecycle import adapter_subject, invocation_subject
+from fencepost.outbox.history import lease_history
+from fencepost.store.host_records import AdapterRecord, InvocationRecord, ReconciliationRecord, ResolutionRecord
+from fencepost.store.ports import UnitOfWork
+
+
+def resolution_json(record: ResolutionRecord | None) -> dict[str, Any] | None:
+    """A resolution as plain JSON (None when there is none)."""
+    if record is None:
+        return None
+    return {"id": record.id, "outcome": str(record.outcome), "operator": record.operator, "note": record.note,
+            "evidence": record.evidence, "resolved_at": record.created_at.isoformat(),
+            "prior": {"status": str(record.prior_status), "error": record.prior_error,
+                      "reconciliation": record.prior_reconciliation}}
+
+
+def reconciliation_json(record: ReconciliationRecord) -> dict[str, Any]:
+    """A reconciliation log entry as plain JSON."""
+    return {"id": record.id, "log": str(record.log), "kind": str(record.kind),
+            "adapter_invocation_id": record.adapter_invocation_id, "payload": record.payload,
+            "created_at": record.created_at.isoformat()}
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What to look up at a provider to judge one step: ``vendor`` (the provider), ``external_reference`` (its
+    id for the effect, when it gave one), ``adapter_invocation_id`` (the idempotency key fencepost sent it)."""
+
+    step: str
+    vendor: str
+    operation: str
+    status: str
+    adapter_invocation_id: str
+    external_reference: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"step": self.step, "vendor": self.vendor, "operation": self.operation, "status": self.status,
+                "adapter_invocation_id": self.adapter_invocation_id, "external_reference": self.external_reference}
+
+
+def lookups(record: InvocationRecord, rows: list[AdapterRecord]) -> list[Lookup]:
+    """The steps whose effect may exist at a provider (ambiguous, succeeded or still running), plus a handoff
+    no step row names, in step order."""
+    found = [Lookup(r.step_name, r.vendor, r.operation, str(r.status), r.id, r.external_reference)
+             for r in sorted(rows, key=lambda r: r.step_index)
+             if r.status in (AdapterStatus.AMBIGUOUS, AdapterStatus.SUCCEEDED, AdapterStatus.RUNNING)]
+    if record.handoff_reference is not None and record.handoff_provider is not None and not any(
+            f.external_reference == record.handoff_reference for f in found):
+        details = record.pending_completion or {}
+        found.append(Lookup(str(details.get("step") or "handoff"), record.handoff_provider, "handoff", "accepted",
+                            str(details.get("adapter_invocation_id") or ""), record.handoff_reference))
+    return found
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """One invocation awaiting an operator (host-spec §2.7): ``kind`` (the reconciliation kind), ``reason`` (the
+    verdict's error), ``lookups`` and ``waiting_since`` (the verdict's instant, ISO 8601)."""
+
+    invocation: dict[str, Any]
+    kind: str | None
+    reason: str | None
+    waiting_since: str
+    lookups: tuple[Lookup, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"invocation": self.invocation, "kind": self.kind, "reason": self.reason,
+                "waiting_since": self.waiting_since, "lookups": [lk.as_json() for lk in self.lookups]}
+
+
+def events_of(tx: UnitOfWork, record: InvocationRecord, rows: list[AdapterRecord]) -> list[dict[str, Any]]:
+    """The events of the invocation and of its adapter invocations, in log (sequence) order, as plain JSON."""
+    subjects = [invocation_subject(record.id)] + [adapter_subject(r.id) for r in rows]
+    found = []
+    for subject in subjects:
+        found.extend(tx.events.list_events(tenant_id=record.tenant_id, space_id=record.space_id, subject=subject,
+                                           limit=1000))
+    found.sort(key=lambda e: e.sequence)
+    return [{"id": e.id, "sequence": e.sequence, "type": e.type, "subject_type": e.subject.subject_type,
+             "subject_id": e.subject.subject_id, "occurred_at": e.occurred_at.isoformat(), "payload": e.payload}
+            for e in found]
+
+
+def history(tx: UnitOfWork, record: InvocationRecord, rows: list[AdapterRecord]) -> dict[str, Any]:
+    """An invocation's history (see the module docstring) without the invocation itself: ``events``,
+    ``reconciliations``, ``resolution``, ``lease_timeline`` and ``lookups``, all plain JSON."""
+    return {"events": events_of(tx, record, rows),
+            "reconciliations": [reconciliation_json(r) for r in tx.host.list_reconciliations(record.id)],
+            "resolution": resolution_json(tx.host.get_resolution(record.id)),
+            "lease_timeline": lease_history(tx.outbox.lease_events(record.id)),
+            "lookups": [lk.as_json() for lk in lookups(record, rows)]}
