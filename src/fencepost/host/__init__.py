@@ -3,7 +3,9 @@
 Seed: platform-host-8.1-readme-excerpt.md; requirements in host-spec.md (sections named in each module).
 Public names: ``Host``, ``HostConfig``, ``Dispatch``, ``Inline``, ``InvocationView``, ``Action``,
 ``AdapterStep``, ``RetryPolicy``, ``DecisionRequired``, the adapter contract (``AdapterCall`` and the typed
-replies) and ``RecoverableFinalization``.
+replies), ``RecoverableFinalization``, and governance: ``Policy``, ``PolicyContext``, ``Allow``, ``Deny``,
+``RequireApproval``, ``Obligations``, ``TransientGovernanceError``, ``PolicyDenied``, ``Attestation``,
+``ApprovalExpired`` (ADRs 0043-0045).
 """
 
 from fencepost.core.errors import IdempotencyConflict, RecoverableFinalization
@@ -18,6 +20,19 @@ from fencepost.host.adapter import (
     TimedOut,
     TransientFailure,
 )
+from fencepost.host.approvals import ApprovalExpired, ApprovalRequest
+from fencepost.host.attestation import Attestation
+from fencepost.host.governance import (
+    Allow,
+    Deny,
+    Obligations,
+    Policy,
+    PolicyContext,
+    PolicyDenied,
+    PolicyOutcome,
+    RequireApproval,
+    TransientGovernanceError,
+)
 from fencepost.host.handler import KIND_PREFIX, kind_of
 from fencepost.host.service import Dispatch, Host, HostConfig, Inline, InvocationView, StepView
 
@@ -28,8 +43,13 @@ __all__ = [
     "Adapter",
     "AdapterCall",
     "AdapterStep",
+    "Allow",
     "Ambiguous",
+    "ApprovalExpired",
+    "ApprovalRequest",
+    "Attestation",
     "DecisionRequired",
+    "Deny",
     "Dispatch",
     "HandlerContext",
     "Host",
@@ -37,13 +57,20 @@ __all__ = [
     "IdempotencyConflict",
     "Inline",
     "InvocationView",
+    "Obligations",
     "PermanentFailure",
+    "Policy",
+    "PolicyContext",
+    "PolicyDenied",
+    "PolicyOutcome",
     "RecoverableFinalization",
+    "RequireApproval",
     "RetryPolicy",
     "StepInputContext",
     "StepView",
     "Succeeded",
     "TimedOut",
     "TransientFailure",
+    "TransientGovernanceError",
     "kind_of",
 ]

@@ -50,6 +50,7 @@ from fencepost.host.action import (
     StepInputContext,
 )
 from fencepost.host.adapter import Adapter, AdapterCall
+from fencepost.host.attestation import Attesting
 from fencepost.host.finalization import (
     Settlement,
     SettlementRefused,
@@ -63,6 +64,7 @@ from fencepost.host.finalization import (
     verdict_unit,
     write_evidence,
 )
+from fencepost.host.governance import DEFAULT_RETRYABLE_EXECUTION_MAX_ATTEMPTS, Governance, Policy
 from fencepost.host.lifecycle import (
     HANDOFF_ACCEPTED,
     STARTED,
@@ -110,6 +112,11 @@ class Runtime:
     adapters: Mapping[str, Adapter]
     sleep: Callable[[float], None] = time.sleep
     telemetry: Telemetry = field(default_factory=LogTelemetry)
+    # Governance (ADRs 0043, 0044): the host's policies (before each action's), the deferral cap (D1, D10) and
+    # the recovery budget an approval resume checks itself (P4, H14; workers check it before claiming).
+    policies: tuple[Policy, ...] = ()
+    retryable_execution_max_attempts: int = DEFAULT_RETRYABLE_EXECUTION_MAX_ATTEMPTS
+    recovery_max_attempts: int = 5
 
 
 def _handoff_id(invocation: InvocationRecord) -> str | None:
@@ -164,12 +171,16 @@ class Execution:
     Args:
         runtime: actions and adapters. ctx: the command's context (its lease, heartbeat, stop signals).
         fresh: True only for an inline caller's own first run: then a ``running`` invocation is not a reclaim.
+        approval_resume: the run of an approved invocation under the approver's temporary lease (host-spec P4,
+            D3; ``fencepost.host.approvals``).
     """
 
-    def __init__(self, runtime: Runtime, ctx: CommandContext, *, fresh: bool = False) -> None:
+    def __init__(self, runtime: Runtime, ctx: CommandContext, *, fresh: bool = False,
+                 approval_resume: bool = False) -> None:
         self.runtime = runtime
         self.ctx = ctx
         self.fresh = fresh
+        self.approval_resume = approval_resume
         self.lease = ctx.lease  # C3: the credentials, captured before the invocation is loaded
         self.invocation_id = ctx.command.id
         self.action: Action | None = None
@@ -203,7 +214,9 @@ class Execution:
             return invocation.status
         if not was_running:  # this claim moved it pending -> running (S3: one emission per change, after commit)
             self._emit_status(InvocationStatus.RUNNING)
-        reclaim = was_running and not self.fresh
+        if self.approval_resume and invocation.attempt_count > self.runtime.recovery_max_attempts:
+            return self._approval_budget_exhausted(invocation)  # P4, H14: before the action is even resolved
+        reclaim = was_running and not self.fresh and not self.approval_resume
         try:
             action = self.runtime.actions.resolve(invocation.action_id, invocation.action_version)
         except NotFound:
@@ -228,6 +241,21 @@ class Execution:
         elif invocation.status is not InvocationStatus.RUNNING:
             raise SettlementRefused(f"Invocation is {invocation.status}, not runnable")
         return invocation, was_running, tx.host.list_adapter_invocations(invocation.id)
+
+    def _approval_budget_exhausted(self, invocation: InvocationRecord) -> InvocationStatus:
+        """An approval resume above the recovery budget settles ``reconciliation_required`` (host-spec P4, H14):
+        approval never resets an exhausted budget."""
+        count, budget = invocation.attempt_count, self.runtime.recovery_max_attempts
+        return self._settle(invocation, Verdict(
+            InvocationStatus.RECONCILIATION_REQUIRED, f"recovery attempts exhausted ({count}/{budget})",
+            kind=ReconciliationKind.RECOVERY_BUDGET_EXHAUSTED,
+            evidence={"attempts": count, "max": budget, "approval_resume": True}))
+
+    def _error_text(self, message: str, *, source: str = "execution") -> str:
+        """The one place a governance verdict's error text passes before it is stored (host-spec D2): the hook
+        the error-text redactor plugs into (``redact_error_text(source, text)``). Today it returns ``message``."""
+        del source
+        return message
 
     # ── committing a verdict ──
     def _emit_status(self, status: InvocationStatus) -> None:
@@ -382,6 +410,10 @@ class Execution:
             return self._fail(invocation, _text(f"invalid params: {error.error_count()} error(s)"),
                               [r for r in decision.rows.values() if r.status is AdapterStatus.SUCCEEDED])
         self.action = action
+        governed = Governance(self, self.runtime.policies + action.policies).run(  # §G step 7, after step 8
+            invocation, action, [r for r in decision.rows.values() if r.status is AdapterStatus.SUCCEEDED])
+        if isinstance(governed, InvocationStatus):
+            return governed
         handled = self._handler(invocation, action, params, reclaim)
         if isinstance(handled, InvocationStatus):
             return handled
@@ -405,6 +437,9 @@ class Execution:
                 return done
             outputs[step.name] = dict(done.output or {})
             applied.append(done)
+        attested = Attesting(self).run(invocation, action, applied, governed)  # G17-G22, O1-O3
+        if attested is not None:
+            return attested
         return self._finalize(invocation, action, handler_output, outputs, declared, repaired, applied)
 
     def _handler(self, invocation: InvocationRecord, action: Action, params: Any,
