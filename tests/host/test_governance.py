@@ -252,3 +252,36 @@ def test_policy_names_must_be_unique(store: Store, ledger: Ledger) -> None:
         governed_host(store, ledger, Rules("kyc"), Rules("kyc"))
     with pytest.raises(InvalidInput, match="not a policy"):
         governed_host(store, ledger, object())
+
+
+def test_docs_say_host_does_not_redact_policy_or_hitl_evidence() -> None:
+    """P5: applications own the safety of policy and HITL evidence, and the docs say so."""
+    from pathlib import Path
+
+    text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "host.md").read_text(encoding="utf-8").split())
+    assert "Applications own the safety of policy and HITL evidence" in text
+    assert "Host does not redact them (host-spec P5)" in text
+
+
+def test_governance_records_first_write_wins_in_scope_and_append_only(store: Store, backend: StoreBackend) -> None:
+    """The store contract of the new records (both backends): the first write of an id wins, a record naming a
+    parent in another scope is refused, and no statement may rewrite one."""
+    from fencepost.core.errors import Conflict
+    from fencepost.store.host_records import NewGovernanceRecord
+    from fencepost.testing import host as host_contract
+
+    host_contract.dispatched(store, "inv_1")
+
+    def item(payload: dict[str, Any], tenant: str = "acme") -> NewGovernanceRecord:
+        return NewGovernanceRecord(id="gov_1", kind=GovernanceRecordKind.POLICY_RECORD, tenant_id=tenant,
+                                   space_id="shop", invocation_id="inv_1", name="kyc", payload=payload)
+
+    parent = host_contract.invocation(store, "inv_1")
+    assert (parent.tenant_id, parent.space_id) == ("acme", "shop")
+    assert not store.transact(lambda tx: tx.host.append_governance_record(item({"n": 0}, tenant="other")))
+    assert store.transact(lambda tx: tx.host.append_governance_record(item({"n": 1})))
+    assert not store.transact(lambda tx: tx.host.append_governance_record(item({"n": 2})))
+    (stored,) = records(store, "inv_1")
+    assert stored.payload == {"n": 1}
+    with pytest.raises(Conflict):
+        store.transact(lambda tx: backend.inspect(tx, "UPDATE host_governance_records SET name = 'x'"))
