@@ -27,7 +27,7 @@ from fencepost.host.governance import policy_record_id
 from fencepost.store.base import Store
 from fencepost.store.faults import FaultInjectingStore
 from helpers.store_backends import StoreBackend
-from host.kit import PARAMS, Ledger, Scripted, Spy, charge_action, events_of, run_worker
+from host.kit import PARAMS, Crash, Ledger, Scripted, Spy, charge_action, events_of, run_worker
 
 
 class Rules:
@@ -285,3 +285,34 @@ def test_governance_records_first_write_wins_in_scope_and_append_only(store: Sto
     assert stored.payload == {"n": 1}
     with pytest.raises(Conflict):
         store.transact(lambda tx: backend.inspect(tx, "UPDATE host_governance_records SET name = 'x'"))
+
+
+def test_default_caps_governance_exhaustion_on_claim_5(store: Store, backend: StoreBackend, ledger: Ledger) -> None:
+    """H2: with the defaults a transient error on every claim ends FAILED on claim 5, inside the budget of 5."""
+    host, _, _ = governed_host(store, ledger, Rules("limits", *(busy() for _ in range(10))))
+    queued = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k")
+    for _ in range(4):
+        run_worker(host, backend)
+        backend.expire()
+    run_worker(host, backend)
+    done = host.get(queued.id)
+    assert done.status is InvocationStatus.FAILED and done.attempt_count == 5
+    assert "at the cap: attempt 5 of retryable_execution_max_attempts 5" in (done.error or "")
+
+
+def test_policy_denial_after_effect_still_fails_naming_it(store: Store, backend: StoreBackend,
+                                                          ledger: Ledger) -> None:
+    """G16: a policy is a decision, not a store error, also after an effect; the applied step is named."""
+    spy = Spy()
+    adapter = Scripted(ledger, None, Crash())  # charge succeeds, ship dies in its call
+    action = dataclasses.replace(charge_action(spy, steps=("charge", "ship"), idempotent=True),
+                                 policies=(Rules("sanctions", Allow(), Deny("list updated")),))
+    host = Host(store, actions=[action], adapters=[adapter])
+    queued = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k")
+    run_worker(host, backend)
+    backend.expire()
+    run_worker(host, backend)
+    done = host.get(queued.id)
+    assert done.status is InvocationStatus.FAILED and spy.calls == 1  # decided before the handler ran again
+    assert (done.error or "").startswith("policy sanctions denied: list updated; applied before it: charge")
+    assert done.reconciliation is not None and done.reconciliation["applied"][0]["step"] == "charge"
