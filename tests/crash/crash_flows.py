@@ -156,12 +156,6 @@ WINDOWS: tuple[Window, ...] = (
 #: The conformance checks' probe units (src/fencepost/events/fencepost_subject.py): each writes only probe rows in
 #: its own probe space of the checked tenant; a crash mid-check leaves probe rows that the next run's cleanup
 #: dead-letters (host-spec U), and no application state depends on them.
-_GOVERNANCE = ("a first-write-wins governance record append under the execution's lease (ADRs 0043-0045): before "
-               "its commit nothing is written and the next claim evaluates again; after it the next claim reuses "
-               "the record by its stable id (in-process: tests/host/test_governance.py, test_attestations.py); "
-               "SIGKILL windows not built yet")
-_APPROVAL = ("an approval unit (ADR 0044): one transaction whose decision record, events and status change commit "
-             "together or not at all (in-process: tests/host/test_approvals.py); SIGKILL windows not built yet")
 _CHECK_STORE = "a `fencepost check-store` probe unit: probe rows only, cleaned up by the next run (ADR 0040)"
 
 NOT_COVERED: dict[str, str] = {
@@ -170,9 +164,6 @@ NOT_COVERED: dict[str, str] = {
     **{f"check-store.{unit}": _CHECK_STORE for unit in ("append", "claim", "dead-letter", "fail",
                                                           "isolation-parent", "isolation-retire", "publish", "tx",
                                                           "write")},
-    **{unit: _GOVERNANCE for unit in ("host.governance.footprint", "host.governance.policy",
-                                      "host.governance.obligations", "host.attestation")},
-    **{unit: _APPROVAL for unit in ("host.approval.request", "host.approval.decide", "host.approval.expire")},
 }
 
 

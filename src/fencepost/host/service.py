@@ -448,6 +448,8 @@ class Host:
         current = self.get(invocation_id)
         if current.status.terminal:
             return current
+        if current.status is InvocationStatus.AWAITING_APPROVAL:
+            raise Conflict(f"invocation {invocation_id} awaits approval: approve or reject it (ADR 0044)")
         raise Conflict(f"invocation {invocation_id} is {current.status} and held by no lease of this host; "
                        "workers run it")
 
