@@ -1,7 +1,8 @@
 """A process that submits or works one action invocation, for the host's crash windows (``host_flow``,
 ``test_fallback_windows``, ``completion_flow``).
 
-Usage: ``python host_subject.py URL LEDGER_DIR submit|inline|work|complete|sweep IDEMPOTENT(0|1) BEHAVIOUR [FAULTS]``.
+Usage: ``python host_subject.py URL LEDGER_DIR submit|inline|work|complete|sweep|approve|expire IDEMPOTENT(0|1)
+BEHAVIOUR [FAULTS]``.
 
 The provider is in-process but its ground truth is on disk (``LEDGER_DIR``), written and fsynced before each
 reply, so it survives the SIGKILL of this process: ``requests`` has a line per call, ``charges`` a line per
@@ -20,6 +21,11 @@ call is a line of ``payout-requests``), step ``notify`` then succeeds (``notices
 ``complete`` is the provider calling back: it reads its one payout from ``payouts`` and sends ``completed``
 with ``{"payout_id": <reference>}`` through ``Host.complete``, then prints the receipt as JSON; ``sweep`` runs
 ``Host.reconcile_overdue_completions`` once and prints ``{"swept": n}``.
+``governed`` adds governance to ``shop.charge`` (ADRs 0043, 0045: a mutation footprint, a policy attaching the
+obligation ``receipt_checked`` and an attestation extractor satisfying it); ``approval`` and ``approval-due``
+add a policy requiring the ``ops`` authority's approval, expiring after an hour or a second (ADR 0044).
+``approve`` approves the one invocation as ``alice`` and prints it as JSON; ``expire`` waits 1.2 s, runs
+``Host.expire_approvals`` once and prints ``{"expired": n}``. ``work`` also stops at ``awaiting_approval``.
 ``FAULTS`` (optional) is a JSON object ``{query name: [occurrences]}``: the store is then wrapped in a
 ``FaultInjectingStore`` with that plan, so the process meets the store errors that force a degraded path.
 """
@@ -37,15 +43,19 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from fencepost.core.statuses import InvocationStatus
 from fencepost.host import (
     Accepted,
     Action,
     AdapterCall,
     AdapterStep,
+    Attestation,
     Host,
     HostConfig,
     Inline,
+    Obligations,
     PermanentFailure,
+    RequireApproval,
     RetryPolicy,
     Succeeded,
     TransientFailure,
@@ -136,6 +146,37 @@ def handler(ctx: Any, params: Params) -> dict[str, Any]:
     return {"order": params.order_id}
 
 
+class NeedsReceipt:
+    name = "receipts"
+
+    def evaluate(self, ctx: Any) -> Obligations:
+        return Obligations(("receipt_checked",))
+
+
+class NeedsOps:
+    name = "four-eyes"
+
+    def __init__(self, expires_in: timedelta) -> None:
+        self.expires_in = expires_in
+
+    def evaluate(self, ctx: Any) -> RequireApproval:
+        return RequireApproval("ops", expires_in=self.expires_in)
+
+
+def attest(*, input: dict[str, Any], output: dict[str, Any], started_at: Any, completed_at: Any) -> Attestation:
+    return Attestation(claims={"charge": output["charge"]}, satisfies_obligations=("receipt_checked",))
+
+
+def governance(behaviour: str) -> dict[str, Any]:
+    """The governance fields of ``shop.charge`` for ``behaviour`` (none for the plain behaviours)."""
+    if behaviour == "governed":
+        return {"policies": (NeedsReceipt(),), "mutation_governance": lambda ctx: {"writes": ["ledger"]},
+                "extract_execution_attestation": attest}
+    if behaviour in ("approval", "approval-due"):
+        return {"policies": (NeedsOps(timedelta(hours=1) if behaviour == "approval" else timedelta(seconds=1)),)}
+    return {}
+
+
 def main(url: str, ledger: str, mode: str, idempotent: str, behaviour: str, faults: str | None = None) -> int:
     store: Store = open_store(url, create=False)
     if faults is not None:
@@ -147,7 +188,8 @@ def main(url: str, ledger: str, mode: str, idempotent: str, behaviour: str, faul
     else:
         action = Action(id="shop.charge", version=1, params=Params, handler=handler, idempotent=idempotent == "1",
                         steps=(AdapterStep(name="charge", adapter="pay", operation="create_charge",
-                                           retry=RetryPolicy(max_attempts=2, initial=timedelta(0))),))
+                                           retry=RetryPolicy(max_attempts=2, initial=timedelta(0))),),
+                        **governance(behaviour))
     host = Host(store, actions=[action], adapters=[DiskPayouts(Path(ledger)) if payout else DiskProvider(Path(ledger))],
                 config=HostConfig(lease_seconds=LEASE_SECONDS))
     params = {"order_id": "o-1", "amount_cents": 1299, "behaviour": behaviour}
@@ -160,6 +202,15 @@ def main(url: str, ledger: str, mode: str, idempotent: str, behaviour: str, faul
         return 0
     if mode == "sweep":
         print(json.dumps({"swept": host.reconcile_overdue_completions()}))
+        return 0
+    if mode == "approve":
+        waiting = host.list()[0]
+        view = host.approve(waiting.id, approver="alice", authority="ops", note="crash window")
+        print(json.dumps({"id": view.id, "status": str(view.status), "error": view.error}))
+        return 0
+    if mode == "expire":
+        time.sleep(1.2)
+        print(json.dumps({"expired": host.expire_approvals()}))
         return 0
     if mode == "submit":
         view = host.submit(action.id, params, actor="user:1", idempotency_key=KEY)
@@ -179,7 +230,7 @@ def main(url: str, ledger: str, mode: str, idempotent: str, behaviour: str, faul
         current = host.list()[0]
         stored = store.read(lambda tx, i=current.id: tx.host.get_invocation(i))
         parked = stored is not None and stored.parked_at is not None
-        if current.status.terminal or parked:
+        if current.status.terminal or parked or current.status is InvocationStatus.AWAITING_APPROVAL:
             print(json.dumps({"id": current.id, "status": str(current.status), "error": current.error,
                               "parked": parked}))
             return 0

@@ -22,6 +22,7 @@ import pytest
 from crash_flows import NOT_COVERED, WINDOWS, References, Window, drain, require_backend, run_flow, window_matrix
 from crash_harness import Workers, cli, crash_db
 from deliver_flow import WINDOWS as DELIVER_WINDOWS
+from governance_flow import POINTS as GOVERNANCE_POINTS
 from host_flow import POINTS as HOST_POINTS
 from package_flows import WINDOWS as PACKAGE_WINDOWS
 from registry_flow import WINDOWS as REGISTRY_WINDOWS
@@ -97,6 +98,7 @@ def crash_window_points() -> dict[str, tuple[str, ...]]:
         "tests/crash/deliver_flow.py": DELIVER_WINDOWS,
         "tests/crash/registry_flow.py": REGISTRY_WINDOWS,
         "tests/crash/host_flow.py": HOST_POINTS,
+        "tests/crash/governance_flow.py": GOVERNANCE_POINTS,
         "tests/workflows/test_wf_crash.py": _admission_windows(),
         "tests/crash/test_fallback_windows.py": tuple(w.point for w in FALLBACK_WINDOWS),
         "tests/crash/test_completion_windows.py": tuple(w.point for w in COMPLETION_WINDOWS),

@@ -100,7 +100,8 @@ PARAMS = {"order_id": "o-1", "amount_cents": 1299}
 
 def make_host(store: Store, action: Action, *adapters: Any, recovery: int = 5, lease: float = 30.0) -> Host:
     return Host(store, actions=[action], adapters=adapters,
-                config=HostConfig(recovery_max_attempts=recovery, lease_seconds=lease))
+                config=HostConfig(recovery_max_attempts=recovery, lease_seconds=lease,
+                                  retryable_execution_max_attempts=min(recovery, 5)))  # H1: not above the budget
 
 
 def run_worker(host: Host, backend: StoreBackend, store: Store | None = None, *,
@@ -112,7 +113,7 @@ def run_worker(host: Host, backend: StoreBackend, store: Store | None = None, *,
     registry = HandlerRegistry()
     host.register(registry)
     if serve is not None:
-        registry.register(kind_of(*serve), host.handler(), max_deliveries=host.config.recovery_max_attempts)
+        registry.register(kind_of(*serve), host.handler(), max_deliveries=host.config.recovery_budget)
     worker = Worker(store or host.store, registry, WorkerConfig(poll_interval=0.01, lease_seconds=backend.short_lease,
                                                                 grace_seconds=0))
     try:

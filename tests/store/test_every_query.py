@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fencepost.catalog.lifecycle import CatalogService
-from fencepost.core.statuses import AdapterStatus, CommandStatus, InvocationStatus
+from fencepost.core.statuses import AdapterStatus, CommandStatus, GovernanceRecordKind, InvocationStatus
 from fencepost.events.conformance import EventAppendSubject, run_event_append_checks
 from fencepost.events.fencepost_subject import FencepostAdapterRows, FencepostEventStore
 from fencepost.events.isolation import TenantIsolationSubject, run_tenant_isolation_checks
@@ -28,7 +28,7 @@ from fencepost.rehearsal.handler import KIND, AttemptHandler
 from fencepost.rehearsal.service import RehearsalService, release_gate
 from fencepost.store.base import Store
 from fencepost.store.faults import FaultInjectingStore
-from fencepost.store.host_records import InvocationVerdict, NewResolution, VerdictHeld
+from fencepost.store.host_records import InvocationVerdict, NewGovernanceRecord, NewResolution, VerdictHeld
 from fencepost.store.sql.executor import Executor, Result
 from fencepost.store.sql.queries import Query
 from fencepost.store.sql.unit import SqlUnitOfWork
@@ -212,6 +212,24 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
     parked = host_contract.invocation(store, "inv-handoff")
     assert host_contract.unleased(store, "inv-handoff", InvocationStatus.RUNNING, host_contract.verdict_of(
         parked, status=InvocationStatus.SUCCEEDED, external_completion={"outcome": "completed"}))
+    # Governance records and the approval resume (ADRs 0043, 0044; host-spec D5, P3): an invocation that awaits
+    # approval with its command finished, its request recorded and listed, then resumed under a temporary lease.
+    approval_lease = host_contract.running(store, "inv-approval", 30)
+
+    def await_approval(tx: Any) -> None:
+        tx.host.lock_invocation("inv-approval")
+        assert tx.host.update_leased_invocation("inv-approval", approval_lease, InvocationVerdict(
+            InvocationStatus.AWAITING_APPROVAL, expected=frozenset({InvocationStatus.RUNNING})))
+        tx.outbox.finish(approval_lease, CommandStatus.DELIVERED)
+
+    store.transact(await_approval)
+    assert store.transact(lambda tx: tx.host.append_governance_record(NewGovernanceRecord(
+        id="gov-every-query", kind=GovernanceRecordKind.APPROVAL_REQUEST, tenant_id=host_contract.TENANT,
+        space_id=host_contract.SPACE, invocation_id="inv-approval", name="four-eyes", payload={"authority": "ops"})))
+    assert [r.id for r in store.read(lambda tx: tx.host.list_governance_records("inv-approval"))] == [
+        "gov-every-query"]
+    assert store.transact(lambda tx: tx.host.resume_approved_invocation(
+        "inv-approval", owner="approver", lease_seconds=30)) is not None
     host_contract.dispatched(store, "inv-unleased")
     assert host_contract.unleased(store, "inv-unleased", InvocationStatus.PENDING, host_contract.verdict_of(
         host_contract.invocation(store, "inv-unleased"), status=InvocationStatus.FAILED, error="withdrawn"))

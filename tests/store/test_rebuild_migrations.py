@@ -405,7 +405,7 @@ def test_shipped_0004_rebuilds_commands_keeping_every_row_and_admits_delivery_ze
 def test_shipped_0006_adds_the_handoff_columns_to_existing_invocations(
         backend: StoreBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = backend.open()
-    shipped = store.migrations()
+    shipped = [step for step in store.migrations() if step.version <= 6]  # later migrations are tested on their own
     assert [s.version for s in shipped][-1] == 6 and not rebuilds(shipped[5])
     monkeypatch.setattr(store, "migrations", lambda: shipped[:5])
     store.migrate()

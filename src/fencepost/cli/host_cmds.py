@@ -1,4 +1,5 @@
-"""``fencepost host submit|show|list`` and the ``--app module:attribute`` loader the worker shares (issue 12).
+"""``fencepost host submit|show|list|approvals|approve|reject`` and the ``--app module:attribute`` loader the
+worker shares (issue 12; approvals: ADR 0044).
 
 ``--app`` names the user's host: ``module:attribute``, where the attribute is a ``fencepost.host.Host`` (its
 actions, adapters and config are taken onto the command's own store) or a callable ``store -> Host``. The
@@ -65,7 +66,8 @@ def load_host(spec: str, store: Store) -> Host:
     if isinstance(target, Host):
         return Host(store, actions=list(target.actions), adapters=list(target.runtime.adapters.values()),
                     config=target.config, breakers=target.runtime.breakers,
-                    telemetry=target.runtime.telemetry, redaction=target.runtime.redaction)
+                    telemetry=target.runtime.telemetry, redaction=target.runtime.redaction,
+                    policies=target.runtime.policies)
     if callable(target):
         try:
             made = target(store)
@@ -243,6 +245,83 @@ def list_invocations(
         render.console.print(table)
 
     emit(json, data, text)
+
+
+@app.command("approvals")
+def approvals(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None,
+    space: Annotated[str | None, typer.Option(help="Only this space.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many (1-10000).")] = 100,
+    database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False,
+) -> None:
+    """List the invocations awaiting approval, newest first: the policy that asked, the authority an approver
+    must present, and when the request expires (ADR 0044). Exit 0."""
+    with opened(database) as store, handled():
+        if not 1 <= limit <= 10_000:
+            raise InvalidInput("--limit must be between 1 and 10000")
+        requests = Host(store).approvals(tenant=tenant, space=space, limit=limit)
+    data = {"approvals": [r.as_json() for r in requests]}
+
+    def text() -> None:
+        if not requests:
+            render.console.print("no invocation awaits approval")
+            return
+        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        for column in ("invocation", "action", "policy", "authority"):
+            table.add_column(column, no_wrap=True, overflow="ignore")
+        for column in ("expires", "reason"):
+            table.add_column(column, overflow="fold")
+        for r in requests:
+            table.add_row(r.invocation_id, r.action_id, r.policy, r.authority, r.expires_at.isoformat(), r.reason)
+        render.console.print(table)
+
+    emit(json, data, text)
+
+
+ApproverOpt = Annotated[str, typer.Option("--as", help="Who decides (recorded with the decision).")]
+AuthorityOpt = Annotated[str, typer.Option("--authority", help="The authority the request names.")]
+NoteOpt = Annotated[str, typer.Option("--note", help="Why (recorded with the decision).")]
+
+
+@app.command("approve")
+def approve(
+    invocation_id: Annotated[str, typer.Argument(help="The invocation id.")],
+    host_app: AppOpt,
+    approver: ApproverOpt,
+    authority: AuthorityOpt,
+    note: NoteOpt = "",
+    database: DatabaseOpt = DEFAULT_URL,
+    json: JsonOpt = False,
+) -> None:
+    """Approve an invocation awaiting approval and resume it now, in this process, under a temporary lease
+    (ADR 0044); print the invocation after the resume.
+
+    Exit 0: it succeeded or awaits a further approval; 1: the resume ended failed or reconciliation_required;
+    2: no such invocation, or bad input; 3: it does not await approval, or the request expired; 5: the resume
+    could not record its outcome (a worker recovers it once the lease expires); 6: --authority is not the one
+    the request names.
+    """
+    with opened(database) as store, handled():
+        view = load_host(host_app, store).approve(invocation_id, approver=approver, authority=authority, note=note)
+    emit(json, _view_json(view), lambda: _show_text(view))
+    if view.status in (InvocationStatus.FAILED, InvocationStatus.RECONCILIATION_REQUIRED):
+        raise typer.Exit(1)
+
+
+@app.command("reject")
+def reject(
+    invocation_id: Annotated[str, typer.Argument(help="The invocation id.")],
+    approver: ApproverOpt,
+    authority: AuthorityOpt,
+    note: NoteOpt = "",
+    database: DatabaseOpt = DEFAULT_URL,
+    json: JsonOpt = False,
+) -> None:
+    """Reject an invocation awaiting approval: it ends failed with the reason (ADR 0044). Exit codes as for
+    approve (0: rejected)."""
+    with opened(database) as store, handled():
+        view = Host(store).reject(invocation_id, approver=approver, authority=authority, note=note)
+    emit(json, _view_json(view), lambda: _show_text(view))
 
 
 @app.command("sweep")

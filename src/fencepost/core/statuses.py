@@ -180,6 +180,19 @@ class ReconciliationLog(StrEnum):
     COMPLETION = "completion"
 
 
+class GovernanceRecordKind(StrEnum):
+    """What a governance evidence record is (host-spec D5, D6, O, P; ADRs 0043-0045): one append-only table holds
+    them all, each under an id derived from the invocation and what it is about (never the attempt, §1.Y-6)."""
+
+    POLICY_RECORD = "policy_record"              # one policy's decision for the invocation (D6)
+    MUTATION_FOOTPRINT = "mutation_footprint"    # the persisted mutation-governance decision (D5)
+    APPROVAL_REQUEST = "approval_request"        # the HITL checkpoint: who may approve, until when (P1, §1.Y-5)
+    APPROVAL_DECISION = "approval_decision"      # the HITL decision: approved or rejected, by whom (P1)
+    OBLIGATION = "obligation"                    # an obligation a policy attached (O, §1.Y-6)
+    OBLIGATION_SATISFIED = "obligation_satisfied"  # an obligation's satisfaction (O3: one per obligation)
+    ATTESTATION = "attestation"                  # an execution attestation of one adapter step (G17-G22)
+
+
 class InvocationMode(StrEnum):
     """How an invocation was submitted (host-spec A2, ADR 0022): to workers, or run now by its caller under a
     caller lease. Either way its lease is the outbox command with the invocation's id."""

@@ -3,8 +3,10 @@
 Seed: platform-host-8.1-readme-excerpt.md; requirements in host-spec.md (sections named in each module).
 Public names: ``Host``, ``HostConfig``, ``Dispatch``, ``Inline``, ``InvocationView``, ``Action``,
 ``AdapterStep``, ``RetryPolicy``, ``DecisionRequired``, the adapter contract (``AdapterCall`` and the typed
-replies), ``RecoverableFinalization`` and the redaction hooks (``Redaction``, ``ErrorTextContext``,
-``ErrorSource``, ``WITHHELD``, ``RedactionFailed``; host-spec Q).
+replies), ``RecoverableFinalization``, the redaction hooks (``Redaction``, ``ErrorTextContext``,
+``ErrorSource``, ``WITHHELD``, ``RedactionFailed``; host-spec Q), the circuit breakers (``Breakers``; R) and
+governance: ``Policy``, ``PolicyContext``, ``Allow``, ``Deny``, ``RequireApproval``, ``Obligations``,
+``TransientGovernanceError``, ``PolicyDenied``, ``Attestation``, ``ApprovalExpired`` (ADRs 0043-0045).
 """
 
 from fencepost.core.errors import IdempotencyConflict, RecoverableFinalization
@@ -19,7 +21,20 @@ from fencepost.host.adapter import (
     TimedOut,
     TransientFailure,
 )
+from fencepost.host.approvals import ApprovalExpired, ApprovalRequest
+from fencepost.host.attestation import Attestation
 from fencepost.host.breakers import Breakers, CircuitState
+from fencepost.host.governance import (
+    Allow,
+    Deny,
+    Obligations,
+    Policy,
+    PolicyContext,
+    PolicyDenied,
+    PolicyOutcome,
+    RequireApproval,
+    TransientGovernanceError,
+)
 from fencepost.host.handler import KIND_PREFIX, kind_of
 from fencepost.host.redaction import WITHHELD, ErrorSource, ErrorTextContext, Redaction, RedactionFailed
 from fencepost.host.service import Dispatch, Host, HostConfig, Inline, InvocationView, StepView
@@ -32,10 +47,15 @@ __all__ = [
     "Adapter",
     "AdapterCall",
     "AdapterStep",
+    "Allow",
     "Ambiguous",
+    "ApprovalExpired",
+    "ApprovalRequest",
+    "Attestation",
     "Breakers",
     "CircuitState",
     "DecisionRequired",
+    "Deny",
     "Dispatch",
     "ErrorSource",
     "ErrorTextContext",
@@ -45,15 +65,22 @@ __all__ = [
     "IdempotencyConflict",
     "Inline",
     "InvocationView",
+    "Obligations",
     "PermanentFailure",
+    "Policy",
+    "PolicyContext",
+    "PolicyDenied",
+    "PolicyOutcome",
     "RecoverableFinalization",
     "Redaction",
     "RedactionFailed",
+    "RequireApproval",
     "RetryPolicy",
     "StepInputContext",
     "StepView",
     "Succeeded",
     "TimedOut",
     "TransientFailure",
+    "TransientGovernanceError",
     "kind_of",
 ]

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from fencepost.core.errors import InvalidInput, NotFound
+from fencepost.host.governance import check_policies
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,79}$")  # with the version, the command kind fits 100 chars
 _STEP = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
@@ -148,6 +149,13 @@ class Action:
             completion before the sweep settles it ``reconciliation_required`` (host-spec A15, N12); None: the
             action does not park handoffs, and a step that hands off settles ``reconciliation_required`` at once
             (ADR 0035).
+        policies: governance policies evaluated before the handler, after the host's (host-spec D, P; ADR 0043;
+            ``fencepost.host.governance``). mutation_governance: ``(PolicyContext) -> mapping``, the mutation
+            footprint, computed once and persisted; later attempts reuse it (D5). obligation_resolver:
+            ``(PolicyContext, open names) -> satisfied names``, called once the obligations are persisted; any
+            error of it fails the invocation (D8).
+        extract_execution_attestation: ``(*, input, output, started_at, completed_at) -> Attestation``, called
+            for each succeeded step with stored output (G17-G22, ADR 0045); deterministic for the same input.
     """
 
     id: str
@@ -159,6 +167,10 @@ class Action:
     idempotent: bool = False
     finalization: Literal["after_adapters"] = "after_adapters"
     completion_deadline: timedelta | None = None
+    policies: tuple[Any, ...] = ()
+    mutation_governance: Callable[[Any], Mapping[str, Any]] | None = None
+    obligation_resolver: Callable[[Any, tuple[str, ...]], Iterable[str]] | None = None
+    extract_execution_attestation: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         if not _ID.match(self.id):
@@ -180,6 +192,7 @@ class Action:
             raise InvalidInput(f"action {self.id}: completion_deadline is between 1 second and 366 days")
         if len(self.steps) > 64:
             raise InvalidInput(f"action {self.id}: at most 64 steps")
+        object.__setattr__(self, "policies", check_policies(self.policies))
 
 
 class ActionRegistry:

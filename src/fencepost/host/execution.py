@@ -50,6 +50,7 @@ from fencepost.host.action import (
     StepInputContext,
 )
 from fencepost.host.adapter import Adapter, AdapterCall
+from fencepost.host.attestation import Attesting
 from fencepost.host.breakers import CIRCUIT_OPEN, CIRCUIT_OPEN_UNKNOWN, Breakers, Permit
 from fencepost.host.finalization import (
     Settlement,
@@ -64,6 +65,7 @@ from fencepost.host.finalization import (
     verdict_unit,
     write_evidence,
 )
+from fencepost.host.governance import DEFAULT_RETRYABLE_EXECUTION_MAX_ATTEMPTS, Governance, Policy
 from fencepost.host.lifecycle import (
     HANDOFF_ACCEPTED,
     STARTED,
@@ -125,6 +127,12 @@ class Runtime:
     breakers: Breakers | None = None
     redaction: Redaction = field(default_factory=Redaction)
 
+    # Governance (ADRs 0043, 0044): the host's policies (before each action's), the deferral cap (D1, D10) and
+    # the recovery budget an approval resume checks itself (P4, H14; workers check it before claiming).
+    policies: tuple[Policy, ...] = ()
+    retryable_execution_max_attempts: int = DEFAULT_RETRYABLE_EXECUTION_MAX_ATTEMPTS
+    recovery_max_attempts: int = 5
+
 
 def _handoff_id(invocation: InvocationRecord) -> str | None:
     """The adapter invocation id of the invocation's recorded handoff, if any."""
@@ -178,15 +186,20 @@ class Execution:
     Args:
         runtime: actions and adapters. ctx: the command's context (its lease, heartbeat, stop signals).
         fresh: True only for an inline caller's own first run: then a ``running`` invocation is not a reclaim.
+        approval_resume: the run of an approved invocation under the approver's temporary lease (host-spec P4,
+            D3; ``fencepost.host.approvals``).
     """
 
-    def __init__(self, runtime: Runtime, ctx: CommandContext, *, fresh: bool = False) -> None:
+    def __init__(self, runtime: Runtime, ctx: CommandContext, *, fresh: bool = False,
+                 approval_resume: bool = False) -> None:
         self.runtime = runtime
         self.ctx = ctx
         self.fresh = fresh
+        self.approval_resume = approval_resume
         self.lease = ctx.lease  # C3: the credentials, captured before the invocation is loaded
         self.invocation_id = ctx.command.id
         self.action: Action | None = None
+        self.action_id = ""  # the claimed invocation's action id, for the error-text context (ADR 0042)
         self.handoff: dict[str, Any] | None = None  # the handoff this execution recorded (N1)
 
     # ── the whole execution ──
@@ -212,12 +225,15 @@ class Execution:
     def _run(self) -> InvocationStatus:
         claimed: tuple[InvocationRecord, bool, list[AdapterRecord]] = self.ctx.fenced(self._claim, name="host.claim")
         invocation, was_running, rows = claimed
+        self.action_id = invocation.action_id
         if invocation.status.terminal:
             self.ctx.fenced(lambda tx: None, name="host.claim", finish=FINISH)
             return invocation.status
         if not was_running:  # this claim moved it pending -> running (S3: one emission per change, after commit)
             self._emit_status(InvocationStatus.RUNNING)
-        reclaim = was_running and not self.fresh
+        if self.approval_resume and invocation.attempt_count > self.runtime.recovery_max_attempts:
+            return self._approval_budget_exhausted(invocation)  # P4, H14: before the action is even resolved
+        reclaim = was_running and not self.fresh and not self.approval_resume
         try:
             action = self.runtime.actions.resolve(invocation.action_id, invocation.action_version)
         except NotFound:
@@ -242,6 +258,20 @@ class Execution:
         elif invocation.status is not InvocationStatus.RUNNING:
             raise SettlementRefused(f"Invocation is {invocation.status}, not runnable")
         return invocation, was_running, tx.host.list_adapter_invocations(invocation.id)
+
+    def _approval_budget_exhausted(self, invocation: InvocationRecord) -> InvocationStatus:
+        """An approval resume above the recovery budget settles ``reconciliation_required`` (host-spec P4, H14):
+        approval never resets an exhausted budget."""
+        count, budget = invocation.attempt_count, self.runtime.recovery_max_attempts
+        return self._settle(invocation, Verdict(
+            InvocationStatus.RECONCILIATION_REQUIRED, f"recovery attempts exhausted ({count}/{budget})",
+            kind=ReconciliationKind.RECOVERY_BUDGET_EXHAUSTED,
+            evidence={"attempts": count, "max": budget, "approval_resume": True}))
+
+    def _governance_text(self, message: str, *, source: str = "execution") -> str:
+        """The one place a governance, obligation or attestation verdict's error text passes before it is stored
+        (host-spec D2, Q8): ``redact_error_text`` with source ``execution``, at the origin (ADR 0042)."""
+        return redact_error(self.runtime.redaction, error_context(self.action_id, ErrorSource(source)), message)
 
     # ── committing a verdict ──
     def _emit_status(self, status: InvocationStatus) -> None:
@@ -411,6 +441,10 @@ class Execution:
             return self._fail(invocation, _text(f"invalid params: {error.error_count()} error(s)"),
                               [r for r in decision.rows.values() if r.status is AdapterStatus.SUCCEEDED])
         self.action = action
+        governed = Governance(self, self.runtime.policies + action.policies).run(  # §G step 7, after step 8
+            invocation, action, [r for r in decision.rows.values() if r.status is AdapterStatus.SUCCEEDED])
+        if isinstance(governed, InvocationStatus):
+            return governed
         handled = self._handler(invocation, action, params, reclaim)
         if isinstance(handled, InvocationStatus):
             return handled
@@ -434,6 +468,9 @@ class Execution:
                 return done
             outputs[step.name] = dict(done.output or {})
             applied.append(done)
+        attested = Attesting(self).run(invocation, action, applied, governed)  # G17-G22, O1-O3
+        if attested is not None:
+            return attested
         return self._finalize(invocation, action, handler_output, outputs, declared, repaired, applied)
 
     def _handler(self, invocation: InvocationRecord, action: Action, params: Any,

@@ -3,10 +3,11 @@ retry or recovery re-appends under the same id and the first write wins (host-sp
 
 Event names: ``ActionInvocationStarted``, ``AdapterInvocationSucceeded``, ``AdapterInvocationFailed``,
 ``AdapterInvocationAmbiguous``, ``ExternalOperationAccepted``, ``ActionInvocationSucceeded``,
-``ActionInvocationFailed``, ``ActionInvocationReconciliationRequired``, the action's declared events
-(ADR 0025) and an operator's ``InvocationResolved`` (``fencepost.host.resolution``, ADR 0048). Subjects:
-``("ActionInvocation", invocation_id)`` and ``("AdapterInvocation", adapter_invocation_id)`` (E10's default
-subject).
+``ActionInvocationFailed``, ``ActionInvocationReconciliationRequired``, the governance events ``ComplianceBlocked``,
+``ApprovalRequested``, ``ApprovalGranted``, ``ApprovalRejected`` and ``ApprovalExpired`` (ADRs 0043, 0044), the
+action's declared events (ADR 0025) and an operator's ``InvocationResolved`` (``fencepost.host.resolution``,
+ADR 0048). Subjects: ``("ActionInvocation", invocation_id)`` and ``("AdapterInvocation", adapter_invocation_id)``
+(E10's default subject).
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ STEP_SUCCEEDED = "AdapterInvocationSucceeded"
 STEP_FAILED = "AdapterInvocationFailed"
 STEP_AMBIGUOUS = "AdapterInvocationAmbiguous"
 HANDOFF_ACCEPTED = "ExternalOperationAccepted"
+# Governance and approvals (ADRs 0043, 0044): stable ids from the invocation, the type and the policy's name.
+COMPLIANCE_BLOCKED = "ComplianceBlocked"
+APPROVAL_REQUESTED = "ApprovalRequested"
+APPROVAL_GRANTED = "ApprovalGranted"
+APPROVAL_REJECTED = "ApprovalRejected"
+APPROVAL_EXPIRED = "ApprovalExpired"
 VERDICT_EVENTS = {
     InvocationStatus.SUCCEEDED: "ActionInvocationSucceeded",
     InvocationStatus.FAILED: "ActionInvocationFailed",

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import math
 import os
 import socket
@@ -39,9 +40,26 @@ from fencepost.core.statuses import (
 from fencepost.host import telemetry
 from fencepost.host.action import Action, ActionRegistry
 from fencepost.host.adapter import Adapter
+from fencepost.host.approvals import (
+    DECIDE_UNIT,
+    ApprovalRequest,
+    approve_unit,
+    check_decider,
+    list_requests,
+    reject_unit,
+    sweep_expired_approvals,
+)
 from fencepost.host.breakers import Breakers
 from fencepost.host.completion import Completion, CompletionReceipt, apply_completion
 from fencepost.host.execution import Execution, Runtime
+from fencepost.host.governance import (
+    DEFAULT_RETRYABLE_EXECUTION_MAX_ATTEMPTS,
+    Policy,
+    PolicyContext,
+    PolicyOutcome,
+    check_policies,
+    evaluate_batch,
+)
 from fencepost.host.handler import HostHandler, kind_of
 from fencepost.host.idempotency import binding_digest, check_replay, invocation_id, params_digest
 from fencepost.host.lifecycle import STARTED, invocation_event
@@ -68,22 +86,41 @@ class HostConfig:
 
     Attributes:
         recovery_max_attempts: claims an invocation gets; the claim after the last settles it
-            ``reconciliation_required`` with ``recovery attempts exhausted (n/max)`` (H1, H4). A positive int,
-            default 5 (the first run plus four recoveries, H12). Governance retries (D) are not offered yet, so
-            the seed's ``max(5, retryable_execution_max_attempts)`` reduces to 5.
-        lease_seconds: the inline caller's lease (seconds, 0.1..3600); workers use their own.
+            ``reconciliation_required`` with ``recovery attempts exhausted (n/max)`` (H1, H4). A positive int
+            of at least ``retryable_execution_max_attempts``; None (the default) means
+            ``max(5, retryable_execution_max_attempts)`` (the first run plus four recoveries by default, H12).
+            Read the effective value as ``recovery_budget``.
+        retryable_execution_max_attempts: the claims at which a transient governance error still defers the
+            invocation to its next claim (host-spec D1, D10, H2); 1..1000, default 5.
+        lease_seconds: the inline caller's lease (seconds, 0.1..3600); workers use their own. An approval
+            resume holds a temporary lease of this length too (P4).
     """
 
-    recovery_max_attempts: int = DEFAULT_RECOVERY_MAX_ATTEMPTS
+    recovery_max_attempts: int | None = None
     lease_seconds: float = 30.0
+    retryable_execution_max_attempts: int = DEFAULT_RETRYABLE_EXECUTION_MAX_ATTEMPTS
 
     def __post_init__(self) -> None:
+        retryable = self.retryable_execution_max_attempts
+        if isinstance(retryable, bool) or not isinstance(retryable, int) or not 1 <= retryable <= 1000:
+            raise InvalidInput("retryable_execution_max_attempts must be an integer between 1 and 1000")
         value = self.recovery_max_attempts
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
-            raise InvalidInput("recovery_max_attempts must be an integer between 1 and 1000")
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
+                raise InvalidInput("recovery_max_attempts must be an integer between 1 and 1000")
+            if value < retryable:
+                raise InvalidInput(f"recovery_max_attempts ({value}) may not be below "
+                                   f"retryable_execution_max_attempts ({retryable}): both count worker claims")
         if not (isinstance(self.lease_seconds, (int, float)) and math.isfinite(self.lease_seconds)
                 and 0.1 <= self.lease_seconds <= 3600):
             raise InvalidInput("lease_seconds must be between 0.1 and 3600")
+
+    @property
+    def recovery_budget(self) -> int:
+        """The effective recovery budget: ``recovery_max_attempts``, else ``max(5, retryable_...)`` (H1, H13)."""
+        if self.recovery_max_attempts is not None:
+            return self.recovery_max_attempts
+        return max(DEFAULT_RECOVERY_MAX_ATTEMPTS, self.retryable_execution_max_attempts)
 
 
 @dataclass(frozen=True)
@@ -208,7 +245,8 @@ class Host:
 
     def __init__(self, store: Store, *, actions: Iterable[Action] = (), adapters: Iterable[Adapter] = (),
                  config: HostConfig | None = None, telemetry: Telemetry | None = None,
-                 breakers: Breakers | None = None, redaction: Redaction | None = None) -> None:
+                 breakers: Breakers | None = None, redaction: Redaction | None = None,
+                 policies: Iterable[Policy] = ()) -> None:
         self.store = store
         self.config = config or HostConfig()
         self.actions = ActionRegistry(actions)
@@ -218,7 +256,10 @@ class Host:
                 raise InvalidInput(f"two adapters of type {adapter.type!r}")
             by_type[adapter.type] = adapter
         self.runtime = Runtime(actions=self.actions, adapters=by_type, telemetry=telemetry or LogTelemetry(),
-                               breakers=breakers, redaction=redaction or Redaction())
+                               breakers=breakers, redaction=redaction or Redaction(),
+                               policies=check_policies(policies),
+                               retryable_execution_max_attempts=self.config.retryable_execution_max_attempts,
+                               recovery_max_attempts=self.config.recovery_budget)
         self.owner = f"inline:{socket.gethostname()}:{os.getpid()}"
         self._held: dict[str, CommandContext] = {}
         self._lock = threading.Lock()
@@ -234,13 +275,16 @@ class Host:
         handler = self.handler()
         for action in self.actions:
             registry.register(kind_of(action.id, action.version), handler,
-                              max_deliveries=self.config.recovery_max_attempts)
+                              max_deliveries=self.config.recovery_budget)
 
     def sweeps(self) -> list[Sweep]:
         """The housekeeping a worker serving this host runs before it claims (N13): the completion-deadline
-        sweep, at most once a second, about a second at a time."""
+        sweep and the approval-expiry sweep (ADR 0044), each at most once a second, about a second at a time."""
         return [Sweep(name="host.completion-deadline",
-                      run=lambda store, budget: sweep_overdue(store, self.runtime.telemetry, budget_seconds=budget))]
+                      run=lambda store, budget: sweep_overdue(store, self.runtime.telemetry, budget_seconds=budget)),
+                Sweep(name="host.approval-expiry",
+                      run=lambda store, budget: sweep_expired_approvals(store, self.runtime.telemetry,
+                                                                        budget_seconds=budget))]
 
     # ── external completions (host-spec N; ADR 0035) ──
     def complete(self, provider: str, external_reference: str, outcome: CompletionOutcome | str, *,
@@ -435,8 +479,97 @@ class Host:
         current = self.get(invocation_id)
         if current.status.terminal:
             return current
+        if current.status is InvocationStatus.AWAITING_APPROVAL:
+            raise Conflict(f"invocation {invocation_id} awaits approval: approve or reject it (ADR 0044)")
         raise Conflict(f"invocation {invocation_id} is {current.status} and held by no lease of this host; "
                        "workers run it")
+
+    # ── governance (ADRs 0043-0045) ──
+    def preview(self, action_id: str, params: Any, *, actor: str, authority: str = "", tenant: str = "default",
+                space: str = "default", version: int | None = None,
+                idempotency_key: str = "preview") -> list[PolicyOutcome]:
+        """Evaluate the host's and the action's policies for a would-be submission, outside any execution
+        (host-spec D9): nothing is written, and whatever a policy (or the mutation-governance callback) raises,
+        ``TransientGovernanceError`` included, reaches the caller as raised.
+
+        Args:
+            as ``submit``; ``idempotency_key`` only names the invocation id the policies see.
+        Returns:
+            Each policy's decision, in evaluation order.
+        Raises:
+            InvalidInput: unknown action or invalid params. Any error a policy raises.
+        """
+        try:
+            action = self.actions.resolve(action_id, version)
+        except NotFound as error:
+            raise InvalidInput(str(error)) from None
+        try:
+            plain = action.params.model_validate(params).model_dump(mode="json")
+        except ValidationError as error:
+            raise InvalidInput(f"invalid params for {action.id}: {error.error_count()} error(s)") from None
+        ctx = PolicyContext(invocation_id=invocation_id(tenant, space, action.id, idempotency_key), tenant_id=tenant,
+                            space_id=space, action_id=action.id, action_version=action.version, actor=actor,
+                            authority=authority, params=plain, attempt=0, preview=True)
+        if action.mutation_governance is not None:
+            ctx = dataclasses.replace(ctx, footprint=dict(action.mutation_governance(ctx)))
+        return evaluate_batch(self.runtime.policies + action.policies, ctx)
+
+    def approvals(self, *, tenant: str | None = None, space: str | None = None,
+                  limit: int = 100) -> list[ApprovalRequest]:
+        """Open approval requests, newest first (host-spec P; ADR 0044), expired ones until the sweep ends them."""
+        return list_requests(self.store, tenant=tenant, space=space, limit=limit)
+
+    def approve(self, invocation_id: str, *, approver: str, authority: str, note: str = "") -> InvocationView:
+        """Approve an ``awaiting_approval`` invocation and resume it now under a temporary lease this host holds
+        (host-spec P3, P4, H14; ADR 0044): ``attempt_count`` becomes at least 1 and is not incremented; above
+        the recovery budget the resume settles ``reconciliation_required`` before the handler.
+
+        Args:
+            approver: who approves (1..200 chars; recorded). authority: must equal the request's authority.
+            note: recorded with the decision (at most 2000 chars).
+        Returns:
+            The invocation after the resume (its verdict, or ``awaiting_approval`` again for a later policy).
+        Raises:
+            InvalidInput: bad arguments. NotFound. Conflict: it does not await approval. NotAllowed: another
+            authority. ApprovalExpired: the request expired (the sweep ends it ``failed``).
+            RecoverableFinalization: the resume could not record its outcome; its lease expires and a worker
+            takes it over.
+        """
+        check_decider(approver, authority, note)
+        record, lease = self.store.transact(approve_unit(
+            invocation_id, approver=approver, authority=authority, note=note, owner=self.owner,
+            lease_seconds=self.config.lease_seconds), name=DECIDE_UNIT)
+        telemetry.emit(self.runtime.telemetry, telemetry.STATUS, invocation_id=invocation_id,
+                       status=str(InvocationStatus.RUNNING))
+        kind = kind_of(record.action_id, record.action_version)
+        ctx = CommandContext(self.store, ClaimedCommand(invocation_id, kind, {"invocation_id": invocation_id}, lease),
+                             self.config.lease_seconds)
+        heartbeat = Heartbeat(self.config.lease_seconds)
+        heartbeat.track(ctx)
+        heartbeat.start()
+        try:
+            Execution(self.runtime, ctx, approval_resume=True).run()
+        finally:
+            heartbeat.untrack(ctx)
+            heartbeat.stop()
+        return self.get(invocation_id)
+
+    def reject(self, invocation_id: str, *, approver: str, authority: str, note: str = "") -> InvocationView:
+        """Reject an ``awaiting_approval`` invocation: ``failed`` with the reason (ADR 0044).
+
+        Raises:
+            as ``approve`` (no resume runs).
+        """
+        check_decider(approver, authority, note)
+        self.store.transact(reject_unit(invocation_id, approver=approver, authority=authority, note=note),
+                            name=DECIDE_UNIT)
+        telemetry.emit(self.runtime.telemetry, telemetry.STATUS, invocation_id=invocation_id,
+                       status=str(InvocationStatus.FAILED))
+        return self.get(invocation_id)
+
+    def expire_approvals(self, *, budget_seconds: float = 5.0) -> int:
+        """End every expired approval request ``failed`` now (the worker's sweep runs this too); how many."""
+        return sweep_expired_approvals(self.store, self.runtime.telemetry, budget_seconds=budget_seconds)
 
     # ── reads ──
     def get(self, invocation_id: str) -> InvocationView:

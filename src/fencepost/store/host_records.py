@@ -14,6 +14,7 @@ from fencepost.core.statuses import (
     AdapterStatus,
     CommandStatus,
     EventOutboxStatus,
+    GovernanceRecordKind,
     InvocationMode,
     InvocationStatus,
     ReconciliationKind,
@@ -270,6 +271,44 @@ class ReconciliationRecord:
     log: ReconciliationLog
     kind: ReconciliationKind
     payload: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class NewGovernanceRecord:
+    """A governance evidence record to append (``HostPort.append_governance_record``; ADRs 0043-0045).
+
+    Attributes:
+        id: stable, derived from the invocation and what the record is about (a policy, an obligation, a step),
+            never the attempt number: the first write of an id wins (host-spec §1.Y-6).
+        kind: what it is. tenant_id, space_id, invocation_id: the parent and its scope (V1). name: the policy,
+            obligation or step it is about (1..200 chars). payload: a plain JSON object, stored as the
+            application gave it (host-spec P5: Host does not redact policy or HITL evidence).
+        fingerprint: ``cp1:`` digest of the payload's deterministic part (attestations, G19), or None.
+    """
+
+    id: str
+    kind: GovernanceRecordKind
+    tenant_id: str
+    space_id: str
+    invocation_id: str
+    name: str
+    payload: dict[str, Any]
+    fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class GovernanceRecord:
+    """A governance evidence record as stored (append-only: never updated nor deleted)."""
+
+    id: str
+    kind: GovernanceRecordKind
+    tenant_id: str
+    space_id: str
+    invocation_id: str
+    name: str
+    payload: dict[str, Any]
+    fingerprint: str | None
     created_at: datetime
 
 

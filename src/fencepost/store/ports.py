@@ -37,11 +37,13 @@ from fencepost.store.host_records import (
     EventOutboxRecord,
     EventOutboxSummary,
     EventRecord,
+    GovernanceRecord,
     Handoff,
     HostHealthCounts,
     InvocationRecord,
     InvocationVerdict,
     NewEvent,
+    NewGovernanceRecord,
     NewInvocation,
     NewReconciliation,
     NewResolution,
@@ -593,6 +595,37 @@ class HostPort(Protocol):
 
     def list_reconciliations(self, invocation_id: str) -> list[ReconciliationRecord]:
         """An invocation's entries of both logs, oldest first (by ``created_at``, then id, then log)."""
+        ...
+
+    # ── governance evidence (ADRs 0043-0045; host-spec D5, D6, O, P) ──
+    def append_governance_record(self, record: NewGovernanceRecord) -> bool:
+        """Append a governance record (a policy record, the mutation footprint, an approval request or decision,
+        an obligation, its satisfaction, an attestation): the first write of ``record.id`` wins.
+
+        Returns:
+            True when stored now; False when the id was already stored (the first record stays), or when no
+            invocation ``record.invocation_id`` exists in the record's tenant and space (host-spec V).
+        Raises:
+            Conflict: a value breaks the schema (a payload that is not a JSON object, a name outside 1..200).
+        """
+        ...
+
+    def list_governance_records(self, invocation_id: str) -> list[GovernanceRecord]:
+        """An invocation's governance records, oldest first (by ``created_at``, then id)."""
+        ...
+
+    def resume_approved_invocation(self, invocation_id: str, *, owner: str, lease_seconds: float) -> Lease | None:
+        """The approval resume (host-spec P3, P4; ADR 0044): an ``awaiting_approval`` invocation whose command is
+        finished goes back to ``running`` and its command is leased to ``owner`` for ``lease_seconds`` (seconds)
+        under a fresh token, its ``delivery_count`` (the ``attempt_count``) raised to at least 1 and never
+        incremented. Records a ``claim`` lease event.
+
+        Returns:
+            The temporary lease; None, changing nothing, when the invocation does not await approval or its
+            command is not finished.
+        Raises:
+            ValueError: an empty owner, or ``lease_seconds`` outside (0, 3600].
+        """
         ...
 
     def write_adapter_invocation(self, write: AdapterWrite) -> bool:

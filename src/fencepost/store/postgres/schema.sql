@@ -535,4 +535,26 @@ CREATE TABLE host_resolutions (
 -- A resolution is history: no statement may rewrite or remove it (fencepost_append_only, migration 0005).
 CREATE TRIGGER host_resolutions_append_only
 BEFORE UPDATE OR DELETE ON host_resolutions
+-- The governance evidence (migration 0008, ADRs 0043-0045; host-spec D5, D6, O, P): one append-only table
+-- of policy records, the mutation footprint, approval requests and decisions, obligations, their
+-- satisfactions and attestations, first write wins per id, each record in its parent's scope.
+CREATE TABLE host_governance_records (
+    id            TEXT PRIMARY KEY CHECK (length(id) BETWEEN 1 AND 200),
+    kind          TEXT NOT NULL CHECK (kind IN ('policy_record', 'mutation_footprint', 'approval_request', 'approval_decision', 'obligation', 'obligation_satisfied', 'attestation')),
+    tenant_id     TEXT NOT NULL,
+    space_id      TEXT NOT NULL,
+    invocation_id TEXT NOT NULL,
+    name          TEXT NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
+    payload       TEXT NOT NULL CHECK (fencepost_is_json_object(payload)),
+    fingerprint   TEXT CHECK (fingerprint IS NULL OR length(fingerprint) BETWEEN 5 AND 100),
+    created_at    TIMESTAMPTZ NOT NULL,
+    -- The composite reference keeps a record in its parent's scope (host-spec V1).
+    FOREIGN KEY (tenant_id, space_id, invocation_id) REFERENCES invocations (tenant_id, space_id, id)
+);
+
+CREATE INDEX host_governance_records_by_invocation ON host_governance_records (invocation_id, created_at);
+
+-- Policy and HITL evidence is read as it was written: no statement may rewrite or remove a record.
+CREATE TRIGGER host_governance_records_append_only
+BEFORE UPDATE OR DELETE ON host_governance_records
 FOR EACH ROW EXECUTE FUNCTION fencepost_append_only();

@@ -10,6 +10,7 @@ then the adapter row, then the command, whose lease check comes last (ADR 0002, 
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import fields
 from datetime import timedelta
 from typing import Any
@@ -19,6 +20,7 @@ from fencepost.core.errors import Conflict, LeaseLost
 from fencepost.core.statuses import (
     AdapterStatus,
     CommandStatus,
+    GovernanceRecordKind,
     InvocationMode,
     InvocationStatus,
     LeaseEventKind,
@@ -30,11 +32,13 @@ from fencepost.store.host_records import (
     AdapterScope,
     AdapterWrite,
     CreateAdapterRow,
+    GovernanceRecord,
     Handoff,
     HostHealthCounts,
     InvocationRecord,
     InvocationVerdict,
     LeaseHeld,
+    NewGovernanceRecord,
     NewInvocation,
     NewReconciliation,
     NewResolution,
@@ -188,6 +192,36 @@ class SqlHost:
     def list_reconciliations(self, invocation_id: str) -> list[ReconciliationRecord]:
         return [reconciliation_from_row(r) for r in
                 self._unit.run("list_reconciliations", {"invocation_id": invocation_id}).rows]
+
+    # ── governance evidence (ADRs 0043-0045) ──
+    def append_governance_record(self, record: NewGovernanceRecord) -> bool:
+        return bool(self._unit.run("insert_governance_record", {
+            "id": record.id, "kind": str(record.kind), "tenant_id": record.tenant_id, "space_id": record.space_id,
+            "invocation_id": record.invocation_id, "name": record.name, "payload": canonical_json(record.payload),
+            "fingerprint": record.fingerprint, "now": self._unit.now()}).rows)
+
+    def list_governance_records(self, invocation_id: str) -> list[GovernanceRecord]:
+        return [governance_from_row(r) for r in
+                self._unit.run("list_governance_records", {"invocation_id": invocation_id}).rows]
+
+    def resume_approved_invocation(self, invocation_id: str, *, owner: str, lease_seconds: float) -> Lease | None:
+        if not 0 < lease_seconds <= 3600 or not owner or len(owner) > 200:
+            raise ValueError("an approval resume lease has an owner of 1..200 chars and 0 < seconds <= 3600")
+        now = self._unit.now()
+        # Lock order (ADR 0022): the invocation row first, then the command.
+        if not self._unit.run("resume_awaiting_invocation", {"id": invocation_id, "now": now}).rows:
+            return None
+        token = secrets.token_hex(16)
+        rows = self._unit.run("lease_approved_command", {
+            "id": invocation_id, "owner": owner, "token": token, "now": now,
+            "lease_until": now + timedelta(seconds=lease_seconds)}).rows
+        if not rows:  # pragma: no cover - resume_awaiting_invocation saw the command finished in this unit
+            raise LeaseLost(f"the command of {invocation_id} could not be leased for the approval resume")
+        delivery, until = int(rows[0]["delivery_count"]), rows[0]["lease_until"]
+        self._unit.run("insert_lease_event", {
+            "command_id": invocation_id, "event": str(LeaseEventKind.CLAIM), "owner": owner, "delivery": delivery,
+            "at": now, "lease_until": until})
+        return Lease(command_id=invocation_id, owner=owner, token=token, delivery=delivery, until=until)
 
     # ── adapter rows ──
     def write_adapter_invocation(self, write: AdapterWrite) -> bool:
@@ -344,3 +378,10 @@ def resolution_from_row(row: dict[str, Any]) -> ResolutionRecord:
         evidence=_parsed(row["evidence"]), prior_status=InvocationStatus(row["prior_status"]),
         prior_error=row["prior_error"], prior_reconciliation=_parsed(row["prior_reconciliation"]),
         request_digest=row["request_digest"], created_at=row["created_at"])
+
+def governance_from_row(row: dict[str, Any]) -> GovernanceRecord:
+    """A ``GovernanceRecord`` from a row of ``list_governance_records``."""
+    return GovernanceRecord(
+        id=row["id"], kind=GovernanceRecordKind(row["kind"]), tenant_id=row["tenant_id"], space_id=row["space_id"],
+        invocation_id=row["invocation_id"], name=row["name"], payload=_parsed(row["payload"]),
+        fingerprint=row["fingerprint"], created_at=row["created_at"])

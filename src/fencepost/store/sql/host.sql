@@ -261,3 +261,43 @@ RETURNING id;
 -- naming another tenant, space or invocation finds nothing.
 SELECT {{adapter_columns}} FROM adapter_invocations
 WHERE id = :id AND tenant_id = :tenant_id AND space_id = :space_id AND invocation_id = :invocation_id;
+
+-- ── governance evidence (ADRs 0043-0045; host-spec D5, D6, O, P) ──
+
+-- name: insert_governance_record
+-- A governance record, only when its parent exists in the record's scope (host-spec V); an existing id inserts
+-- nothing and keeps the first record (first write wins across attempts, §1.Y-6).
+INSERT INTO host_governance_records (id, kind, tenant_id, space_id, invocation_id, name, payload, fingerprint,
+                                     created_at)
+SELECT :id, :kind, i.tenant_id, i.space_id, i.id, :name, :payload, :fingerprint, :now
+FROM invocations AS i
+WHERE i.id = :invocation_id AND i.tenant_id = :tenant_id AND i.space_id = :space_id
+ON CONFLICT (id) DO NOTHING
+RETURNING id;
+
+-- name: list_governance_records
+-- instants: created_at
+-- An invocation's governance records, oldest first.
+SELECT id, kind, tenant_id, space_id, invocation_id, name, payload, fingerprint, created_at
+FROM host_governance_records WHERE invocation_id = :invocation_id
+ORDER BY created_at, id;
+
+-- name: resume_awaiting_invocation
+-- An approved invocation back to running (host-spec P3, P4; ADR 0044), only while it awaits approval and its
+-- command is finished (no lease holds it); the caller leases the command next, in the same unit.
+UPDATE invocations
+SET status = 'running', updated_at = :now
+WHERE id = :id AND status = 'awaiting_approval'
+  AND EXISTS (SELECT 1 FROM commands AS c WHERE c.id = :id AND c.status = 'DELIVERED')
+RETURNING id;
+
+-- name: lease_approved_command
+-- instants: lease_until
+-- The approval resume's temporary lease (P4): the finished command PROCESSING again under a fresh token, its
+-- delivery count raised to at least 1 and never incremented (P3: approval acceptance counts no claim).
+UPDATE commands
+SET status = 'PROCESSING', lease_owner = :owner, lease_token = :token, lease_until = :lease_until,
+    last_heartbeat_at = :now, finished_at = NULL, updated_at = :now,
+    delivery_count = CASE WHEN delivery_count < 1 THEN 1 ELSE delivery_count END
+WHERE id = :id AND status = 'DELIVERED'
+RETURNING delivery_count, lease_until;

@@ -471,4 +471,34 @@ CREATE TRIGGER host_resolutions_no_delete
 BEFORE DELETE ON host_resolutions
 BEGIN
     SELECT RAISE(ABORT, 'host_resolutions is append-only');
+-- The governance evidence (migration 0008, ADRs 0043-0045; host-spec D5, D6, O, P): one append-only table
+-- of policy records, the mutation footprint, approval requests and decisions, obligations, their
+-- satisfactions and attestations, first write wins per id, each record in its parent's scope.
+CREATE TABLE host_governance_records (
+    id            TEXT PRIMARY KEY CHECK (length(id) BETWEEN 1 AND 200),
+    kind          TEXT NOT NULL CHECK (kind IN ('policy_record', 'mutation_footprint', 'approval_request', 'approval_decision', 'obligation', 'obligation_satisfied', 'attestation')),
+    tenant_id     TEXT NOT NULL,
+    space_id      TEXT NOT NULL,
+    invocation_id TEXT NOT NULL,
+    name          TEXT NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
+    payload       TEXT NOT NULL CHECK (json_valid(payload) AND json_type(payload) = 'object'),
+    fingerprint   TEXT CHECK (fingerprint IS NULL OR length(fingerprint) BETWEEN 5 AND 100),
+    created_at    TEXT NOT NULL,
+    -- The composite reference keeps a record in its parent's scope (host-spec V1).
+    FOREIGN KEY (tenant_id, space_id, invocation_id) REFERENCES invocations (tenant_id, space_id, id)
+);
+
+CREATE INDEX host_governance_records_by_invocation ON host_governance_records (invocation_id, created_at);
+
+-- Policy and HITL evidence is read as it was written: no statement may rewrite or remove a record.
+CREATE TRIGGER host_governance_records_no_update
+BEFORE UPDATE ON host_governance_records
+BEGIN
+    SELECT RAISE(ABORT, 'host_governance_records is append-only');
+END;
+
+CREATE TRIGGER host_governance_records_no_delete
+BEFORE DELETE ON host_governance_records
+BEGIN
+    SELECT RAISE(ABORT, 'host_governance_records is append-only');
 END;
