@@ -30,7 +30,6 @@ from pydantic import ValidationError
 from fencepost.core.errors import Conflict, InvalidInput, NotFound, RecoverableFinalization, StoreUnavailable
 from fencepost.core.statuses import (
     AdapterStatus,
-    CompletionDisposition,
     CompletionOutcome,
     InvocationMode,
     InvocationStatus,
@@ -256,10 +255,10 @@ class Host:
             return apply_completion(tx, self.runtime.actions, completion)
 
         receipt: CompletionReceipt = self.store.transact(unit, name="host.complete")
-        if receipt.disposition in (CompletionDisposition.SETTLED, CompletionDisposition.CONTRADICTED,
-                                   CompletionDisposition.EVIDENCE_ONLY) and receipt.status is not None:
+        if receipt.changed and receipt.status is not None:  # S3: once per status change, after the commit
+            kind = {} if receipt.kind is None else {"kind": str(receipt.kind)}
             telemetry.emit(self.runtime.telemetry, telemetry.STATUS, invocation_id=receipt.invocation_id,
-                           status=str(receipt.status))
+                           status=str(receipt.status), **kind)
         return receipt
 
     def reconcile_overdue_completions(self, *, budget_seconds: float = 5.0) -> int:
