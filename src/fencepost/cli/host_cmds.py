@@ -61,7 +61,7 @@ def load_host(spec: str, store: Store) -> Host:
             raise InvalidInput(f"--app: {module_name} has no attribute {attribute}")
     if isinstance(target, Host):
         return Host(store, actions=list(target.actions), adapters=list(target.runtime.adapters.values()),
-                    config=target.config)
+                    config=target.config, telemetry=target.runtime.telemetry)
     if callable(target):
         try:
             made = target(store)

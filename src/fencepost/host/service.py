@@ -21,7 +21,7 @@ import os
 import socket
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -43,7 +43,7 @@ from fencepost.host.handler import HostHandler, kind_of
 from fencepost.host.idempotency import binding_digest, check_replay, invocation_id, params_digest
 from fencepost.host.lifecycle import STARTED, invocation_event
 from fencepost.host.sweep import sweep_overdue
-from fencepost.host.telemetry import LogTelemetry, Telemetry
+from fencepost.host.telemetry import Fanout, LogTelemetry, Telemetry
 from fencepost.outbox.context import CommandContext
 from fencepost.outbox.handlers import HandlerRegistry
 from fencepost.outbox.heartbeat import Heartbeat
@@ -207,6 +207,12 @@ class Host:
         self.owner = f"inline:{socket.gethostname()}:{os.getpid()}"
         self._held: dict[str, CommandContext] = {}
         self._lock = threading.Lock()
+
+    def add_telemetry(self, sink: Telemetry) -> None:
+        """Send this host's telemetry to ``sink`` too, after the sink it already has (host-spec S1): ``fencepost
+        serve`` adds its ``/metrics`` sink, ``--telemetry otel`` the OpenTelemetry one. Call it before
+        ``handler()`` or ``register``: a handler keeps the sinks it was made with."""
+        self.runtime = replace(self.runtime, telemetry=Fanout(self.runtime.telemetry, sink))
 
     # ── workers ──
     def handler(self) -> HostHandler:
