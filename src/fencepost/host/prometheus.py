@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from fencepost.host.telemetry import COUNTERS, HISTOGRAMS, TelemetrySink
 
-CONTENT_TYPE = CONTENT_TYPE_LATEST
+#: The text format ``generate_latest`` writes for these (plain ASCII) names; every Prometheus version reads it.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def metric_name(name: str) -> str:
