@@ -372,3 +372,64 @@ def test_step_span_of_a_step_that_is_reused_is_not_opened(store: Store, backend:
     names = [dict(s.attributes or {}).get("step") for s in otel.spans(t.STEP_SPAN)]
     assert names == ["reserve", "charge", "charge"]
     assert sum(p.count for p in otel.points(t.STEP_DURATION).values()) == 2  # the crashed call never returned
+
+
+def test_the_otel_sink_uses_the_global_providers_set_later(tmp_path: Path) -> None:
+    """ADR 0046: ``--telemetry otel`` builds ``OtelTelemetry()`` before ``opentelemetry-instrument`` or the app
+    may have installed the SDK; the sink follows the global providers whenever they are set. In a process of its
+    own (the global providers can be set once): the sink is attached first, the SDK second, and the run's spans
+    and counters reach the SDK's in-memory reader and exporter."""
+    script = textwrap.dedent(f"""
+        from opentelemetry import metrics, trace
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from pydantic import BaseModel
+        from fencepost.cli.telemetry_opt import attach_telemetry
+        from fencepost.host import Action, AdapterStep, Host, Inline, Succeeded
+        from fencepost.store import open_store
+
+        class P(BaseModel):
+            n: int
+
+        class Pay:
+            type, vendor = "pay", "v"
+            def execute(self, call):
+                return Succeeded({{}})
+
+        store = open_store("sqlite:///{tmp_path / 'global.db'}")
+        store.migrate()
+        host = Host(store, actions=[Action(id="a", version=1, params=P, handler=lambda ctx, p: {{}},
+                                           steps=(AdapterStep(name="s", adapter="pay", operation="op"),))],
+                    adapters=[Pay()])
+        attach_telemetry(host, "otel")
+        exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+        host.submit("a", {{"n": 1}}, actor="u", idempotency_key="k", mode=Inline())
+        print(sorted(s.name for s in exporter.get_finished_spans()))
+        data = reader.get_metrics_data()
+        print([(m.name, [dict(p.attributes) for p in m.data.data_points]) for r in data.resource_metrics
+               for s in r.scope_metrics for m in s.metrics if m.name.endswith("verdicts")])
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "['host.claim', 'host.finalize', 'host.handler', 'host.invocation', 'host.step']",
+        "[('fencepost.host.invocation.verdicts', [{'status': 'succeeded'}])]"]
+
+
+def test_the_telemetry_option_is_checked(tmp_path: Path) -> None:
+    """``--telemetry`` takes ``log`` or ``otel``; ``otel`` needs ``--app``, the host it reports."""
+    from helpers.processes import run_cli
+
+    database = f"sqlite:///{tmp_path / 'control.db'}"
+    assert run_cli(["migrate", "--database", database]).returncode == 0
+    bogus = run_cli(["worker", "--database", database, "--work-dir", str(tmp_path / "w"), "--telemetry", "bogus"])
+    assert bogus.returncode != 0 and "--telemetry must be one of log, otel" in bogus.stderr
+    alone = run_cli(["worker", "--database", database, "--work-dir", str(tmp_path / "w"), "--telemetry", "otel"])
+    assert alone.returncode != 0 and "--telemetry otel needs --app" in alone.stderr

@@ -188,7 +188,8 @@ class Host:
     Args:
         store: a migrated store. actions: the ``Action`` definitions. adapters: adapter instances, by their
             ``type`` (unique). config: ``HostConfig``. telemetry: the lifecycle sink (host-spec S1;
-            default ``LogTelemetry``: log records under ``fencepost.host``).
+            default ``LogTelemetry``: log records under ``fencepost.host``). A ``TelemetrySink`` also receives
+            spans, counters and the step histogram (``fencepost.host.otel.OtelTelemetry``; ADR 0046).
     Raises:
         InvalidInput: two adapters with one type, or a duplicate action ``(id, version)``.
     """
