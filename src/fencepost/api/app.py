@@ -23,6 +23,7 @@ from fencepost.api.context import ApiContext
 from fencepost.api.host_invocations import host_invocations
 from fencepost.api.routes import events, health, router, workers
 from fencepost.host import Host
+from fencepost.host.prometheus import PrometheusTelemetry
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store.base import Store
 
@@ -152,7 +153,8 @@ def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed
                host: Host | None = None,
                completion_providers: Mapping[str, CompletionProvider | str | Sequence[str]] | None = None,
                signature_window_seconds: float = signatures.DEFAULT_WINDOW_SECONDS,
-               signature_clock: Callable[[], float] = time.time) -> FastAPI:
+               signature_clock: Callable[[], float] = time.time,
+               metrics: PrometheusTelemetry | None = None) -> FastAPI:
     """Build the ASGI app over an open ``store``.
 
     Args:
@@ -170,6 +172,7 @@ def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed
             or secrets (then with the JSON parser). Without any, every completion is refused (401).
         signature_window_seconds: how far a completion's signed timestamp may be from ``signature_clock()``.
         signature_clock: unix seconds (the wall clock; tests pass their own).
+        metrics: serve ``GET /metrics`` from this sink (the Prometheus text format; ADR 0047); None: no endpoint.
     Raises:
         ValueError: no API token; completion providers without a host; a weak secret; a window outside 1..3600.
     """
@@ -197,6 +200,11 @@ def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed
     app.include_router(events)
     app.include_router(completions)
     app.include_router(host_invocations)
+    if metrics is not None:
+        from fencepost.api.metrics import metrics as metrics_router
+
+        app.state.metrics = metrics
+        app.include_router(metrics_router)
     if ui:
         from fencepost.ui.pages import mount
 

@@ -47,6 +47,7 @@ from fencepost.cli.host_cmds import load_host
 from fencepost.cli.package_cmds import app as package_app
 from fencepost.cli.rehearsal_cmds import app as rehearsal_app
 from fencepost.cli.serve import serve
+from fencepost.cli.telemetry_opt import TelemetryOpt, attach_telemetry
 from fencepost.cli.workers_cmd import HELP as WORKERS_HELP
 from fencepost.cli.workers_cmd import workers
 from fencepost.cli.workflow_cmds import app as workflow_app
@@ -292,6 +293,7 @@ def worker(
         "--app", envvar="FENCEPOST_APP", show_envvar=True, metavar="MODULE:ATTRIBUTE",
         help="Also serve the action invocations of your Host (a fencepost.host.Host, or a callable "
              "store -> Host).")] = None,
+    telemetry: TelemetryOpt = "log",
 ) -> None:
     """Run a long-lived worker: claim commands, run them under fenced leases, heartbeat, take over.
 
@@ -315,6 +317,7 @@ def worker(
         limits = sandbox_limits(sandbox_max_bytes, sandbox_max_memory)
         require_work_dir(work_dir)
         user_host = load_host(host_app, store) if host_app else None
+        attach_telemetry(user_host, telemetry)
         w = build_worker(store, work_dir, config, keep_sandboxes, limits, user_host)
         limit_sandboxes(config.concurrency, limits)
         interrupted = threading.Event()

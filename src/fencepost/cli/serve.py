@@ -30,6 +30,7 @@ from fencepost.cli.common import (
     opened,
     sandbox_limits,
 )
+from fencepost.cli.telemetry_opt import TelemetryOpt
 from fencepost.core.errors import InvalidInput
 from fencepost.outbox import Worker, WorkerConfig
 from fencepost.outbox.worker import INTERRUPT_WAIT_SECONDS, default_worker_id
@@ -170,6 +171,7 @@ def serve(
         "--signature-window", envvar="FENCEPOST_SIGNATURE_WINDOW", show_envvar=True, min=1, max=3600,
         help="Seconds a completion's signed timestamp may be from this server's clock, either way "
              "(1-3600).")] = 300.0,
+    telemetry: TelemetryOpt = "log",
 ) -> None:
     """Serve the HTTP API and the operator pages; run Attempts with an in-process worker pool.
 
@@ -183,6 +185,8 @@ def serve(
     from fencepost.api import create_app
     from fencepost.cli.app import build_worker, limit_sandboxes, require_work_dir
     from fencepost.cli.host_cmds import load_host
+    from fencepost.cli.telemetry_opt import attach_telemetry
+    from fencepost.host.prometheus import PrometheusTelemetry
 
     if log_format not in ("json", "text"):
         raise typer.BadParameter("must be json or text", param_hint="--log-format")
@@ -192,6 +196,10 @@ def serve(
     with opened(database) as store, handled():
         limits = sandbox_limits(sandbox_max_bytes, sandbox_max_memory)
         user_host = load_host(host_app, store) if host_app else None
+        attach_telemetry(user_host, telemetry)
+        metrics = PrometheusTelemetry()  # GET /metrics: the same telemetry, for those who scrape (ADR 0047)
+        if user_host is not None:
+            user_host.add_telemetry(metrics)
         providers = completion_providers(host_app, completion_secret or [], os.environ)
         if user_host is not None and providers:
             vendors = {adapter.vendor for adapter in user_host.runtime.adapters.values()}
@@ -215,7 +223,8 @@ def serve(
         loopback = is_loopback(host)
         app = create_app(store, api_token=token, open_reads=loopback, on_work=wake,
                          allowed_hosts=["127.0.0.1", "localhost", "::1", "[::1]"] if loopback else None,
-                         host=user_host, completion_providers=providers, signature_window_seconds=signature_window)
+                         host=user_host, completion_providers=providers, signature_window_seconds=signature_window,
+                         metrics=metrics)
         sock = _bind(host, port)
         bound_port = sock.getsockname()[1]
         shown = f"[{host.strip('[]')}]" if ":" in host else host

@@ -147,12 +147,16 @@ class CompletionReceipt:
     Attributes:
         disposition: see ``CompletionDisposition``. invocation_id: the matched invocation (None when
             ``not_found``). status: its status afterwards. detail: one sentence for logs and HTTP answers.
+        changed: whether this completion changed the invocation's status (its status telemetry, S3).
+        kind: the reconciliation kind of a ``reconciliation_required`` status it wrote, else None.
     """
 
     disposition: CompletionDisposition
     invocation_id: str | None
     status: InvocationStatus | None
     detail: str
+    changed: bool = False
+    kind: ReconciliationKind | None = None
 
 
 def decide(invocation: InvocationRecord, digest: str) -> CompletionDisposition:
@@ -312,7 +316,8 @@ def _settle(tx: UnitOfWork, actions: ActionRegistry, invocation: InvocationRecor
     if kind is not None:
         tx.host.append_reconciliation(_entry(invocation, kind, ReconciliationLog.GOVERNANCE, record))
     return CompletionReceipt(disposition, invocation.id, status,
-                             "settled" if kind is None else error or "recorded as evidence")
+                             "settled" if kind is None else error or "recorded as evidence",
+                             changed=status is not invocation.status, kind=kind)
 
 
 def _evidence_only(tx: UnitOfWork, invocation: InvocationRecord, completion: Completion,
@@ -353,7 +358,8 @@ def _contradiction(tx: UnitOfWork, invocation: InvocationRecord, completion: Com
                                          ReconciliationLog.COMPLETION, second))
     tx.host.append_reconciliation(_entry(invocation, ReconciliationKind.COMPLETION_CONTRADICTED,
                                          ReconciliationLog.GOVERNANCE, second))
-    return CompletionReceipt(CompletionDisposition.CONTRADICTED, invocation.id, status, error)
+    return CompletionReceipt(CompletionDisposition.CONTRADICTED, invocation.id, status, error,
+                             changed=status is not invocation.status, kind=ReconciliationKind.COMPLETION_CONTRADICTED)
 
 
 def _contradicted_event(invocation: InvocationRecord, first: dict[str, Any], second: dict[str, Any]) -> NewEvent:

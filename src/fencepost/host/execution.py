@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -91,7 +92,7 @@ from fencepost.host.redaction import (
     redact_input,
     redact_output,
 )
-from fencepost.host.telemetry import LogTelemetry, Telemetry
+from fencepost.host.telemetry import NO_SPAN, LogTelemetry, SpanScope, Telemetry
 from fencepost.outbox.context import CommandContext
 from fencepost.store.host_records import (
     AdapterRecord,
@@ -201,6 +202,12 @@ class Execution:
         self.action: Action | None = None
         self.action_id = ""  # the claimed invocation's action id, for the error-text context (ADR 0042)
         self.handoff: dict[str, Any] | None = None  # the handoff this execution recorded (N1)
+        self._root: SpanScope = NO_SPAN  # the host.invocation span (S1)
+        self._step_scope: SpanScope = NO_SPAN  # the current host.step span
+
+    def _span(self, name: str, **attributes: Any) -> AbstractContextManager[SpanScope]:
+        """A telemetry span for one unit of this execution (S1; ids, names and statuses only)."""
+        return telemetry.span(self.runtime.telemetry, name, invocation_id=self.invocation_id, **attributes)
 
     # ── the whole execution ──
     def run(self) -> InvocationStatus:
@@ -211,6 +218,12 @@ class Execution:
                 error); the lease is left to expire.
             StopRequested, TimeLimitExceeded: from the context's safe points, for the worker to handle.
         """
+        with self._span(telemetry.INVOCATION_SPAN, attempt=self.lease.delivery) as self._root:
+            status = self._run_reporting()
+            self._root.set("status", str(status))
+            return status
+
+    def _run_reporting(self) -> InvocationStatus:
         invocation_id = self.invocation_id
         try:
             return self._run()
@@ -223,9 +236,13 @@ class Execution:
                                           error, invocation_id=invocation_id) from error
 
     def _run(self) -> InvocationStatus:
-        claimed: tuple[InvocationRecord, bool, list[AdapterRecord]] = self.ctx.fenced(self._claim, name="host.claim")
+        with self._span(telemetry.CLAIM_SPAN):
+            claimed: tuple[InvocationRecord, bool, list[AdapterRecord]] = self.ctx.fenced(self._claim,
+                                                                                          name="host.claim")
         invocation, was_running, rows = claimed
         self.action_id = invocation.action_id
+        self._root.set("action_id", invocation.action_id)
+        self._root.set("action_version", invocation.action_version)
         if invocation.status.terminal:
             self.ctx.fenced(lambda tx: None, name="host.claim", finish=FINISH)
             return invocation.status
@@ -274,13 +291,24 @@ class Execution:
         return redact_error(self.runtime.redaction, error_context(self.action_id, ErrorSource(source)), message)
 
     # ── committing a verdict ──
-    def _emit_status(self, status: InvocationStatus) -> None:
+    def _emit_status(self, status: InvocationStatus, kind: ReconciliationKind | None = None) -> None:
+        attributes = {} if kind is None else {"kind": str(kind)}
         telemetry.emit(self.runtime.telemetry, telemetry.STATUS, invocation_id=self.invocation_id,
-                       status=str(status))
+                       status=str(status), **attributes)
 
     def _settle(self, invocation: InvocationRecord, verdict: Verdict, *, writes: tuple[AdapterWrite, ...] = (),
                 events: tuple[NewEvent, ...] = (), records: tuple[NewReconciliation, ...] = (),
                 final: bool = False) -> InvocationStatus:
+        """``_settle_verdict`` inside a ``host.finalize`` (a success) or ``host.settle`` span (S1)."""
+        kind = None if verdict.kind is None else str(verdict.kind)
+        with self._span(telemetry.FINALIZE_SPAN if final else telemetry.SETTLE_SPAN, status=str(verdict.status),
+                        kind=kind):
+            return self._settle_verdict(invocation, verdict, writes=writes, events=events, records=records,
+                                        final=final)
+
+    def _settle_verdict(self, invocation: InvocationRecord, verdict: Verdict, *,
+                        writes: tuple[AdapterWrite, ...] = (), events: tuple[NewEvent, ...] = (),
+                        records: tuple[NewReconciliation, ...] = (), final: bool = False) -> InvocationStatus:
         """Commit ``verdict`` with its evidence (host-spec J4, K3-K9, L1-L3; ADR 0031):
 
         - a success (``final``, ``host.finalize``): one atomic attempt; a store error raises
@@ -308,7 +336,7 @@ class Execution:
                     raise
                 error = raised
                 continue
-            self._emit_status(verdict.status)
+            self._emit_status(verdict.status, verdict.kind)
             return verdict.status
         assert error is not None
         if verdict.status is InvocationStatus.RECONCILIATION_REQUIRED:
@@ -332,7 +360,7 @@ class Execution:
         self.ctx.finished = True
         self.ctx.finished_status = FINISH
         if emit:
-            self._emit_status(verdict.status)
+            self._emit_status(verdict.status, verdict.kind)
         return True
 
     def _fallback(self, plan: Settlement, cause: StoreUnavailable) -> InvocationStatus:
@@ -355,7 +383,7 @@ class Execution:
             raise RecoverableFinalization(
                 f"the reconciliation_required verdict could not be recorded (atomic settlement and fallback "
                 f"verdict failed): {last}", last, invocation_id=self.invocation_id) from last
-        self._emit_status(verdict.status)
+        self._emit_status(verdict.status, verdict.kind)
         held = VerdictHeld(verdict.status, verdict.error)
         errors = write_evidence(self.ctx.store, self.invocation_id, evidence_of(plan, held), self.runtime.telemetry)
         if errors:  # K7, K8: the verdict stands; the gap is final and audit reports it
@@ -463,7 +491,9 @@ class Execution:
                 applied.append(row)
                 repaired.append(row)
                 continue
-            done = self._step(invocation, step, index, adapter_id, row, params, handler_output, outputs, applied)
+            with self._step_span(step, index, adapter_id) as self._step_scope:
+                done = self._step(invocation, step, index, adapter_id, row, params, handler_output, outputs,
+                                  applied)
             if isinstance(done, InvocationStatus):
                 return done
             outputs[step.name] = dict(done.output or {})
@@ -487,7 +517,9 @@ class Execution:
             return output, hctx.declared_events
 
         try:
-            result: tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]] = self.ctx.fenced(unit, name="host.handler")
+            with self._span(telemetry.HANDLER_SPAN, reclaim=reclaim):
+                result: tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]] = self.ctx.fenced(
+                    unit, name="host.handler")
             return result
         except Exception as error:
             raised = _handler_error(error)
@@ -550,8 +582,10 @@ class Execution:
                 except Exception as error:
                     return self._unresendable(invocation, step, row, self._error_text(
                         invocation, ErrorSource.EXECUTION, f"{type(error).__name__}: {error}"))
+        started = time.monotonic()
         outcome, attempts = self._call(invocation, step, adapter, adapter_id, call_input, attempts, prepared,
                                        from_status)
+        self._observe_step(step, adapter, outcome, attempts, time.monotonic() - started)
         return self._checkpoint(invocation, step, adapter, adapter_id, row_input, outcome, attempts, applied)
 
     @staticmethod
@@ -574,6 +608,23 @@ class Execution:
                                                     kind=ReconciliationKind.ADAPTER_OUTCOME_AMBIGUOUS),
                                 writes=writes, events=events, records=records)
         return self._settle(invocation, Verdict(InvocationStatus.FAILED, reason))
+
+    def _step_span(self, step: AdapterStep, index: int, adapter_id: str) -> AbstractContextManager[SpanScope]:
+        """The ``host.step`` span of one adapter step (S1): its adapter's type and vendor, the operation, the step
+        and its stable ``adapter_invocation_id``; ``_observe_step`` adds the outcome."""
+        adapter = self.runtime.adapters.get(step.adapter)
+        return self._span(telemetry.STEP_SPAN, step=step.name, step_index=index, adapter_invocation_id=adapter_id,
+                          adapter_type=step.adapter, vendor=None if adapter is None else adapter.vendor,
+                          operation=step.operation)
+
+    def _observe_step(self, step: AdapterStep, adapter: Adapter, outcome: StepOutcome, attempts: int,
+                      seconds: float) -> None:
+        """The step's classified outcome on its span and its latency (seconds, every attempt and wait) in the
+        step-duration histogram (S5)."""
+        self._step_scope.set("outcome", str(outcome.verdict))
+        self._step_scope.set("attempts", attempts)
+        telemetry.record(self.runtime.telemetry, telemetry.STEP_DURATION, seconds, outcome=str(outcome.verdict),
+                         adapter_type=adapter.type, vendor=adapter.vendor, operation=step.operation)
 
     def _prepare(self, scope: AdapterScope, adapter_id: str, attempts: int, from_status: AdapterStatus) -> None:
         """The attempt-preparation write before each call (E5): the row `running` with this attempt's number."""
@@ -824,7 +875,8 @@ class Execution:
                 raise SettlementRefused("the invocation could not park")
 
         try:
-            self.ctx.fenced(unit, name="host.park", finish=FINISH)
+            with self._span(telemetry.PARK_SPAN):
+                self.ctx.fenced(unit, name="host.park", finish=FINISH)
         except (StoreUnavailable, LeaseLost, SettlementRefused):
             if not self._parked():  # a lost acknowledgement of a COMMIT that landed is not a failure
                 raise

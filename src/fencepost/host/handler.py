@@ -54,6 +54,7 @@ class HostHandler:
         self.runtime = runtime
         # The verdict each context's failure unit wrote, for its telemetry and the evidence after it (H17, S3).
         self._verdicts: weakref.WeakKeyDictionary[CommandContext, VerdictHeld] = weakref.WeakKeyDictionary()
+        self._kinds: weakref.WeakKeyDictionary[CommandContext, ReconciliationKind] = weakref.WeakKeyDictionary()
 
     def handle(self, ctx: CommandContext) -> None:
         """Run the invocation to its verdict (``Execution.run``); the verdict unit finishes the command.
@@ -84,6 +85,7 @@ class HostHandler:
                 expected=_OPEN)):
             raise RecoverableFinalization("the budget verdict could not be written", invocation_id=invocation.id)
         self._verdicts[ctx] = VerdictHeld(InvocationStatus.RECONCILIATION_REQUIRED, error)
+        self._kinds[ctx] = ReconciliationKind.RECOVERY_BUDGET_EXHAUSTED
 
     def after_failure(self, ctx: CommandContext, budget: DeliveryBudget | None) -> None:
         """After the worker's failure unit committed: report the status it wrote (S3); after a budget verdict,
@@ -94,10 +96,12 @@ class HostHandler:
             RecoverableFinalization: ``verdict_durable=True``; some evidence could not be read or written.
         """
         held = self._verdicts.pop(ctx, None)
+        kind = self._kinds.pop(ctx, None)
         if held is None:
             return
+        attributes = {} if kind is None else {"kind": str(kind)}  # S5: reconciliations by kind
         telemetry.emit(self.runtime.telemetry, telemetry.STATUS, invocation_id=ctx.command.id,
-                       status=str(held.status))
+                       status=str(held.status), **attributes)
         if budget is not None:
             budget_evidence(ctx.store, ctx.command.id, held, self.runtime.telemetry)
 
@@ -135,3 +139,5 @@ class HostHandler:
                 status, error=text, reconciliation=None if kind is None else {"kind": str(kind)}, expected=_OPEN)):
             raise RecoverableFinalization("the failure verdict could not be written", invocation_id=invocation.id)
         self._verdicts[ctx] = VerdictHeld(status, text)
+        if kind is not None:
+            self._kinds[ctx] = kind

@@ -23,7 +23,7 @@ import os
 import socket
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -32,7 +32,6 @@ from pydantic import ValidationError
 from fencepost.core.errors import Conflict, InvalidInput, NotFound, RecoverableFinalization, StoreUnavailable
 from fencepost.core.statuses import (
     AdapterStatus,
-    CompletionDisposition,
     CompletionOutcome,
     InvocationMode,
     InvocationStatus,
@@ -67,7 +66,7 @@ from fencepost.host.operator import QueueEntry, history, lookups, resolution_jso
 from fencepost.host.redaction import Redaction, RedactionFailed, redact_params
 from fencepost.host.resolution import apply_resolution, parse_request
 from fencepost.host.sweep import sweep_overdue
-from fencepost.host.telemetry import LogTelemetry, Telemetry
+from fencepost.host.telemetry import Fanout, LogTelemetry, Telemetry
 from fencepost.outbox.context import CommandContext
 from fencepost.outbox.handlers import HandlerRegistry
 from fencepost.outbox.heartbeat import Heartbeat
@@ -235,10 +234,11 @@ class Host:
     Args:
         store: a migrated store. actions: the ``Action`` definitions. adapters: adapter instances, by their
             ``type`` (unique). config: ``HostConfig``. telemetry: the lifecycle sink (host-spec S1;
-            default ``LogTelemetry``: log records under ``fencepost.host``). breakers: the adapter circuit
-            breakers (host-spec R; ``Breakers(failure_threshold=5, reset_timeout=30.0)``); None, the default,
-            refuses no step (ADR 0050). redaction: the redaction hooks (host-spec Q; default none: every value is
-            stored as given; ADR 0042).
+            default ``LogTelemetry``: log records under ``fencepost.host``; a ``TelemetrySink`` also receives
+            spans, counters and the step histogram, ``fencepost.host.otel.OtelTelemetry``; ADR 0046). breakers:
+            the adapter circuit breakers (host-spec R; ``Breakers(failure_threshold=5, reset_timeout=30.0)``);
+            None, the default, refuses no step (ADR 0050). redaction: the redaction hooks (host-spec Q; default
+            none: every value is stored as given; ADR 0042).
     Raises:
         InvalidInput: two adapters with one type, or a duplicate action ``(id, version)``.
     """
@@ -263,6 +263,12 @@ class Host:
         self.owner = f"inline:{socket.gethostname()}:{os.getpid()}"
         self._held: dict[str, CommandContext] = {}
         self._lock = threading.Lock()
+
+    def add_telemetry(self, sink: Telemetry) -> None:
+        """Send this host's telemetry to ``sink`` too, after the sink it already has (host-spec S1): ``fencepost
+        serve`` adds its ``/metrics`` sink, ``--telemetry otel`` the OpenTelemetry one. Call it before
+        ``handler()`` or ``register``: a handler keeps the sinks it was made with."""
+        self.runtime = replace(self.runtime, telemetry=Fanout(self.runtime.telemetry, sink))
 
     # ── workers ──
     def handler(self) -> HostHandler:
@@ -315,10 +321,10 @@ class Host:
             return apply_completion(tx, self.runtime.actions, completion, self.runtime.redaction)
 
         receipt: CompletionReceipt = self.store.transact(unit, name="host.complete")
-        if receipt.disposition in (CompletionDisposition.SETTLED, CompletionDisposition.CONTRADICTED,
-                                   CompletionDisposition.EVIDENCE_ONLY) and receipt.status is not None:
+        if receipt.changed and receipt.status is not None:  # S3: once per status change, after the commit
+            kind = {} if receipt.kind is None else {"kind": str(receipt.kind)}
             telemetry.emit(self.runtime.telemetry, telemetry.STATUS, invocation_id=receipt.invocation_id,
-                           status=str(receipt.status))
+                           status=str(receipt.status), **kind)
         return receipt
 
     def reconcile_overdue_completions(self, *, budget_seconds: float = 5.0) -> int:

@@ -91,7 +91,8 @@ def sweep_overdue(store: Store, sink: Telemetry, *, budget_seconds: float = 1.0,
                 settled += 1
                 progressed += 1
                 telemetry.emit(sink, telemetry.STATUS, invocation_id=candidate.id,
-                               status=str(InvocationStatus.RECONCILIATION_REQUIRED))
+                               status=str(InvocationStatus.RECONCILIATION_REQUIRED),
+                               kind=str(ReconciliationKind.COMPLETION_OVERDUE))
             if time.monotonic() >= deadline:
                 return settled
         if len(candidates) < limit or not progressed:
