@@ -23,7 +23,7 @@ from typing import Any
 from fencepost.core.errors import RecoverableFinalization
 from fencepost.core.statuses import AdapterStatus
 from fencepost.host.finalization import EvidenceWrite, Settlement, Verdict, evidence_of, unknown_outcome, write_evidence
-from fencepost.host.recovery import UNKNOWN_RUNNING_STEP, applied_summary
+from fencepost.host.recovery import UNKNOWN_RUNNING_STEP, applied_evidence, applied_summary
 from fencepost.host.telemetry import Telemetry
 from fencepost.store.base import Store
 from fencepost.store.host_records import AdapterRecord, InvocationRecord, VerdictHeld
@@ -59,8 +59,7 @@ def enriched(held: VerdictHeld, invocation: InvocationRecord,
         {"step": r.step_name, "adapter_invocation_id": r.id, "reason": _reason(r),
          "external_reference": r.external_reference} for r in open_rows]
     if applied:
-        reconciliation["applied"] = [{"step": r.step_name, "adapter_invocation_id": r.id,
-                                      "external_reference": r.external_reference} for r in applied]
+        reconciliation["applied"] = applied_evidence(applied)
     return error, reconciliation
 
 

@@ -81,7 +81,7 @@ from fencepost.host.lifecycle import (
     step_event,
 )
 from fencepost.host.outcome import StepOutcome, StepVerdict, classify_error, describe_error, interpret_reply
-from fencepost.host.recovery import Proceed, Settle, applied_summary, scan
+from fencepost.host.recovery import Proceed, Settle, applied_evidence, applied_summary, scan
 from fencepost.host.redaction import (
     WITHHELD,
     ErrorSource,
@@ -455,8 +455,7 @@ class Execution:
         evidence = None
         if applied:
             error = f"{error}; applied before it: {applied_summary(applied)}"
-            evidence = {"applied": [{"step": r.step_name, "adapter_invocation_id": r.id,
-                                     "external_reference": r.external_reference} for r in applied]}
+            evidence = {"applied": applied_evidence(applied)}
         return self._settle(invocation, Verdict(InvocationStatus.FAILED, _text(error), evidence=evidence),
                             writes=writes, events=events)
 
@@ -738,8 +737,7 @@ class Execution:
             marker_evidence: dict[str, Any] = {"step": step.name, "adapter_invocation_id": adapter_id,
                                                "external_reference": reference, "output": output}
             if applied:
-                marker_evidence["applied"] = [{"step": r.step_name, "adapter_invocation_id": r.id,
-                                        "external_reference": r.external_reference} for r in applied]
+                marker_evidence["applied"] = applied_evidence(applied)
             record = reconciliation_record(invocation, adapter_id, ReconciliationKind.APPLIED_EFFECT, {
                 "step": step.name, "reason": "provider succeeded; its checkpoint could not be recorded",
                 "external_reference": reference})
@@ -767,8 +765,7 @@ class Execution:
                                                                     "outcome": outcome.outcome})
         evidence: dict[str, Any] = {"step": step.name, "adapter_invocation_id": adapter_id, "reason": reason}
         if applied:
-            evidence["applied"] = [{"step": r.step_name, "adapter_invocation_id": r.id,
-                                    "external_reference": r.external_reference} for r in applied]
+            evidence["applied"] = applied_evidence(applied)
         record = reconciliation_record(invocation, adapter_id, ReconciliationKind.ADAPTER_OUTCOME_AMBIGUOUS, {
             "step": step.name, "reason": reason, "external_reference": None})
         return self._settle(invocation, Verdict(InvocationStatus.RECONCILIATION_REQUIRED,
@@ -798,8 +795,7 @@ class Execution:
         evidence: dict[str, Any] = {"step": step.name, "adapter_invocation_id": adapter_id,
                                     "external_reference": reference, "output_withheld": True}
         if applied:
-            evidence["applied"] = [{"step": r.step_name, "adapter_invocation_id": r.id,
-                                    "external_reference": r.external_reference} for r in applied]
+            evidence["applied"] = applied_evidence(applied)
         return self._settle(invocation, Verdict(InvocationStatus.RECONCILIATION_REQUIRED, _text(reason),
                                                 kind=ReconciliationKind.APPLIED_EFFECT, evidence=evidence),
                             writes=(marker,), events=(event,), records=(record,))
@@ -836,8 +832,7 @@ class Execution:
             if earlier is not None:
                 evidence["handoffs"] = [earlier.get("external_reference"), reference]
             if applied:
-                evidence["applied"] = [{"step": r.step_name, "adapter_invocation_id": r.id,
-                                        "external_reference": r.external_reference} for r in applied]
+                evidence["applied"] = applied_evidence(applied)
             return self._settle(invocation, Verdict(InvocationStatus.RECONCILIATION_REQUIRED, _text(reason),
                                                     kind=ReconciliationKind.APPLIED_EFFECT, evidence=evidence),
                                 writes=(marker,), events=(event,), records=(record,))

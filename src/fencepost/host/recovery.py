@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from fencepost.core.statuses import AdapterStatus, InvocationStatus, ReconciliationKind
 from fencepost.store.host_records import AdapterRecord
@@ -54,6 +55,14 @@ def applied_summary(rows: Sequence[AdapterRecord]) -> str:
     """``charge (ext ch_1), ship`` for the evidence of an applied effect."""
     return ", ".join(f"{r.step_name} (ext {r.external_reference})" if r.external_reference else r.step_name
                      for r in rows)
+
+
+def applied_evidence(rows: Sequence[AdapterRecord]) -> list[dict[str, Any]]:
+    """The ``applied`` list of a verdict's evidence: ``[{"step", "adapter_invocation_id", "external_reference"}]``
+    for each earlier step that took effect, so ``failed`` or an unknown outcome is not read as "nothing
+    happened" (host-spec X1, G16)."""
+    return [{"step": r.step_name, "adapter_invocation_id": r.id, "external_reference": r.external_reference}
+            for r in rows]
 
 
 def scan(rows: Sequence[AdapterRecord], *, idempotent: bool, reclaim: bool) -> Settle | Proceed:
