@@ -99,6 +99,7 @@ def test_an_approval_required_by_a_policy_is_approved_from_the_page(page: Page, 
     expect(approvals.nth(1)).to_have_attribute("data-type", "ApprovalGranted")
     expect(approvals.nth(1)).to_contain_text("by ops:alice (authority ops): refund matches the returned parcel")
     expect(page.locator("#inv-steps")).to_contain_text("succeeded")
+    expect(page.locator("#inv-verdicts")).not_to_contain_text("null")  # no resolution drawn as "null"
     shot(page, "invocation-approved")
 
     page.goto(deployment.url + f"/invocations/{second}")

@@ -582,6 +582,7 @@
       // Both verdicts when an operator resolved it: the one the host wrote, and the resolution.
       const verdicts = v.events.filter((e) => VERDICTS.has(e.type));
       const approvals = v.events.filter((e) => APPROVAL_EVENTS.has(e.type));
+      // (replaceChildren draws a null as the text "null": the absent resolution is "".)
       document.getElementById("inv-verdicts").replaceChildren(
         h("h3", {}, "Verdict history"),
         h("ol", { className: "verdict-history", id: "verdict-history" }, ...(verdicts.length ? verdicts.map((e) =>
@@ -593,7 +594,7 @@
           h("ol", { className: "verdict-history", id: "approval-history" }, ...approvals.map((e) => h("li", { "data-type": e.type },
             h("strong", {}, e.type), " at " + when(e.occurred_at), " · policy " + e.payload.policy + approvalText(e))))] : null),
         v.resolution ? h("p", { id: "resolution", "data-outcome": v.resolution.outcome }, resolutionText(v.resolution),
-          v.resolution.evidence ? [" · evidence ", h("code", {}, json(v.resolution.evidence))] : null) : null);
+          v.resolution.evidence ? [" · evidence ", h("code", {}, json(v.resolution.evidence))] : null) : "");
       document.getElementById("inv-steps").replaceChildren(...(v.steps.length ? v.steps.map((s) => h("tr", { "data-step": s.name },
         h("td", {}, s.name), h("td", {}, badge(s.status)), h("td", {}, s.attempts),
         h("td", {}, h("code", {}, s.adapter_invocation_id)), h("td", {}, s.external_reference ? h("code", {}, s.external_reference) : "—"),
