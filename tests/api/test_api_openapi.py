@@ -35,6 +35,8 @@ PATHS = {
     "/v1/host/completions/{provider}": {"post"},
     "/v1/host/invocations": {"get", "post"}, "/v1/host/invocations/{invocationId}": {"get"},
     "/v1/host/invocations/{invocationId}/resolve": {"post"}, "/v1/host/reconciliation-queue": {"get"},
+    "/v1/host/invocations/{invocationId}/approve": {"post"}, "/v1/host/invocations/{invocationId}/reject": {"post"},
+    "/v1/host/approvals": {"get"},
 }
 
 

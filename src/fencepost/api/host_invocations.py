@@ -8,6 +8,10 @@
   reconciliation logs, its resolution, its command's lease timeline and what to look up at the provider.
 - ``POST /v1/host/invocations/{invocationId}/resolve`` (token): an operator's resolution (ADR 0048).
 - ``GET /v1/host/reconciliation-queue``: the invocations awaiting an operator, oldest first.
+- ``GET /v1/host/approvals``: the open approval requests, oldest first (ADR 0052).
+- ``POST /v1/host/invocations/{invocationId}/approve`` and ``/reject`` (token): an approver's decision (host-spec
+  P; ADRs 0044, 0052). Approving resumes the invocation in this server process, so it needs ``--app`` (else 409
+  ``host-not-configured``); rejecting writes the verdict only and works without it.
 
 Reads and resolution need no ``--app``: they use the server's host when it has one, else a host over the store
 with no actions (which reads and resolves exactly the same).
@@ -105,8 +109,48 @@ def resolve_invocation(invocation_id: InvocationId, body: m.ResolveInvocation, c
     return view.as_json()
 
 
-# Approval routes (POST /v1/host/invocations/{invocationId}/approve and /reject, host-spec P, §1.Y-5) belong
-# here beside resolve; they come with Host.approve/Host.reject (the governance work, another branch).
+NO_ACTIONS_APPROVE = ("this server knows no actions: approving resumes the invocation in the server process, so "
+                      "start it with `fencepost serve --app module:attribute` (your Host); rejecting works without it")
+
+
+@host_invocations.post(
+    "/invocations/{invocationId}/approve", response_model=m.Invocation, dependencies=Write,
+    responses=_errors(401, 404, 409, 422, 503),
+    summary="Approve an awaiting_approval invocation and resume it now in this server (409 not-allowed for "
+            "another authority, approval-expired past expires_at, conflict when it does not await approval)")
+def approve_invocation(invocation_id: InvocationId, body: m.DecideApproval, ctx: Ctx) -> Any:
+    if ctx.host is None:
+        return problems.problem("host-not-configured", NO_ACTIONS_APPROVE,
+                                instance=f"{PREFIX}/invocations/{invocation_id}/approve")
+    view = ctx.host.approve(invocation_id, approver=body.approver, authority=body.authority, note=body.note)
+    return view.as_json()
+
+
+@host_invocations.post(
+    "/invocations/{invocationId}/reject", response_model=m.Invocation, dependencies=Write,
+    responses=_errors(401, 404, 409, 422, 503),
+    summary="Reject an awaiting_approval invocation: it ends failed with the approver, authority and note as "
+            "its reason")
+def reject_invocation(invocation_id: InvocationId, body: m.DecideApproval, ctx: Ctx) -> dict[str, Any]:
+    view = _host(ctx).reject(invocation_id, approver=body.approver, authority=body.authority, note=body.note)
+    return view.as_json()
+
+
+@host_invocations.get(
+    "/approvals", response_model=m.Approvals, dependencies=Read, responses=_errors(401, 422, 503),
+    summary="The open approval requests, oldest first: invocation, policy, required authority, reason, expiry")
+def approvals(ctx: Ctx, tenant: Scope = None, space: Scope = None, limit: Limit = 100) -> dict[str, Any]:
+    host = _host(ctx)
+    requests = host.approvals(tenant=tenant, space=space, limit=limit)
+    now = ctx.store.read(lambda tx: tx.now())
+    items = []
+    for request in reversed(requests):  # the host lists newest first
+        found = request.as_json()
+        items.append({"invocation": host.get(request.invocation_id).as_json(), "action_id": request.action_id,
+                      "policy": request.policy, "authority": request.authority, "reason": request.reason,
+                      "requested_at": found["requested_at"], "expires_at": found["expires_at"],
+                      "expired": now >= request.expires_at})
+    return {"items": items}
 
 
 @host_invocations.get(

@@ -43,6 +43,16 @@ class ResolveInvocation(_Model):
     evidence: dict[str, Any] | None = Field(default=None, description="What was found, e.g. the provider's charge.")
 
 
+class DecideApproval(_Model):
+    """An approver's decision on an awaiting_approval invocation (host-spec P; ADRs 0044, 0052). The approver and
+    authority are declared by the caller and recorded; the API token authenticates the caller, not them."""
+
+    approver: str = Field(min_length=1, max_length=200, description="Who decides, e.g. ops:alice (recorded).")
+    authority: str = Field(min_length=1, max_length=200,
+                           description="The authority presented: must equal the one the policy requires.")
+    note: str = Field(default="", max_length=2000, description="Why (recorded with the decision).")
+
+
 # ── responses ──
 class Step(_Model):
     name: str
@@ -148,3 +158,21 @@ class QueueEntry(_Model):
 
 class ReconciliationQueue(_Model):
     items: list[QueueEntry] = Field(description="Oldest verdict first.")
+
+
+class ApprovalEntry(_Model):
+    """One open approval request (``ApprovalRequest.as_json`` with the invocation; host-spec P; ADR 0052)."""
+
+    invocation: Invocation
+    action_id: str
+    policy: str = Field(description="The policy that asked for the approval.")
+    authority: str = Field(description="The authority an approver must present.")
+    reason: str = Field(description="The policy's reason.")
+    requested_at: str
+    expires_at: str = Field(description="After this instant (the store's clock) the request can no longer be "
+                                        "decided; the approvals sweep ends the invocation failed.")
+    expired: bool = Field(description="expires_at has passed by the store's clock (the sweep has not run yet).")
+
+
+class Approvals(_Model):
+    items: list[ApprovalEntry] = Field(description="Oldest request first.")

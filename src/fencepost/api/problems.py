@@ -33,6 +33,7 @@ from fencepost.core.errors import (
     SchemaNotReady,
     StoreUnavailable,
 )
+from fencepost.host.approvals import ApprovalExpired
 
 log = logging.getLogger("fencepost.api")
 
@@ -63,6 +64,8 @@ ERRORS: dict[type[FencepostError], ProblemKind] = {
     LeaseLost: CONFLICT,  # the lease moved on under the caller: the state forbids the write
     # 409, not 403: a guard reads the current state (gate, head, installation), not who is asking (ADR 0016).
     NotAllowed: ProblemKind("not-allowed", 409, "Not allowed by a guard"),
+    # an approval decided past the request's expires_at: nothing recorded; the sweep ends it failed (ADR 0052)
+    ApprovalExpired: ProblemKind("approval-expired", 409, "Approval request expired"),
     IdempotencyConflict: ProblemKind("idempotency-conflict", 409, "Idempotency key used with another binding"),
     # the application's redaction hook refused the value: nothing was stored (host-spec Q, ADR 0042)
     RedactionFailed: ProblemKind("redaction-failed", 422, "A redaction hook refused the value"),

@@ -127,6 +127,11 @@ def reconciliation_queue(request: Request) -> HTMLResponse:
     return _host_page(request, "queue.html")
 
 
+def approvals(request: Request) -> HTMLResponse:
+    """The open approval requests, oldest first, with Approve and Reject forms (the server judges them; ADR 0052)."""
+    return _host_page(request, "approvals.html")
+
+
 def mount(app: FastAPI) -> None:
     """Add the pages and ``/static`` to ``app`` (left out of the OpenAPI document)."""
     app.add_api_route("/", index, methods=["GET"], response_class=HTMLResponse, include_in_schema=False)
@@ -138,4 +143,5 @@ def mount(app: FastAPI) -> None:
                       include_in_schema=False)
     app.add_api_route("/reconciliation-queue", reconciliation_queue, methods=["GET"], response_class=HTMLResponse,
                       include_in_schema=False)
+    app.add_api_route("/approvals", approvals, methods=["GET"], response_class=HTMLResponse, include_in_schema=False)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")

@@ -466,6 +466,13 @@
   const HOST = "/v1/host";
   const VERDICTS = new Set(["ActionInvocationSucceeded", "ActionInvocationFailed",
     "ActionInvocationReconciliationRequired", "InvocationResolved"]);
+  const APPROVAL_EVENTS = new Set(["ApprovalRequested", "ApprovalGranted", "ApprovalRejected", "ApprovalExpired"]);
+  function approvalText(e) {
+    const p = e.payload;
+    if (e.type === "ApprovalRequested") return ", authority " + p.authority + " required until " + when(p.expires_at) + (p.reason ? ": " + p.reason : "");
+    if (e.type === "ApprovalExpired") return ": nobody decided in time";
+    return " by " + p.approver + " (authority " + p.authority + ")" + (p.note ? ": " + p.note : "");
+  }
   const json = (value) => (value === null || value === undefined ? "—" : JSON.stringify(value));
   const invLink = (id) => h("a", { href: "/invocations/" + encodeURIComponent(id) }, h("code", {}, id));
 
@@ -574,14 +581,20 @@
         h("div", {}, h("dt", {}, label), h("dd", { "data-field": label.toLowerCase().replace(/ /g, "-") }, value))));
       // Both verdicts when an operator resolved it: the one the host wrote, and the resolution.
       const verdicts = v.events.filter((e) => VERDICTS.has(e.type));
+      const approvals = v.events.filter((e) => APPROVAL_EVENTS.has(e.type));
+      // (replaceChildren draws a null as the text "null": the absent resolution is "".)
       document.getElementById("inv-verdicts").replaceChildren(
         h("h3", {}, "Verdict history"),
         h("ol", { className: "verdict-history", id: "verdict-history" }, ...(verdicts.length ? verdicts.map((e) =>
           h("li", { "data-type": e.type }, h("strong", {}, e.type), " at " + when(e.occurred_at),
             e.type === "InvocationResolved" ? " by " + e.payload.operator + ": " + e.payload.outcome + " (" + e.payload.note + ")"
               : e.payload.error ? ": " + e.payload.error : "")) : [h("li", { className: "muted" }, "No verdict yet.")])),
+        // The approval's request and decision (ADR 0052), when a policy asked for one.
+        h("div", { id: "inv-approvals" }, approvals.length ? [h("h3", {}, "Approval"),
+          h("ol", { className: "verdict-history", id: "approval-history" }, ...approvals.map((e) => h("li", { "data-type": e.type },
+            h("strong", {}, e.type), " at " + when(e.occurred_at), " · policy " + e.payload.policy + approvalText(e))))] : null),
         v.resolution ? h("p", { id: "resolution", "data-outcome": v.resolution.outcome }, resolutionText(v.resolution),
-          v.resolution.evidence ? [" · evidence ", h("code", {}, json(v.resolution.evidence))] : null) : null);
+          v.resolution.evidence ? [" · evidence ", h("code", {}, json(v.resolution.evidence))] : null) : "");
       document.getElementById("inv-steps").replaceChildren(...(v.steps.length ? v.steps.map((s) => h("tr", { "data-step": s.name },
         h("td", {}, s.name), h("td", {}, badge(s.status)), h("td", {}, s.attempts),
         h("td", {}, h("code", {}, s.adapter_invocation_id)), h("td", {}, s.external_reference ? h("code", {}, s.external_reference) : "—"),
@@ -624,7 +637,7 @@
           h("div", { className: "stack wide" }, h("label", { htmlFor: fid + "-evidence" }, "Evidence (optional JSON object)"),
             h("textarea", { id: fid + "-evidence", name: "evidence", rows: 2, spellcheck: false, placeholder: '{"charge_id": "ch_…"}' })),
           h("div", { className: "actions" }, h("button", { type: "submit", className: "primary", id: fid + "-submit" }, "Resolve")),
-          // Approve: awaiting_approval invocations get their button here once the approval routes exist (ADR 0049).
+          // Approving is on the approvals view (ADR 0052): an awaiting_approval invocation never enters this queue.
           h("p", { className: "resolve-error wide", id: fid + "-error", role: "alert" }))));
   }
 
@@ -672,9 +685,88 @@
     });
   }
 
+  // ── approvals (ADR 0052): open requests, oldest first, with Approve and Reject; the server judges ──
+  function approvalExpiry(entry) {
+    return entry.expired ? "expired at " + when(entry.expires_at) + ": it can no longer be decided"
+      : "expires " + when(entry.expires_at);
+  }
+
+  function approvalItem(entry) {
+    const v = entry.invocation;
+    const fid = "approval-" + v.id;
+    return h("li", { className: "attempt s-awaiting_approval", id: "approvals-" + v.id, "data-invocation": v.id },
+      h("article", { "aria-labelledby": "ah-" + v.id },
+        h("h3", { id: "ah-" + v.id }, invLink(v.id), " ", v.action_id + " v" + v.action_version, " ", badge(v.status)),
+        h("p", {}, "Policy ", h("strong", { "data-field": "policy" }, entry.policy), " requires authority ",
+          h("strong", { "data-field": "authority" }, entry.authority), entry.reason ? ": " + entry.reason : ""),
+        h("p", { className: "muted" }, "Submitted by " + v.actor + " · requested " + when(entry.requested_at) + " · ",
+          h("span", { className: "approval-expiry", "data-expired": String(entry.expired) }, approvalExpiry(entry))),
+        h("p", {}, "Params ", h("code", { className: "payload" }, json(v.params))),
+        h("form", { className: "approval-form", "data-invocation": v.id, id: fid },
+          h("div", { className: "stack" }, h("label", { htmlFor: fid + "-approver" }, "Approver (you)"),
+            h("input", { id: fid + "-approver", name: "approver", type: "text", required: true, spellcheck: false, placeholder: "ops:alice" })),
+          h("div", { className: "stack" }, h("label", { htmlFor: fid + "-authority" }, "Authority you hold"),
+            h("input", { id: fid + "-authority", name: "authority", type: "text", required: true, spellcheck: false, placeholder: entry.authority })),
+          h("div", { className: "stack wide" }, h("label", { htmlFor: fid + "-note" }, "Note (recorded with the decision)"),
+            h("input", { id: fid + "-note", name: "note", type: "text" })),
+          h("div", { className: "actions" },
+            h("button", { type: "submit", className: "primary", id: fid + "-approve", "data-decision": "approve" }, "Approve"),
+            h("button", { type: "submit", id: fid + "-reject", "data-decision": "reject" }, "Reject")),
+          h("p", { className: "resolve-error wide", id: fid + "-error", role: "alert" }))));
+  }
+
+  function initApprovals() {
+    let known = null;
+    const refresh = poller(async () => {
+      const data = await call("GET", HOST + "/approvals");
+      const list = document.getElementById("approvals");
+      const ids = data.items.map((e) => e.invocation.id);
+      document.getElementById("approvals-empty").hidden = ids.length > 0;
+      // Keyed update: a drawn item keeps its element (and what is typed in its form); only its expiry is redrawn.
+      const nodes = data.items.map((e) => {
+        const drawn = document.getElementById("approvals-" + e.invocation.id);
+        if (!drawn) return approvalItem(e);
+        const expiry = drawn.querySelector(".approval-expiry");
+        const text = approvalExpiry(e);
+        if (expiry.textContent !== text) { expiry.textContent = text; expiry.dataset.expired = String(e.expired); }
+        return drawn;
+      });
+      const same = nodes.length === list.children.length && nodes.every((n, i) => list.children[i] === n);
+      if (!same) list.replaceChildren(...nodes);
+      if (known !== null) {
+        const added = ids.filter((id) => !known.includes(id));
+        if (added.length) say("New approval request" + (added.length === 1 ? ": " : "s: ") + added.join(", "));
+      }
+      known = ids;
+    });
+    document.getElementById("approvals").addEventListener("submit", async (event) => {
+      const form = event.target.closest("form.approval-form");
+      if (!form) return;
+      event.preventDefault();
+      const decision = event.submitter && event.submitter.dataset.decision === "reject" ? "reject" : "approve";
+      const id = form.dataset.invocation;
+      const errorEl = document.getElementById("approval-" + id + "-error");
+      errorEl.textContent = "";
+      const body = { approver: form.elements.approver.value.trim(), authority: form.elements.authority.value.trim(),
+        note: form.elements.note.value.trim() };
+      const buttons = form.querySelectorAll("button[type=submit]");
+      buttons.forEach((b) => { b.disabled = true; });
+      const result = await mutate("POST", HOST + "/invocations/" + encodeURIComponent(id) + "/" + decision, body,
+        (decision === "approve" ? "Approving " : "Rejecting ") + id + "…");
+      buttons.forEach((b) => { b.disabled = false; });
+      if (result) {
+        say((decision === "approve" ? "Approved " : "Rejected ") + id + ": now " + result.status);
+        refresh();
+      } else {
+        errorEl.textContent = document.getElementById("alert").textContent;
+      }
+    });
+  }
+
   if (page === "index") initIndex();
   if (page === "rehearsal") initRehearsal();
   if (page === "invocations") initInvocations();
   if (page === "invocation") initInvocation();
   if (page === "queue") initQueue();
+  if (page === "approvals") initApprovals();
 })();
