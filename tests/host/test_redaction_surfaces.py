@@ -120,9 +120,10 @@ def _scenario(store: Store, backend: StoreBackend, provider: Loopback, otel: Ote
     return host, ids
 
 
-def _complete(client: TestClient) -> None:
+def _complete(client: TestClient) -> list[str]:
     """Settle both payouts through the signed completion route: one with a secret result, one failed with a
-    secret result and error text."""
+    secret result and error text. Returns the two answers' bodies."""
+    answers = []
     for body in ({"external_reference": "po_p1", "outcome": "completed", "result": {"receipt": SECRETS["result"]}},
                  {"external_reference": "po_p2", "outcome": "failed", "result": {"trace": SECRETS["result"]},
                   "error": f"bank said {SECRETS['completion_error']}"}):
@@ -130,6 +131,8 @@ def _complete(client: TestClient) -> None:
         answer = client.post(f"/v1/host/completions/{VENDOR}", content=data, headers={
             "Content-Type": "application/json", "Fencepost-Signature": sign(WEBHOOK_SECRET, CLOCK, data)})
         assert answer.status_code == 200, answer.text
+        answers.append(answer.text)
+    return answers
 
 
 def _get_paths(app: Any) -> set[str]:
@@ -191,8 +194,9 @@ def test_no_secret_on_any_surface(store: Store, backend: StoreBackend, provider:
                                   caplog: pytest.LogCaptureFixture) -> None:
     """Q9 (every surface): after the redaction scenario, no planted secret is in any GET route's answer (each
     route read with the scenario's real ids and answering 200), the four pages' HTML and the JSON they poll,
-    the OpenTelemetry spans and metrics, ``/metrics``, the host CLI's outputs, the outbox rows or a relay's
-    delivered bodies; each surface carries the scenario's ids or names (it was really read)."""
+    the OpenTelemetry spans and metrics, ``/metrics``, the host CLI's outputs, the answers of the submit,
+    resolve and completion routes, the outbox rows or a relay's delivered bodies; each surface carries the
+    scenario's ids or names (it was really read)."""
     caplog.set_level(logging.DEBUG)
     metrics = PrometheusTelemetry()
     host, ids = _scenario(store, backend, provider, otel, metrics)
@@ -203,7 +207,7 @@ def test_no_secret_on_any_surface(store: Store, backend: StoreBackend, provider:
                      completion_providers={VENDOR: WEBHOOK_SECRET}, signature_clock=lambda: CLOCK)
     places: dict[str, str] = {}
     with TestClient(app, raise_server_exceptions=False) as client:
-        _complete(client)
+        places["POST /v1/host/completions (both answers)"] = "\n".join(_complete(client))
         assert [host.get(ids[n]).status for n in ("p1", "p2")] == [InvocationStatus.SUCCEEDED,
                                                                   InvocationStatus.FAILED]
         values = {"invocationId": list(ids.values()), "invocation_id": list(ids.values()),
@@ -245,6 +249,21 @@ def test_no_secret_on_any_surface(store: Store, backend: StoreBackend, provider:
         places["fencepost " + " ".join(command)] = result.output
     assert json.loads(places["fencepost host status --json"])["open_reconciliations"] >= 1
     assert ids["decide"] in places["fencepost host queue"]
+
+    # the mutating routes' answers, last: the resolution empties the queue searched above
+    with TestClient(app, raise_server_exceptions=False) as client:
+        auth = {"Authorization": "Bearer " + "t" * 32}
+        answer = client.post("/v1/host/invocations", headers={**auth, "Idempotency-Key": "api"},
+                             json={"action_id": "shop.charge", "params": card("o-api"), "actor": "u1"})
+        assert answer.status_code == 202 and "card_token" in answer.json()["params"], answer.text
+        places["POST /v1/host/invocations"] = answer.text
+        answer = client.post(f"/v1/host/invocations/{ids['decide']}/resolve", headers=auth,
+                             json={"outcome": "failed", "operator": "ops:alice", "note": "nothing at the vault"})
+        assert answer.status_code == 200 and answer.json()["status"] == "failed", answer.text
+        places["POST .../resolve"] = answer.text
+        answer = client.get(f"/v1/host/invocations/{ids['decide']}")
+        assert answer.status_code == 200 and answer.json()["resolution"] is not None, answer.text
+        places["GET /v1/host/invocations/{decide} after its resolution"] = answer.text
 
     rows = store.read(lambda tx: tx.events.list_events(tenant_id="default", space_id="default"))
     assert {e.type for e in rows} >= {"AdapterInvocationSucceeded", "ExternalOperationCompleted"}
