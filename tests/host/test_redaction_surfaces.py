@@ -1,12 +1,13 @@
 """Q9 on the surfaces that landed after the first leak test (host-spec Q9, S, W1, W2, §2.6, §2.7; ADR 0042): with
-the five hooks replacing each planted secret, none appears in any GET route of the API app (enumerated from
-``app.routes``, so a new route is searched without editing this file), the operator pages and the exact JSON
-``app.js`` polls for them, the spans and metrics the OpenTelemetry SDK receives from ``OtelTelemetry``, the
-Prometheus ``/metrics`` text, ``fencepost host status|queue|show|list|approvals``, the event outbox rows and the
-bodies a relay delivers.
+the five hooks replacing each planted secret, none appears in any GET route of the API app (enumerated from its
+OpenAPI document and ``app.routes``, so a new route is searched without editing this file), the operator pages
+and the exact JSON ``app.js`` polls for them, the spans and metrics the OpenTelemetry SDK receives from
+``OtelTelemetry``, the Prometheus ``/metrics`` text, ``fencepost host status|queue|show|list|approvals``, the
+event outbox rows and the bodies a relay delivers.
 
-Every search has a positive control: the surface must carry the scenario's own ids or names (an empty or unread
-surface fails), so the absence of a secret means it was redacted, not that nothing was looked at.
+Every search but ``host approvals`` (no action here asks for approval) has a positive control: the surface must
+carry the scenario's own ids or names (an empty or unread surface fails), so the absence of a secret means it was
+redacted, not that nothing was looked at.
 
 Decisions recorded here (no ADR): the governance records (policy and approval evidence) are not searched with
 planted secrets, because host-spec P5 says the host does not redact them (the application owns them); and the
@@ -276,4 +277,5 @@ def test_no_secret_on_any_surface(store: Store, backend: StoreBackend, provider:
     assert len(delivered) == len(rows) and all(i.encode() in b"".join(delivered) for i in ids.values())
     places["relay deliveries"] = b"\n".join(delivered).decode()
     places["logs"] = "\n".join(f"{r.getMessage()} {vars(r)}" for r in caplog.records)
+    assert all(i in places["logs"] for i in ids.values())  # the default LogTelemetry sink's records
     _assert_clean(places)
