@@ -222,6 +222,10 @@ def test_cli_lists_approves_and_rejects(tmp_path: Path) -> None:
     assert rejected.returncode == 0 and rejected.json()["status"] == "failed", rejected.describe()
     again = run_cli(["host", "reject", ids[1], "--authority", "payments-ops", *decide], cwd=tmp_path)
     assert again.returncode == 3, again.describe()  # no longer awaiting approval
+    for invocation_id, decision in ((ids[0], "ApprovalGranted"), (ids[1], "ApprovalRejected")):
+        shown = run_cli(["host", "show", invocation_id, "-d", url], cwd=tmp_path).stdout
+        [line] = [line for line in shown.splitlines() if decision in line]
+        assert "approver alice, authority payments-ops, note payee checked" in line, shown  # who decided, and why
     store = open_store(url)
     try:
         assert audit(store) == set()

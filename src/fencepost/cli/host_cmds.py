@@ -150,11 +150,25 @@ def _show_text(view: InvocationView, events: list[dict[str, Any]] | None = None,
         if step.error:
             print_(f"    error {step.error}", markup=False)
     for event in events or []:
-        print_(f"  event {event['sequence']:>4} {event['type']}  {event['occurred_at']}", markup=False)
+        print_(f"  event {event['sequence']:>4} {event['type']}  {event['occurred_at']}{_decision(event)}",
+               markup=False)
     for record in reconciliations or []:
         about = f"  adapter invocation {record['adapter_invocation_id']}" if record["adapter_invocation_id"] else ""
         print_(f"  reconciliation record ({record['log']}) {record['kind']}{about}  {record['created_at']}",
                markup=False)
+
+
+#: The governance events whose payload says who decided what, and why: shown on their line (host-spec P; ADR 0044).
+_DECISION_FIELDS = ("policy", "decision", "approver", "authority", "note", "reason", "expires_at")
+
+
+def _decision(event: dict[str, Any]) -> str:
+    """``": approver alice, authority payments-ops, note ..."`` for an approval or compliance event, else ``""``."""
+    if not str(event["type"]).startswith(("Approval", "Compliance")):
+        return ""
+    payload = event.get("payload") or {}
+    shown = [f"{name} {payload[name]}" for name in _DECISION_FIELDS if payload.get(name) not in (None, "")]
+    return (": " + ", ".join(shown)) if shown else ""
 
 
 @app.command("submit")
