@@ -74,8 +74,8 @@ def _print_blocks(report: Report) -> None:
     render.console.print("payments demo: fencepost's verdicts against SimPay's ledger")
     for row in report.rows:
         render.console.print(f"{row.scenario.number:>3}. {escape(row.scenario.title)}: holds {_holds(row)}")
-        render.console.print(f"     verdict {_verdict(row)}; SimPay ledger {_ledger(row)}, {row.calls} call(s)",
-                             markup=False)
+        # _verdict's cell is styled markup, as in the table
+        render.console.print(f"     verdict {_verdict(row)}; SimPay ledger {_ledger(row)}, {row.calls} call(s)")
         render.console.print(f"     evidence: {_evidence(row)}", markup=False)
 
 
