@@ -58,7 +58,8 @@ HELP = {
     (): ["migrate", "worker", "rehearse", "rehearsal", "fenced leases"],
     ("migrate",): ["schema", "--database", "--json"],
     ("audit",): ["integrity", "fingerprint", "Exit 0"],
-    ("worker",): ["claim commands", "heartbeat", "SIGTERM", "--lease-seconds", "--work-dir", "--log-format"],
+    ("worker",): ["claim commands", "heartbeat", "SIGTERM", "--lease-seconds", "--work-dir", "--log-format",
+                  "fencepost[otel]"],
     ("rehearse",): ["PACKAGE_DIR", "release gate", "--attempts", "--json"],
     ("rehearsal",): ["create", "list", "attempt", "status", "compare", "gate", "reconcile", "abort"],
     ("rehearsal", "create"): ["PACKAGE_DIR", "READY"],
@@ -119,6 +120,25 @@ def test_help_exits_zero_and_explains(env: Env, command: tuple[str, ...]) -> Non
     assert _normalized(first_words).lower() in text.lower(), f"{first_words!r} not in help:\n{result.stdout}"
     for needle in HELP.get(command, []):
         assert needle.lower() in text.lower(), f"{needle!r} missing from help of {command}:\n{result.stdout}"
+
+
+def test_help_paragraphs_leave_line_breaks_to_the_terminal() -> None:
+    """No command's help keeps the source's line breaks inside a paragraph: typer prints them as they are, so an
+    80-column terminal showed every 120-column source line as a long line and a short one."""
+    import typer.main
+
+    from fencepost.cli.app import app
+
+    root = typer.main.get_command(app)
+    broken = []
+    for command in COMMAND_PATHS:
+        click_command = root
+        for name in command:
+            click_command = click_command.commands[name]  # type: ignore[attr-defined]
+        for paragraph in (click_command.help or "").split("\n\n"):
+            if "\n" in paragraph and not paragraph.startswith("\b"):
+                broken.append(f"fencepost {' '.join(command)}: {paragraph[:60]!r}")
+    assert not broken, broken
 
 
 def test_version(env: Env) -> None:

@@ -300,3 +300,26 @@ def test_a_payout_row_shows_its_webhooks_and_verdicts() -> None:
     assert "reconciliation_required" in _verdict(late) and "succeeded" in _verdict(late)
     assert _evidence(late) == ("handoff po_10, parked; no webhook by the deadline: the sweep set overdue_at; then a "
                                "late one; payout.paid -> 200 settled")
+
+
+def test_the_summary_keeps_every_cell_whole_in_an_80_column_terminal(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    """At 80 columns the seven-column table folded each cell to three letters ("rec…"); blocks keep them whole."""
+    import io
+
+    from rich.console import Console
+    from rich.text import Text
+
+    from fencepost.cli import demo_cmd, render
+    from fencepost.cli.demo_cmd import _evidence, _verdict
+
+    out = io.StringIO()
+    monkeypatch.setattr(render, "console", Console(file=out, width=80, highlight=False, soft_wrap=True))
+    rows = [payout_row(9), payout_row(10)]
+    demo_cmd._print(Report(tmp_path, "sqlite:///demo.db", "http://127.0.0.1:1", rows, 1.0))
+    text = out.getvalue()
+    for row in rows:
+        verdict = Text.from_markup(_verdict(row)).plain  # styled as in the table, never printed as tags
+        assert f"verdict {verdict}; SimPay ledger 1 payout, 1 call(s)" in text, text
+        assert f"evidence: {_evidence(row)}" in text and f"{row.scenario.number:>3}. {row.scenario.title}" in text
+    assert "…" not in text and "[/" not in text and "every row holds" in text, text

@@ -15,7 +15,7 @@ from fencepost.core.statuses import GovernanceRecordKind, InvocationStatus
 from fencepost.host import ApprovalExpired, Host, HostConfig, Inline, PolicyContext, RequireApproval
 from fencepost.store import open_store
 from fencepost.store.base import Store
-from helpers.processes import run_cli
+from helpers.processes import run_cli, subprocess_env
 from helpers.store_backends import StoreBackend
 from host.kit import PARAMS, Crash, Ledger, Scripted, Spy, charge_action, events_of, run_worker
 
@@ -206,6 +206,10 @@ def test_cli_lists_approves_and_rejects(tmp_path: Path) -> None:
     listed = run_cli(["host", "approvals", "--json", "-d", url], cwd=tmp_path)
     assert sorted(a["invocation_id"] for a in listed.json()["approvals"]) == sorted(ids)
     assert {a["authority"] for a in listed.json()["approvals"]} == {"payments-ops"}
+    narrow = run_cli(["host", "approvals", "-d", url], cwd=tmp_path, env={**subprocess_env(), "COLUMNS": "80"})
+    expiry = listed.json()["approvals"][0]["expires_at"][:19].replace("T", " ")
+    assert all(i in narrow.stdout for i in ids) and "authority payments-ops" in narrow.stdout, narrow.stdout
+    assert f"expires {expiry} UTC" in narrow.stdout, narrow.stdout  # in one piece, not folded into a column
     decide = ["--as", "alice", "--note", "payee checked", "-d", url]
     wrong = run_cli(["host", "approve", ids[0], "--app", "payapp:make", "--authority", "interns", *decide],
                     cwd=tmp_path)
@@ -218,6 +222,10 @@ def test_cli_lists_approves_and_rejects(tmp_path: Path) -> None:
     assert rejected.returncode == 0 and rejected.json()["status"] == "failed", rejected.describe()
     again = run_cli(["host", "reject", ids[1], "--authority", "payments-ops", *decide], cwd=tmp_path)
     assert again.returncode == 3, again.describe()  # no longer awaiting approval
+    for invocation_id, decision in ((ids[0], "ApprovalGranted"), (ids[1], "ApprovalRejected")):
+        shown = run_cli(["host", "show", invocation_id, "-d", url], cwd=tmp_path).stdout
+        [line] = [line for line in shown.splitlines() if decision in line]
+        assert "approver alice, authority payments-ops, note payee checked" in line, shown  # who decided, and why
     store = open_store(url)
     try:
         assert audit(store) == set()

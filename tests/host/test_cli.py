@@ -166,6 +166,8 @@ def test_list_never_cuts_an_id_or_a_verdict_in_a_narrow_terminal(app_dir: Path) 
     invocation_id = json.loads(ran.stdout)["id"]
     listed = run_cli(["host", "list", "-d", url], cwd=app_dir, env={**subprocess_env(), "COLUMNS": "60"})
     assert invocation_id in listed.stdout and "failed" in listed.stdout, listed.stdout
+    # the attempts, the key and the error are not dropped for want of width (a table would drop them)
+    assert "key kn" in listed.stdout and "attempts 0" in listed.stdout and "  error: " in listed.stdout, listed.stdout
 
 
 def test_an_unrecorded_inline_outcome_exits_5_naming_the_invocation(app_dir: Path) -> None:

@@ -38,6 +38,7 @@ from fencepost.cli.common import (
     handled,
     opened,
     sandbox_limits,
+    unwrap_help,
 )
 from fencepost.cli.demo_cmd import app as demo_app
 from fencepost.cli.events_cmds import RELAY_HELP, relay
@@ -480,6 +481,9 @@ def _quiet_wait(service: RehearsalService, attempt_id: str, timeout: float, stop
         if attempt.status.terminal or time.monotonic() > deadline or stop.is_set():
             return views.attempt_view(attempt, service.receipts(attempt_id))
         stop.wait(0.1)
+
+
+unwrap_help(app)  # after every command is registered: the terminal wraps the help, not the source's lines
 
 
 def main() -> None:

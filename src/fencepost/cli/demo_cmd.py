@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from fencepost.cli import render
@@ -52,7 +53,33 @@ def payments(
         raise typer.Exit(1)
 
 
+#: Below this many columns the seven-column table folds every cell to a few letters: one block per row instead.
+TABLE_MIN_WIDTH = 140
+
+
 def _print(report: Report) -> None:
+    if render.console.width < TABLE_MIN_WIDTH:
+        _print_blocks(report)
+    else:
+        _print_table(report)
+    _print_next_steps(report)
+
+
+def _holds(row: Row) -> str:
+    return "[green]yes[/green]" if row.holds else "[red]no: " + escape("; ".join(row.problems)) + "[/red]"
+
+
+def _print_blocks(report: Report) -> None:
+    """The table's cells as one block per row, for a terminal narrower than ``TABLE_MIN_WIDTH``."""
+    render.console.print("payments demo: fencepost's verdicts against SimPay's ledger")
+    for row in report.rows:
+        render.console.print(f"{row.scenario.number:>3}. {escape(row.scenario.title)}: holds {_holds(row)}")
+        # _verdict's cell is styled markup, as in the table
+        render.console.print(f"     verdict {_verdict(row)}; SimPay ledger {_ledger(row)}, {row.calls} call(s)")
+        render.console.print(f"     evidence: {_evidence(row)}", markup=False)
+
+
+def _print_table(report: Report) -> None:
     table = Table(title="payments demo: fencepost's verdicts against SimPay's ledger")
     table.add_column("#", justify="right")
     table.add_column("scenario")
@@ -63,9 +90,11 @@ def _print(report: Report) -> None:
     table.add_column("holds", no_wrap=True)
     for row in report.rows:
         table.add_row(str(row.scenario.number), row.scenario.title, _ledger(row), str(row.calls), _verdict(row),
-                      _evidence(row),
-                      "[green]yes[/green]" if row.holds else "[red]no: " + "; ".join(row.problems) + "[/red]")
+                      _evidence(row), _holds(row))
     render.console.print(table)
+
+
+def _print_next_steps(report: Report) -> None:
     unknown = [r for r in report.rows if r.status == "reconciliation_required" and r.adapter_invocation_id]
     if unknown:
         ledger = report.directory / "simpay-ledger.db"

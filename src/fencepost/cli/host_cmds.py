@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from fencepost.cli import render
@@ -149,11 +150,25 @@ def _show_text(view: InvocationView, events: list[dict[str, Any]] | None = None,
         if step.error:
             print_(f"    error {step.error}", markup=False)
     for event in events or []:
-        print_(f"  event {event['sequence']:>4} {event['type']}  {event['occurred_at']}", markup=False)
+        print_(f"  event {event['sequence']:>4} {event['type']}  {event['occurred_at']}{_decision(event)}",
+               markup=False)
     for record in reconciliations or []:
         about = f"  adapter invocation {record['adapter_invocation_id']}" if record["adapter_invocation_id"] else ""
         print_(f"  reconciliation record ({record['log']}) {record['kind']}{about}  {record['created_at']}",
                markup=False)
+
+
+#: The governance events whose payload says who decided what, and why: shown on their line (host-spec P; ADR 0044).
+_DECISION_FIELDS = ("policy", "decision", "approver", "authority", "note", "reason", "expires_at")
+
+
+def _decision(event: dict[str, Any]) -> str:
+    """``": approver alice, authority payments-ops, note ..."`` for an approval or compliance event, else ``""``."""
+    if not str(event["type"]).startswith(("Approval", "Compliance")):
+        return ""
+    payload = event.get("payload") or {}
+    shown = [f"{name} {payload[name]}" for name in _DECISION_FIELDS if payload.get(name) not in (None, "")]
+    return (": " + ", ".join(shown)) if shown else ""
 
 
 @app.command("submit")
@@ -234,15 +249,16 @@ def list_invocations(
     data = {"invocations": [_view_json(v) for v in views]}
 
     def text() -> None:
-        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-        for column in ("id", "action", "status"):  # never cut: an operator copies the id, reads the verdict
-            table.add_column(column, no_wrap=True, overflow="ignore")
-        for column in ("attempts", "key", "error"):
-            table.add_column(column, overflow="fold")
+        if not views:
+            render.console.print("no invocation matches")
+            return
+        # One line per invocation, in the order of `host show`'s first line, and the error under it: plain lines
+        # wrap in a narrow terminal where a table would drop its last columns (the attempts, the key, the error).
         for v in views:
-            table.add_row(v.id, f"{v.action_id} v{v.action_version}", render.styled(str(v.status)),
-                          str(v.attempt_count), v.idempotency_key, (v.error or "")[:60])
-        render.console.print(table)
+            render.console.print(f"{v.id}  {escape(v.action_id)} v{v.action_version}  {render.styled(str(v.status))}"
+                                 f"  attempts {v.attempt_count}  key {escape(v.idempotency_key)}")
+            if v.error:
+                render.console.print(f"  error: {v.error[:200]}", markup=False)
 
     emit(json, data, text)
 
@@ -266,14 +282,12 @@ def approvals(
         if not requests:
             render.console.print("no invocation awaits approval")
             return
-        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-        for column in ("invocation", "action", "policy", "authority"):
-            table.add_column(column, no_wrap=True, overflow="ignore")
-        for column in ("expires", "reason"):
-            table.add_column(column, overflow="fold")
+        # One block per request (a table of six columns cannot fit 80 columns without folding the expiry).
         for r in requests:
-            table.add_row(r.invocation_id, r.action_id, r.policy, r.authority, r.expires_at.isoformat(), r.reason)
-        render.console.print(table)
+            render.console.print(f"{r.invocation_id}  {escape(r.action_id)}  awaiting approval")
+            render.console.print(f"  policy {r.policy} asks for authority {r.authority}, expires "
+                                 f"{render.when(r.expires_at.isoformat())}", markup=False)
+            render.console.print(f"  reason: {r.reason}", markup=False)
 
     emit(json, data, text)
 

@@ -19,11 +19,12 @@ if TYPE_CHECKING:
 
 CHOICES = ("log", "otel")
 
+# The backslash keeps rich markup from eating "[otel]" in --help.
 TelemetryOpt = Annotated[str, typer.Option(
     "--telemetry", envvar="FENCEPOST_TELEMETRY", show_envvar=True,
     help="log: the host's telemetry as log records; otel: also as OpenTelemetry spans and metrics through the "
          "global providers (run under opentelemetry-instrument with OTEL_* variables; needs "
-         "pip install 'fencepost[otel]'). Applies to --app's host.")]
+         "pip install 'fencepost\\[otel]'). Applies to --app's host.")]
 
 
 def attach_telemetry(host: Host | None, choice: str) -> None:
