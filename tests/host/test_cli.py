@@ -254,14 +254,15 @@ def test_an_app_host_keeps_its_circuit_breakers(tmp_path: Path, monkeypatch: pyt
     """``--app`` rebuilds the user's Host on the command's store: its breakers, telemetry sink and redaction hooks
     come along (ADRs 0050, 0042: a worker started with --app must not store what the app's hooks redact)."""
     (tmp_path / "breakerapp.py").write_text(textwrap.dedent('''
-        from fencepost.host import Breakers, Host, Redaction
+        from fencepost.host import Breakers, Host, HostConfig, Redaction
         from fencepost.host.telemetry import NullTelemetry
         from fencepost.store import open_store
         BREAKERS = Breakers(failure_threshold=2)
         REDACTION = Redaction(redact_action_parameters=lambda action_id, params: params)
         TELEMETRY = NullTelemetry()
         HOST = Host(open_store("sqlite:///''' + str(tmp_path / "app.db") + '''"), breakers=BREAKERS,
-                    redaction=REDACTION, telemetry=TELEMETRY)
+                    redaction=REDACTION, telemetry=TELEMETRY,
+                    config=HostConfig(params_digest_key=b"cli-test-digest-key-0123"))
     '''), encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))  # load_host puts the working directory on it

@@ -26,6 +26,7 @@ import fencepost
 from fencepost.api import create_app
 from fencepost.api.signatures import sign
 from fencepost.cli.app import app as cli
+from fencepost.core.errors import IdempotencyConflict, IntegrityViolation, InvalidInput
 from fencepost.core.statuses import (
     AdapterStatus,
     CompletionDisposition,
@@ -150,10 +151,13 @@ def action(*steps: str, deadline: timedelta | None = None, idempotent: bool = Fa
                               for s in steps or ("charge",)))
 
 
+DIGEST_KEY = b"q9-test-params-digest-key-32bytes"  # ADR 0053: a params hook needs a keyed digest
+
+
 def host_of(store: Store, act: Action, *adapters: Any, redaction: Redaction | None = None,
             lease: float = 30.0) -> Host:
     return Host(store, actions=[act], adapters=adapters, redaction=redaction,
-                config=HostConfig(lease_seconds=lease))
+                config=HostConfig(lease_seconds=lease, params_digest_key=DIGEST_KEY))
 
 
 def card(order_id: str = "o-1") -> dict[str, Any]:
@@ -186,12 +190,48 @@ def test_params_redacted_before_persist(store: Store, backend: StoreBackend, led
     queued = host.submit("shop.charge", CARD, actor="u1", idempotency_key="k")
     record = stored(store, queued.id)
     assert record.params["card_token"] == REDACTED and queued.params["card_token"] == REDACTED
-    assert record.params_digest == params_digest(CARD)
+    assert record.params_digest == params_digest(CARD, key=DIGEST_KEY)  # keyed, over the unredacted params
     assert scrub.calls["params"] == [("shop.charge", CARD)]
     assert host.submit("shop.charge", CARD, actor="u1", idempotency_key="k").id == queued.id
     assert run_worker(host, backend) == 1
     assert seen == [REDACTED]
     assert host.get(queued.id).status is InvocationStatus.SUCCEEDED
+
+
+def test_a_params_hook_needs_a_digest_key(store: Store, ledger: Ledger) -> None:
+    """ADR 0053, §1.Y-9: a host with a params hook and no ``params_digest_key`` is refused at construction, since
+    its stored digest would be a plain SHA-256 of the very params the hook hides."""
+    with pytest.raises(InvalidInput, match="params_digest_key"):
+        Host(store, actions=[action()], adapters=[Scripted(ledger)], redaction=Scrub().redaction())
+    with pytest.raises(InvalidInput, match="at least 16"):
+        HostConfig(params_digest_key=b"short")
+    assert DIGEST_KEY.decode() not in repr(HostConfig(params_digest_key=DIGEST_KEY))  # a secret: never shown
+    # a host without a params hook keeps the unkeyed digest it always had
+    plain = Host(store, actions=[action()], adapters=[Scripted(ledger)])
+    assert stored(store, plain.submit("shop.charge", card(), actor="u1", idempotency_key="plain").id
+                  ).params_digest == params_digest(card())
+
+
+def test_the_keyed_digest_gives_no_card_number_back(store: Store, ledger: Ledger) -> None:
+    """ADR 0053: the stored digest of the unredacted params is ``hk1`` (HMAC-SHA-256 under the host's key), so
+    trying every card number against it without the key finds nothing, while replays still compare exactly:
+    the same params return the invocation, other params conflict, another key cannot confirm them, and a
+    host with no key says it needs one."""
+    host = host_of(store, action(), Scripted(ledger), redaction=Scrub().redaction())
+    queued = host.submit("shop.charge", card(), actor="u1", idempotency_key="k")
+    digest = stored(store, queued.id).params_digest
+    assert digest.startswith("hk1:") and digest != params_digest(card())  # the unkeyed brute force misses
+    assert host.submit("shop.charge", card(), actor="u1", idempotency_key="k").id == queued.id
+    with pytest.raises(IdempotencyConflict) as other_params:
+        host.submit("shop.charge", card("o-2"), actor="u1", idempotency_key="k")
+    assert other_params.value.field == "parameters"
+    rekeyed = Host(store, actions=[action()], adapters=[Scripted(ledger)], redaction=Scrub().redaction(),
+                   config=HostConfig(params_digest_key=b"another-key-of-32-bytes-long-000"))
+    with pytest.raises(IdempotencyConflict):
+        rekeyed.submit("shop.charge", card(), actor="u1", idempotency_key="k")
+    keyless = Host(store, actions=[action()], adapters=[Scripted(ledger)])
+    with pytest.raises(IntegrityViolation, match="params_digest_key"):
+        keyless.submit("shop.charge", card(), actor="u1", idempotency_key="k")
 
 
 def test_params_hook_failure_stores_nothing(store: Store, ledger: Ledger) -> None:
@@ -525,7 +565,7 @@ def test_no_secret_survives_redaction(store: Store, backend: StoreBackend, tmp_p
     payout = action(adapter="http", operation="payout", action_id="shop.payout", deadline=timedelta(hours=1))
     with HttpAdapter(provider.url, vendor=VENDOR, operations=operations, timeouts=timeouts) as http:
         host = Host(store, actions=[charge, payout], adapters=[http], redaction=scrub.redaction(),
-                    config=HostConfig(lease_seconds=backend.long_lease))
+                    config=HostConfig(lease_seconds=backend.long_lease, params_digest_key=DIGEST_KEY))
         ok = host.submit("shop.charge", card("o-ok"), actor="u1", idempotency_key="ok")  # by a worker
         assert run_worker(host, backend) == 1
         boom = host.submit("shop.charge", card("boom"), actor="u1", idempotency_key="boom", mode=Inline())

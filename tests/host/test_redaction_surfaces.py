@@ -105,7 +105,7 @@ def _scenario(store: Store, backend: StoreBackend, provider: Loopback, otel: Ote
     payout = action(adapter="http", operation="payout", action_id="shop.payout", deadline=timedelta(hours=1))
     http = HttpAdapter(provider.url, vendor=VENDOR, operations=operations, timeouts=timeouts)
     host = Host(store, actions=[charge, payout], adapters=[http], redaction=Scrub().redaction(),
-                config=HostConfig(lease_seconds=backend.long_lease))
+                config=HostConfig(lease_seconds=backend.long_lease, params_digest_key=b"q9-surfaces-digest-key-32b"))
     host.add_telemetry(otel.sink)
     host.add_telemetry(metrics)
     with http:

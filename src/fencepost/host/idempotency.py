@@ -9,16 +9,20 @@ difference raises ``IdempotencyConflict`` naming the field, never echoing what i
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Callable
 from typing import Any
 
+from fencepost.core.canonical import canonical_json
 from fencepost.core.errors import IdempotencyConflict, IntegrityViolation
 from fencepost.core.fingerprint import fingerprint
 from fencepost.core.ids import derived_id
 from fencepost.store.host_records import InvocationRecord
 
-#: The canonicalization of new digests; stored digests keep naming their own (B5).
+#: The canonicalization of new digests; stored digests keep naming their own (B5). ``hk1`` when a key is given.
 PARAMS_DIGEST_VERSION = "cp1"
+KEYED_DIGEST_VERSION = "hk1"
 BINDING_DIGEST_VERSION = "bd1"
 
 
@@ -31,14 +35,28 @@ def _cp1(params: dict[str, Any]) -> str:
 DIGESTS: dict[str, Callable[[dict[str, Any]], str]] = {"cp1": _cp1}
 
 
-def params_digest(params: dict[str, Any], version: str | None = None) -> str:
+def _hk1(params: dict[str, Any], key: bytes) -> str:
+    """hk1: HMAC-SHA-256 under the host's ``params_digest_key`` over the same domain-separated canonical JSON as
+    cp1, so a stored digest of low-entropy params (a card number) cannot be brute-forced without the key
+    (host-spec §1.Y-9; ADR 0053)."""
+    message = b"fencepost.host.params/hk1\x00" + canonical_json(params).encode("utf-8")
+    return "hk1:" + hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def params_digest(params: dict[str, Any], version: str | None = None, *, key: bytes | None = None) -> str:
     """``<version>:<64 hex>`` of validated, JSON-mode params (key order and formatting do not matter, B6);
-    ``version`` defaults to ``PARAMS_DIGEST_VERSION`` as it is when called.
+    ``version`` defaults to ``hk1`` when ``key`` is given (keyed, ADR 0053), else ``PARAMS_DIGEST_VERSION``.
 
     Raises:
-        IntegrityViolation: an unknown canonicalization version (a row from a newer fencepost).
+        IntegrityViolation: an unknown canonicalization version (a row from a newer fencepost), or a keyed
+            (``hk1``) digest to compare without the key.
     """
-    chosen = version or PARAMS_DIGEST_VERSION
+    chosen = version or (KEYED_DIGEST_VERSION if key is not None else PARAMS_DIGEST_VERSION)
+    if chosen == KEYED_DIGEST_VERSION:
+        if key is None:
+            raise IntegrityViolation("this invocation's parameter digest is keyed (hk1): configure the host's "
+                                     "HostConfig(params_digest_key=...) to compare a replay with it")
+        return _hk1(params, key)
     if chosen not in DIGESTS:
         raise IntegrityViolation(f"unknown parameter digest version {chosen!r}")
     return DIGESTS[chosen](params)
@@ -57,10 +75,11 @@ def invocation_id(tenant_id: str, space_id: str, action_id: str, idempotency_key
 
 
 def check_replay(stored: InvocationRecord, *, action_version: int, actor: str, authority: str,
-                 params: dict[str, Any]) -> None:
+                 params: dict[str, Any], key: bytes | None = None) -> None:
     """Whether a replay of ``stored``'s key may return it (B2-B5).
 
-    Compared in this order: action version, actor, authority, then params under the stored digest's own version.
+    Compared in this order: action version, actor, authority, then params under the stored digest's own version
+    (``key``: the host's ``params_digest_key``, for an ``hk1`` digest).
 
     Raises:
         IdempotencyConflict: ``field`` is ``action_version``, ``actor``, ``authority`` or ``parameters``.
@@ -73,5 +92,5 @@ def check_replay(stored: InvocationRecord, *, action_version: int, actor: str, a
     if stored.authority != authority:
         raise IdempotencyConflict("authority")
     version = stored.params_digest.partition(":")[0]
-    if params_digest(params, version) != stored.params_digest:
+    if not hmac.compare_digest(params_digest(params, version, key=key), stored.params_digest):
         raise IdempotencyConflict("parameters")

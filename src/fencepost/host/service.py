@@ -93,13 +93,21 @@ class HostConfig:
             invocation to its next claim (host-spec D1, D10, H2); 1..1000, default 5.
         lease_seconds: the inline caller's lease (seconds, 0.1..3600); workers use their own. An approval
             resume holds a temporary lease of this length too (P4).
+        params_digest_key: the secret (at least 16 bytes) that keys the stored digest of the unredacted params
+            (``hk1``, HMAC-SHA-256; host-spec §1.Y-9, ADR 0053). Required with a ``redact_action_parameters``
+            hook: an unkeyed digest of a low-entropy secret gives it back by brute force. Every process that
+            submits needs the same key; without one, digests are ``cp1`` (plain SHA-256) as before.
     """
 
     recovery_max_attempts: int | None = None
     lease_seconds: float = 30.0
     retryable_execution_max_attempts: int = DEFAULT_RETRYABLE_EXECUTION_MAX_ATTEMPTS
+    params_digest_key: bytes | None = dataclasses.field(default=None, repr=False)  # a secret: never in a repr
 
     def __post_init__(self) -> None:
+        key = self.params_digest_key
+        if key is not None and (not isinstance(key, bytes) or len(key) < 16):
+            raise InvalidInput("params_digest_key must be bytes, at least 16 of them (a random secret)")
         retryable = self.retryable_execution_max_attempts
         if isinstance(retryable, bool) or not isinstance(retryable, int) or not 1 <= retryable <= 1000:
             raise InvalidInput("retryable_execution_max_attempts must be an integer between 1 and 1000")
@@ -240,7 +248,8 @@ class Host:
             None, the default, refuses no step (ADR 0050). redaction: the redaction hooks (host-spec Q; default
             none: every value is stored as given; ADR 0042).
     Raises:
-        InvalidInput: two adapters with one type, or a duplicate action ``(id, version)``.
+        InvalidInput: two adapters with one type, a duplicate action ``(id, version)``, or a
+            ``redact_action_parameters`` hook without ``HostConfig(params_digest_key=...)`` (ADR 0053).
     """
 
     def __init__(self, store: Store, *, actions: Iterable[Action] = (), adapters: Iterable[Adapter] = (),
@@ -255,6 +264,12 @@ class Host:
             if adapter.type in by_type:
                 raise InvalidInput(f"two adapters of type {adapter.type!r}")
             by_type[adapter.type] = adapter
+        if redaction is not None and redaction.redact_action_parameters is not None \
+                and self.config.params_digest_key is None:
+            # ADR 0053: the stored digest covers the unredacted params; unkeyed, it gives a card number back.
+            raise InvalidInput("a redact_action_parameters hook needs HostConfig(params_digest_key=...): the stored "
+                               "digest of the unredacted params is otherwise a plain SHA-256, and a low-entropy "
+                               "secret (a card number) is recovered from it by brute force")
         self.runtime = Runtime(actions=self.actions, adapters=by_type, telemetry=telemetry or LogTelemetry(),
                                breakers=breakers, redaction=redaction or Redaction(),
                                policies=check_policies(policies),
@@ -391,7 +406,7 @@ class Host:
             id=invocation_id(tenant, space, action.id, idempotency_key), tenant_id=tenant, space_id=space,
             action_id=action.id, action_version=action.version, idempotency_key=idempotency_key, actor=actor,
             authority=authority, binding_digest=binding_digest(action.version, actor, authority),
-            params_digest=params_digest(plain), params=stored,
+            params_digest=params_digest(plain, key=self.config.params_digest_key), params=stored,
             mode=InvocationMode.INLINE if inline else InvocationMode.DISPATCH,
             status=InvocationStatus.RUNNING if inline else InvocationStatus.PENDING)
 
@@ -416,7 +431,8 @@ class Host:
                                                          idempotency_key=idempotency_key)
             if winner is None:  # pragma: no cover - the insert lost to a row this unit cannot see
                 raise Conflict("the idempotency key is being written concurrently; submit again")
-            check_replay(winner, action_version=action.version, actor=actor, authority=authority, params=plain)
+            check_replay(winner, action_version=action.version, actor=actor, authority=authority, params=plain,
+                         key=self.config.params_digest_key)
             return winner, None
 
         if tx is not None:
