@@ -17,6 +17,7 @@ from fencepost.core.statuses import (
     CommandStatus,
     Disposition,
     EventOutboxStatus,
+    GovernanceRecordKind,
     InstallationStatus,
     InvocationMode,
     InvocationStatus,
@@ -55,9 +56,13 @@ VOCABULARIES: dict[tuple[str, str], type[StrEnum]] = {
     ("host_event_outbox", "status"): EventOutboxStatus,
     ("host_reconciliations", "log"): ReconciliationLog,
     ("host_reconciliations", "kind"): ReconciliationKind,
+    ("host_governance_records", "kind"): GovernanceRecordKind,
 }
 # A mutation records a transition into one of the StepRun statuses; admission writes only these two so far.
-NARROWER = {("workflow_step_mutations", "to_status"): (StepRunStatus, {"waiting", "ready"})}
+NARROWER = {("workflow_step_mutations", "to_status"): (StepRunStatus, {"waiting", "ready"}),
+            # an operator resolves to one of the two definite verdicts only (ADR 0048)
+            ("host_resolutions", "outcome"): (InvocationStatus, {"succeeded", "failed"}),
+            ("host_resolutions", "prior_status"): (InvocationStatus, {"reconciliation_required"})}
 
 _SQLITE_COLUMN = re.compile(r"^\s*(\w+)\s+TEXT\b[^\n]*?CHECK \((\w+) IN \(([^)]*)\)\)", re.M)
 _PG_LIST = re.compile(r"^CHECK \(\((\w+) = ANY \(ARRAY\[(.*)\]\)\)\)$")

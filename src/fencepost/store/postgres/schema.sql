@@ -522,7 +522,7 @@ CREATE TABLE host_resolutions (
     operator             TEXT NOT NULL CHECK (length(operator) BETWEEN 1 AND 200),
     note                 TEXT NOT NULL CHECK (length(note) BETWEEN 1 AND 2000),
     evidence             TEXT CHECK (evidence IS NULL OR (fencepost_is_json_object(evidence))),
-    prior_status         TEXT NOT NULL CHECK (prior_status = 'reconciliation_required'),
+    prior_status         TEXT NOT NULL CHECK (prior_status IN ('reconciliation_required')),
     prior_error          TEXT,
     prior_reconciliation TEXT CHECK (prior_reconciliation IS NULL OR (fencepost_is_json_object(prior_reconciliation))),
     request_digest       TEXT NOT NULL CHECK (length(request_digest) BETWEEN 5 AND 100),
@@ -535,6 +535,8 @@ CREATE TABLE host_resolutions (
 -- A resolution is history: no statement may rewrite or remove it (fencepost_append_only, migration 0005).
 CREATE TRIGGER host_resolutions_append_only
 BEFORE UPDATE OR DELETE ON host_resolutions
+FOR EACH ROW EXECUTE FUNCTION fencepost_append_only();
+
 -- The governance evidence (migration 0008, ADRs 0043-0045; host-spec D5, D6, O, P): one append-only table
 -- of policy records, the mutation footprint, approval requests and decisions, obligations, their
 -- satisfactions and attestations, first write wins per id, each record in its parent's scope.

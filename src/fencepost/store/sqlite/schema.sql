@@ -450,7 +450,7 @@ CREATE TABLE host_resolutions (
     operator             TEXT NOT NULL CHECK (length(operator) BETWEEN 1 AND 200),
     note                 TEXT NOT NULL CHECK (length(note) BETWEEN 1 AND 2000),
     evidence             TEXT CHECK (evidence IS NULL OR (json_valid(evidence) AND json_type(evidence) = 'object')),
-    prior_status         TEXT NOT NULL CHECK (prior_status = 'reconciliation_required'),
+    prior_status         TEXT NOT NULL CHECK (prior_status IN ('reconciliation_required')),
     prior_error          TEXT,
     prior_reconciliation TEXT CHECK (prior_reconciliation IS NULL OR (json_valid(prior_reconciliation) AND json_type(prior_reconciliation) = 'object')),
     request_digest       TEXT NOT NULL CHECK (length(request_digest) BETWEEN 5 AND 100),
@@ -471,6 +471,8 @@ CREATE TRIGGER host_resolutions_no_delete
 BEFORE DELETE ON host_resolutions
 BEGIN
     SELECT RAISE(ABORT, 'host_resolutions is append-only');
+END;
+
 -- The governance evidence (migration 0008, ADRs 0043-0045; host-spec D5, D6, O, P): one append-only table
 -- of policy records, the mutation footprint, approval requests and decisions, obligations, their
 -- satisfactions and attestations, first write wins per id, each record in its parent's scope.

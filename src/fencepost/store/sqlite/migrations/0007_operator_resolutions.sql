@@ -12,7 +12,7 @@ CREATE TABLE host_resolutions (
     operator             TEXT NOT NULL CHECK (length(operator) BETWEEN 1 AND 200),
     note                 TEXT NOT NULL CHECK (length(note) BETWEEN 1 AND 2000),
     evidence             TEXT CHECK (evidence IS NULL OR (json_valid(evidence) AND json_type(evidence) = 'object')),
-    prior_status         TEXT NOT NULL CHECK (prior_status = 'reconciliation_required'),
+    prior_status         TEXT NOT NULL CHECK (prior_status IN ('reconciliation_required')),
     prior_error          TEXT,
     prior_reconciliation TEXT CHECK (prior_reconciliation IS NULL OR (json_valid(prior_reconciliation) AND json_type(prior_reconciliation) = 'object')),
     request_digest       TEXT NOT NULL CHECK (length(request_digest) BETWEEN 5 AND 100),
