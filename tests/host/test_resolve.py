@@ -179,6 +179,12 @@ def _cli_flow(backend: StoreBackend, inv: InvocationView) -> None:
     assert again.returncode != 0 and "already resolved" in again.stderr
     empty = run_cli(["host", "queue", "-d", url])
     assert empty.returncode == 0 and "no invocation awaits" in empty.stdout
+    # a list says it was resolved and by whom, not only "succeeded" beside the ambiguity error it settled
+    listed = run_cli(["host", "list", "-d", url, "--json"])
+    assert listed.returncode == 0
+    assert json.loads(listed.stdout)["invocations"][0]["resolution"]["operator"] == "ops:1"
+    text = run_cli(["host", "list", "-d", url])
+    assert text.returncode == 0 and "resolved succeeded by ops:1" in text.stdout
 
 
 def _quote(value: str | None) -> str:

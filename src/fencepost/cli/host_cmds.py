@@ -257,6 +257,9 @@ def list_invocations(
         for v in views:
             render.console.print(f"{v.id}  {escape(v.action_id)} v{v.action_version}  {render.styled(str(v.status))}"
                                  f"  attempts {v.attempt_count}  key {escape(v.idempotency_key)}")
+            if v.resolution is not None:  # the error below is the settled verdict's, kept as history
+                render.console.print(f"  resolved {v.resolution['outcome']} by {v.resolution['operator']} at "
+                                     f"{v.resolution['resolved_at']}: {v.resolution['note'][:200]}", markup=False)
             if v.error:
                 render.console.print(f"  error: {v.error[:200]}", markup=False)
 

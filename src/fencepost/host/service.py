@@ -611,10 +611,17 @@ class Host:
 
     def list(self, *, tenant: str | None = None, space: str | None = None, status: InvocationStatus | None = None,
              action_id: str | None = None, limit: int = 100) -> list[InvocationView]:
-        """Invocations newest first (steps omitted), filtered by what is given."""
-        records = self.store.read(lambda tx: tx.host.list_invocations(
-            tenant_id=tenant, space_id=space, status=status, action_id=action_id, limit=limit))
-        return [view(r, ()) for r in records]
+        """Invocations newest first (steps omitted, an operator's resolution included), filtered by what is
+        given."""
+        def read(tx: UnitOfWork) -> builtins.list[InvocationView]:
+            records = tx.host.list_invocations(tenant_id=tenant, space_id=space, status=status,
+                                               action_id=action_id, limit=limit)
+            # A resolved invocation says so in a list too, not just "succeeded" beside its ambiguity error.
+            return [view(r, (), resolution_json(tx.host.get_resolution(r.id)) if r.status.terminal else None)
+                    for r in records]
+
+        found: builtins.list[InvocationView] = self.store.read(read)
+        return found
 
     # ── the operator (host-spec §1.Y-13, §2.7; ADRs 0048, 0049) ──
     def resolve(self, invocation_id: str, outcome: str, *, operator: str, note: str,
