@@ -277,3 +277,16 @@ def test_an_app_host_keeps_its_circuit_breakers(tmp_path: Path, monkeypatch: pyt
     finally:
         store.close()
         sys.modules.pop("breakerapp", None)
+
+
+def test_a_too_deeply_nested_json_option_is_bad_input_not_a_traceback(app_dir: Path) -> None:
+    """JSON nested past the parser's recursion limit is exit 2 in one line (the exit code of bad input), never
+    a RecursionError traceback with exit 1 (which ``approve`` and ``submit --inline`` use for a verdict)."""
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    deep = '{"a":' * 3000 + "1" + "}" * 3000
+    for args in (["host", "resolve", "inv_nope", "--succeeded", "--as", "ops:1", "--note", "x", "--evidence", deep],
+                 ["host", "submit", "shop.echo", "--app", "shopapp:make", "--key", "k", "--params", deep]):
+        refused = run_cli([*args, "-d", url], cwd=app_dir)
+        assert refused.returncode == 2, refused.stderr
+        assert "Traceback" not in refused.stderr and "RecursionError" not in refused.stderr
+        assert "nested too deeply" in refused.stderr
