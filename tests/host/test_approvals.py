@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fencepost.core.errors import Conflict, NotAllowed
+from fencepost.core.errors import Conflict, InvalidInput, NotAllowed
 from fencepost.core.statuses import GovernanceRecordKind, InvocationStatus
 from fencepost.host import ApprovalExpired, Host, HostConfig, Inline, PolicyContext, RequireApproval
 from fencepost.store import open_store
@@ -93,6 +93,21 @@ def test_reject_fails_with_reason(store: Store, backend: StoreBackend, ledger: L
     assert types(store, invocation_id)[-2:] == ["ApprovalRejected", "ActionInvocationFailed"]
     with pytest.raises(Conflict, match="not awaiting approval"):
         host.approve(invocation_id, approver="alice", authority="payments-ops")
+    assert audit(store) == set()
+
+
+def test_a_nul_in_a_decision_is_invalid_input_on_every_backend(store: Store, backend: StoreBackend,
+                                                             ledger: Ledger) -> None:
+    """A NUL byte in the approver, authority or note is refused as bad input before the store on both backends
+    (SQLite would record it, PostgreSQL refuse it as a conflict), and nothing is decided."""
+    host, _, _ = approval_host(store, ledger)
+    invocation_id = waiting(host, backend)
+    for approver, authority, note in [("al\x00ice", "payments-ops", ""), ("alice", "payments-ops\x00", ""),
+                                      ("alice", "payments-ops", "ok\x00")]:
+        for decide in (host.approve, host.reject):
+            with pytest.raises(InvalidInput, match="NUL"):
+                decide(invocation_id, approver=approver, authority=authority, note=note)
+    assert host.get(invocation_id).status is InvocationStatus.AWAITING_APPROVAL
     assert audit(store) == set()
 
 
