@@ -290,3 +290,18 @@ def test_a_too_deeply_nested_json_option_is_bad_input_not_a_traceback(app_dir: P
         assert refused.returncode == 2, refused.stderr
         assert "Traceback" not in refused.stderr and "RecursionError" not in refused.stderr
         assert "nested too deeply" in refused.stderr
+
+
+def test_host_status_of_a_file_that_exists_but_cannot_be_opened_is_store_down_not_never_migrated(
+        tmp_path: Path) -> None:
+    """ADR 0051's exit codes: a path that exists but SQLite cannot open (here a directory; likewise a database in a
+    directory where the WAL's -shm cannot be created) is a store that does not answer (exit 5, SQLite's reason),
+    not "no control database exists yet: run fencepost migrate" (exit 4), which would send the operator to
+    migrate a database that is there. A missing file is still exit 4."""
+    (tmp_path / "a-directory").mkdir()
+    unopenable = run_cli(["host", "status", "-d", f"sqlite:///{tmp_path / 'a-directory'}"], cwd=tmp_path)
+    assert unopenable.returncode == 5, unopenable.describe()
+    assert "migrate" not in unopenable.stderr and "unable to open" in unopenable.stderr
+    missing = run_cli(["host", "status", "-d", f"sqlite:///{tmp_path / 'missing.db'}"], cwd=tmp_path)
+    assert missing.returncode == 4 and "run `fencepost migrate` first" in missing.stderr, missing.describe()
+    assert not (tmp_path / "missing.db").exists()
