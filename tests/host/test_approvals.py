@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fencepost.core.errors import Conflict, NotAllowed
+from fencepost.core.errors import Conflict, InvalidInput, NotAllowed
 from fencepost.core.statuses import GovernanceRecordKind, InvocationStatus
 from fencepost.host import ApprovalExpired, Host, HostConfig, Inline, PolicyContext, RequireApproval
 from fencepost.store import open_store
@@ -94,6 +94,37 @@ def test_reject_fails_with_reason(store: Store, backend: StoreBackend, ledger: L
     with pytest.raises(Conflict, match="not awaiting approval"):
         host.approve(invocation_id, approver="alice", authority="payments-ops")
     assert audit(store) == set()
+
+
+def test_a_nul_in_a_decision_is_invalid_input_on_every_backend(store: Store, backend: StoreBackend,
+                                                             ledger: Ledger) -> None:
+    """A NUL byte in the approver, authority or note is refused as bad input before the store on both backends
+    (SQLite would record it, PostgreSQL refuse it as a conflict), and nothing is decided."""
+    host, _, _ = approval_host(store, ledger)
+    invocation_id = waiting(host, backend)
+    for approver, authority, note in [("al\x00ice", "payments-ops", ""), ("alice", "payments-ops\x00", ""),
+                                      ("alice", "payments-ops", "ok\x00")]:
+        for decide in (host.approve, host.reject):
+            with pytest.raises(InvalidInput, match="NUL"):
+                decide(invocation_id, approver=approver, authority=authority, note=note)
+    assert host.get(invocation_id).status is InvocationStatus.AWAITING_APPROVAL
+    assert audit(store) == set()
+
+
+def test_approving_from_a_host_without_the_action_decides_nothing(store: Store, backend: StoreBackend,
+                                                                  ledger: Ledger) -> None:
+    """``approve`` runs the resume in the approving process, so a host that does not define the invocation's
+    action (the wrong ``--app``, an old deploy) would record the decision and then settle the invocation
+    ``failed`` with "unknown action": an approval turned into a refusal no one made. It is refused first, with
+    nothing recorded, and the right host can still approve."""
+    host, spy, _ = approval_host(store, ledger)
+    invocation_id = waiting(host, backend)
+    with pytest.raises(InvalidInput, match=r"does not define action shop\.charge version 1"):
+        Host(store).approve(invocation_id, approver="alice", authority="payments-ops", note="ok")
+    assert host.get(invocation_id).status is InvocationStatus.AWAITING_APPROVAL
+    assert "ApprovalGranted" not in types(store, invocation_id) and audit(store) == set()
+    done = host.approve(invocation_id, approver="alice", authority="payments-ops", note="ok")
+    assert done.status is InvocationStatus.SUCCEEDED and spy.calls == 1
 
 
 def test_wrong_authority_refused(store: Store, backend: StoreBackend, ledger: Ledger) -> None:

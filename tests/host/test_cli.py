@@ -280,3 +280,31 @@ def test_an_app_host_keeps_its_circuit_breakers(tmp_path: Path, monkeypatch: pyt
     finally:
         store.close()
         sys.modules.pop("breakerapp", None)
+
+
+def test_a_too_deeply_nested_json_option_is_bad_input_not_a_traceback(app_dir: Path) -> None:
+    """JSON nested past the parser's recursion limit is exit 2 in one line (the exit code of bad input), never
+    a RecursionError traceback with exit 1 (which ``approve`` and ``submit --inline`` use for a verdict)."""
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    deep = '{"a":' * 3000 + "1" + "}" * 3000
+    for args in (["host", "resolve", "inv_nope", "--succeeded", "--as", "ops:1", "--note", "x", "--evidence", deep],
+                 ["host", "submit", "shop.echo", "--app", "shopapp:make", "--key", "k", "--params", deep]):
+        refused = run_cli([*args, "-d", url], cwd=app_dir)
+        assert refused.returncode == 2, refused.stderr
+        assert "Traceback" not in refused.stderr and "RecursionError" not in refused.stderr
+        assert "nested too deeply" in refused.stderr
+
+
+def test_host_status_of_a_file_that_exists_but_cannot_be_opened_is_store_down_not_never_migrated(
+        tmp_path: Path) -> None:
+    """ADR 0051's exit codes: a path that exists but SQLite cannot open (here a directory; likewise a database in a
+    directory where the WAL's -shm cannot be created) is a store that does not answer (exit 5, SQLite's reason),
+    not "no control database exists yet: run fencepost migrate" (exit 4), which would send the operator to
+    migrate a database that is there. A missing file is still exit 4."""
+    (tmp_path / "a-directory").mkdir()
+    unopenable = run_cli(["host", "status", "-d", f"sqlite:///{tmp_path / 'a-directory'}"], cwd=tmp_path)
+    assert unopenable.returncode == 5, unopenable.describe()
+    assert "migrate" not in unopenable.stderr and "unable to open" in unopenable.stderr
+    missing = run_cli(["host", "status", "-d", f"sqlite:///{tmp_path / 'missing.db'}"], cwd=tmp_path)
+    assert missing.returncode == 4 and "run `fencepost migrate` first" in missing.stderr, missing.describe()
+    assert not (tmp_path / "missing.db").exists()

@@ -104,6 +104,19 @@ def test_resolving_twice(store: Store, backend: StoreBackend, ledger: Ledger) ->
     assert host.get(inv.id).status is InvocationStatus.SUCCEEDED
 
 
+def test_a_nul_in_the_operator_or_note_is_invalid_input_on_every_backend(store: Store, backend: StoreBackend,
+                                                                      ledger: Ledger) -> None:
+    """A NUL byte in the operator or note is the caller's bad input on both backends, refused before the store:
+    SQLite would store it and PostgreSQL refuse it as a schema conflict (HTTP 409), so the same request
+    answered differently by backend."""
+    host, inv = ambiguous(store, backend, ledger)
+    for operator, note in [("ops\x00:1", "found"), ("ops:1", "charge\x00found")]:
+        with pytest.raises(InvalidInput, match="NUL"):
+            host.resolve(inv.id, "succeeded", operator=operator, note=note)
+    assert host.get(inv.id).status is InvocationStatus.RECONCILIATION_REQUIRED
+    assert RESOLVED not in [e.type for e in events_of(store, inv.id)]
+
+
 def test_the_queue_is_oldest_first_with_what_to_look_up(store: Store, backend: StoreBackend,
                                                         ledger: Ledger) -> None:
     host = make_host(store, charge_action(Spy()), Scripted(ledger, Ambiguous("reset"), Ambiguous("reset")))

@@ -81,11 +81,14 @@ def load_host(spec: str, store: Store) -> Host:
 
 
 def _json_object(text: str, option: str) -> dict[str, Any]:
-    """``text`` parsed as a JSON object. Raises ``InvalidInput`` naming ``option`` otherwise."""
+    """``text`` parsed as a JSON object. Raises ``InvalidInput`` naming ``option`` otherwise (also for JSON
+    nested past the parser's recursion limit)."""
     try:
         parsed = jsonlib.loads(text)
     except ValueError:
         raise InvalidInput(f"{option} must be a JSON object") from None
+    except RecursionError:  # the parser's own limit: bad input, not a crash of the command
+        raise InvalidInput(f"{option} is nested too deeply to be read") from None
     if not isinstance(parsed, dict):
         raise InvalidInput(f"{option} must be a JSON object")
     return parsed

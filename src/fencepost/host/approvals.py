@@ -146,11 +146,14 @@ def request(execution: Execution, invocation: InvocationRecord, policy: str,
 # ── decisions (outside any execution) ──
 
 def check_decider(approver: str, authority: str, note: str) -> None:
-    """Raises ``InvalidInput`` unless approver and authority are 1..200 chars and the note at most 2000."""
+    """Raises ``InvalidInput`` unless approver and authority are 1..200 chars and the note at most 2000, none
+    of them with a NUL character (SQLite would record one and PostgreSQL refuse it: both refuse it here)."""
     if not approver or len(approver) > 200 or not authority or len(authority) > 200:
         raise InvalidInput("approver and authority are 1 to 200 characters")
     if len(note) > 2000:
         raise InvalidInput("a note is at most 2000 characters")
+    if "\x00" in approver or "\x00" in authority or "\x00" in note:
+        raise InvalidInput("approver, authority and note may not contain NUL characters")
 
 
 def _waiting(tx: UnitOfWork, invocation_id: str, authority: str) -> tuple[InvocationRecord, GovernanceRecord]:

@@ -64,7 +64,8 @@ def parse_request(invocation_id: str, outcome: str, operator: str, note: str,
 
     Args:
         outcome: ``succeeded`` or ``failed``. operator: who decides, 1..200 chars. note: why, 1..2000 chars
-            (after trimming). evidence: a JSON object of at most 64 KiB canonical JSON, or None.
+            (after trimming); neither may contain NUL. evidence: a JSON object of at most 64 KiB canonical
+            JSON, or None.
     Raises:
         InvalidInput: any argument outside these bounds.
     """
@@ -78,6 +79,8 @@ def parse_request(invocation_id: str, outcome: str, operator: str, note: str,
         raise InvalidInput("operator is 1 to 200 characters")
     if not isinstance(note, str) or not note.strip() or len(note) > MAX_NOTE:
         raise InvalidInput(f"note is 1 to {MAX_NOTE} characters: say what was found at the provider")
+    if "\x00" in operator or "\x00" in note:  # SQLite would keep it, PostgreSQL refuse it: refuse it here
+        raise InvalidInput("operator and note may not contain NUL characters")
     if evidence is not None:
         if not isinstance(evidence, dict):
             raise InvalidInput("evidence is a JSON object")

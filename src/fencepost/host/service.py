@@ -552,12 +552,21 @@ class Host:
         Returns:
             The invocation after the resume (its verdict, or ``awaiting_approval`` again for a later policy).
         Raises:
-            InvalidInput: bad arguments. NotFound. Conflict: it does not await approval. NotAllowed: another
-            authority. ApprovalExpired: the request expired (the sweep ends it ``failed``).
+            InvalidInput: bad arguments, or this host does not define the invocation's action and version
+            (the resume would settle it ``failed`` as an unknown action; nothing is recorded). NotFound.
+            Conflict: it does not await approval. NotAllowed: another authority. ApprovalExpired: the request
+            expired (the sweep ends it ``failed``).
             RecoverableFinalization: the resume could not record its outcome; its lease expires and a worker
             takes it over.
         """
         check_decider(approver, authority, note)
+        current = self.get(invocation_id)  # NotFound; the action and version of an invocation never change
+        try:
+            self.actions.resolve(current.action_id, current.action_version)
+        except NotFound:
+            raise InvalidInput(f"this host does not define action {current.action_id} version "
+                               f"{current.action_version}: approve {invocation_id} from the app that serves it "
+                               "(the resume runs in the approving process)") from None
         record, lease = self.store.transact(approve_unit(
             invocation_id, approver=approver, authority=authority, note=note, owner=self.owner,
             lease_seconds=self.config.lease_seconds), name=DECIDE_UNIT)

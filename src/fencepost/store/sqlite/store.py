@@ -11,6 +11,7 @@ Several processes share one file. Each thread gets its own connection. The lease
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -136,7 +137,9 @@ class SQLiteStore(Store):
             conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
             conn.execute("PRAGMA foreign_keys = ON")
         except sqlite3.OperationalError as error:
-            if not self.create and "unable to open" in str(error):
+            if not self.create and "unable to open" in str(error) and not os.path.lexists(self.path):
+                # Only a missing file was never migrated; one that exists but will not open (a directory, a
+                # read-only directory without its -shm) is a store that does not answer.
                 raise SchemaNotReady("no control database exists yet: run `fencepost migrate` first") from None
             raise translate_sqlite_error(error) from None
         except sqlite3.Error as error:
