@@ -221,7 +221,7 @@ def test_complete_and_sweep_from_the_command_line(app_dir: Path) -> None:
     unknown = run_cli(["host", "complete", "local", "ref-nope", "--app", "shopapp:make", "-d", url], cwd=app_dir)
     assert unknown.returncode == 1 and "not_found" in unknown.stdout
     swept = run_cli(["host", "sweep", "--app", "shopapp:make", "--json", "-d", url], cwd=app_dir)
-    assert swept.returncode == 0 and json.loads(swept.stdout) == {"settled": 0}
+    assert swept.returncode == 0 and json.loads(swept.stdout) == {"settled": 0, "expired_approvals": 0}
 
 
 def test_host_status_prints_the_counts_and_exits_by_the_store_only(app_dir: Path) -> None:

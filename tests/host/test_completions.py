@@ -231,6 +231,38 @@ def test_the_sweep_marks_overdue_and_a_late_callback_settles_a_parked_one(store:
     assert findings(store, invocation_id) == []
 
 
+@pytest.mark.parametrize(("resolved", "reported"), [("failed", "completed"), ("succeeded", "failed")])
+def test_a_completion_that_contradicts_an_operators_resolution_is_recorded_not_absorbed(
+        store: Store, backend: StoreBackend, ledger: Ledger, resolved: str, reported: str) -> None:
+    """ADR 0048 (found by the break-it trial): a swept payout an operator resolved, then the provider's late word
+    disagreeing with it. The resolution stays final, but the contradiction is an event and a reconciliation
+    record, and the receipt says so; a completion that agrees stays plain evidence."""
+    host, invocation_id = parked(store, backend, ledger)
+    backend.advance(DEADLINE.total_seconds() + 0.5)
+    assert host.reconcile_overdue_completions() == 1
+    host.resolve(invocation_id, resolved, operator="ops:1", note="looked it up")
+    late = host.complete(VENDOR, "po_1", reported, result={"payout_id": "p"} if reported == "completed" else None,
+                         error="declined" if reported == "failed" else None)
+    assert late.disposition is CompletionDisposition.CONTRADICTED and str(late.status) == resolved
+    assert "ops:1 resolved it" in late.detail and not late.changed
+    assert str(record(store, invocation_id).status) == resolved
+    assert [e.type for e in events_of(store, invocation_id)].count("ExternalOperationContradicted") == 1
+    kinds = [str(r.kind) for r in store.read(lambda tx: tx.host.list_reconciliations(invocation_id))]
+    assert kinds.count("completion_contradicted") == 1
+    assert findings(store, invocation_id) == []
+
+
+def test_a_completion_that_agrees_with_the_resolution_is_evidence(store: Store, backend: StoreBackend,
+                                                                  ledger: Ledger) -> None:
+    host, invocation_id = parked(store, backend, ledger)
+    backend.advance(DEADLINE.total_seconds() + 0.5)
+    assert host.reconcile_overdue_completions() == 1
+    host.resolve(invocation_id, "succeeded", operator="ops:1", note="paid per the provider's dashboard")
+    late = host.complete(VENDOR, "po_1", "completed", result={"payout_id": "p"})
+    assert late.disposition is CompletionDisposition.EVIDENCE_ONLY
+    assert "ExternalOperationContradicted" not in [e.type for e in events_of(store, invocation_id)]
+
+
 def test_a_swept_unparked_handoff_is_evidence_only(store: Store, backend: StoreBackend, ledger: Ledger) -> None:
     """N20: the executor died after the handoff, before parking; the sweep settles it (and finishes its command);
     a late callback is evidence only and clears the handoff."""

@@ -346,14 +346,18 @@ def reject(
 
 @app.command("sweep")
 def sweep(host_app: AppOpt, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
-    """Settle every handoff past its completion deadline reconciliation_required now (host-spec N12).
+    """Run the workers' sweeps once, now: every handoff past its completion deadline is settled
+    reconciliation_required (host-spec N12), and every expired approval request ends failed (ADR 0044).
 
-    Workers serving the app run this sweep before every claim; this command runs it once, on demand (for
-    example from cron when no worker is running). Exit 0; prints how many invocations it settled.
+    Workers serving the app run these sweeps before every claim; this command runs them on demand (for
+    example from cron when no worker is running). Exit 0; prints how many of each it settled.
     """
     with opened(database) as store, handled():
-        settled = load_host(host_app, store).reconcile_overdue_completions()
-    emit(json, {"settled": settled}, lambda: render.console.print(f"settled {settled} overdue handoff(s)"))
+        host = load_host(host_app, store)
+        settled = host.reconcile_overdue_completions()
+        expired = host.expire_approvals()
+    emit(json, {"settled": settled, "expired_approvals": expired},
+         lambda: render.console.print(f"settled {settled} overdue handoff(s), ended {expired} expired approval(s)"))
 
 
 @app.command("status")

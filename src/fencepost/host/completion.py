@@ -61,6 +61,7 @@ from fencepost.store.host_records import (
     InvocationRecord,
     NewEvent,
     NewReconciliation,
+    ResolutionRecord,
     UnleasedVerdict,
     UpdateAdapterRow,
     VerdictHeld,
@@ -324,6 +325,11 @@ def _evidence_only(tx: UnitOfWork, invocation: InvocationRecord, completion: Com
                    received_at: str) -> CompletionReceipt:
     """N10, N11, N20: the verdict (or the running status) is kept; the callback is recorded. A swept, unparked
     handoff is cleared: the remaining steps are not claimed to have run."""
+    resolution = tx.host.get_resolution(invocation.id) if invocation.status.terminal else None
+    reported = InvocationStatus.SUCCEEDED if completion.outcome is CompletionOutcome.COMPLETED else \
+        InvocationStatus.FAILED
+    if resolution is not None and resolution.outcome is not reported:
+        return _contradicts_resolution(tx, invocation, completion, received_at, resolution)
     record = _record(completion, invocation, CompletionDisposition.EVIDENCE_ONLY, received_at)
     swept_unparked = invocation.overdue_at is not None and invocation.parked_at is None
     pending = None if swept_unparked else invocation.pending_completion
@@ -360,6 +366,27 @@ def _contradiction(tx: UnitOfWork, invocation: InvocationRecord, completion: Com
                                          ReconciliationLog.GOVERNANCE, second))
     return CompletionReceipt(CompletionDisposition.CONTRADICTED, invocation.id, status, error,
                              changed=status is not invocation.status, kind=ReconciliationKind.COMPLETION_CONTRADICTED)
+
+
+def _contradicts_resolution(tx: UnitOfWork, invocation: InvocationRecord, completion: Completion,
+                            received_at: str, resolution: ResolutionRecord) -> CompletionReceipt:
+    """A provider's completion that disagrees with an operator's resolution (ADR 0048): the resolution is final
+    and stays (one per invocation), but the disagreement is never absorbed silently. The completion is
+    recorded, an ``ExternalOperationContradicted`` event names the resolution as the first word and the
+    completion as the second, and the reconciliation log gets a ``completion_contradicted`` entry that
+    ``host show`` and the audit trail list."""
+    second = _record(completion, invocation, CompletionDisposition.CONTRADICTED, received_at)
+    first = {"resolution": resolution.id, "outcome": str(resolution.outcome), "operator": resolution.operator}
+    _write(tx, invocation, UnleasedVerdict(invocation.status, invocation.error, invocation.result,
+                                           invocation.reconciliation, invocation.pending_completion, second,
+                                           invocation.parked_at, invocation.overdue_at))
+    tx.events.append_event_with_outbox(_contradicted_event(invocation, first, second))
+    tx.host.append_reconciliation(_entry(invocation, ReconciliationKind.COMPLETION_CONTRADICTED,
+                                         ReconciliationLog.COMPLETION, {**second, "resolution": first}))
+    detail = (f"the provider reports {completion.outcome} but {resolution.operator} resolved it "
+              f"{resolution.outcome}: the resolution stays, the contradiction is recorded; review it")
+    return CompletionReceipt(CompletionDisposition.CONTRADICTED, invocation.id, invocation.status, detail,
+                             kind=ReconciliationKind.COMPLETION_CONTRADICTED)
 
 
 def _contradicted_event(invocation: InvocationRecord, first: dict[str, Any], second: dict[str, Any]) -> NewEvent:
