@@ -49,6 +49,12 @@ SOAK_ATTEMPTS = int(os.environ.get("FENCEPOST_SCALE_SOAK_ATTEMPTS", "10000"))
 SOAK_KILLS = 150
 
 
+def holds_lease(db: ScaleDB, worker_id: str) -> bool:
+    """True while ``worker_id`` holds the lease of at least one PROCESSING command."""
+    return bool(db.scalar("SELECT count(*) FROM commands WHERE status = 'PROCESSING' AND lease_owner = %s",
+                          (worker_id,)))
+
+
 def drain_under_kills(db: ScaleDB, fleet: Fleet, attempts: int, kills: int, timeout: float) -> dict[str, object]:
     rng = random.Random(SEED)
     run = db.service.create_run(tiny_package(db.root / "pkg"))
@@ -73,6 +79,11 @@ def drain_under_kills(db: ScaleDB, fleet: Fleet, attempts: int, kills: int, time
             time.sleep(rng.uniform(0.4, 2.0))
             slot = rng.randrange(WORKERS)
             victim = slots[slot]
+            # Kill it only while it holds a lease: on a loaded machine a just-started worker may still be
+            # importing, and killing it then would test nothing (bounded wait; the drain deadline still holds).
+            holds_by = time.monotonic() + 15.0
+            while not holds_lease(db, victim.worker_id) and db.open_commands() > 0 and time.monotonic() < holds_by:
+                time.sleep(0.05)
             victim.kill()  # SIGKILL: no release, no final write; its leases must expire
             killed.append(victim.worker_id)
             slots[slot] = start(slot)

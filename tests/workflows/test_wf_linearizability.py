@@ -75,7 +75,11 @@ def _race(world: World, tmp_path: Path, action: str, plans: int) -> None:
                                str(outs[i]), str(go), str(DEADLINE_S)) for i in range(WORKERS)]
     processes.append(_race_process(tmp_path, "guard", "guard", url, action, str(new_version), str(plans // 4),
                                    str(guard_out), str(go), str(DEADLINE_S)))
-    time.sleep(0.5)          # let every process import and connect; each waits for the go file anyway
+    ready_by = time.monotonic() + DEADLINE_S   # every process imported and connected, then all go at once
+    while not all(Path(f"{out}.ready").exists() for out in [*outs, guard_out]):
+        assert time.monotonic() < ready_by, "a race process never became ready"
+        assert all(p.alive for p in processes), "\n".join(p.describe() for p in processes)
+        time.sleep(0.02)
     go.touch()
     try:
         for process in processes:

@@ -43,6 +43,8 @@ def admit_role(url: str, plans_file: str, worker: int, workers: int, out: str, g
     workflows = WorkflowService(store)
     store.schema_version()                       # connected before the start signal
     records = []
+    guard_done = Path(out).with_name("guard.json")   # the guard role writes it once its change committed
+    Path(f"{out}.ready").touch()
     _wait_for(Path(go), deadline)
     for plan in plans:
         if time.monotonic() > deadline:
@@ -59,7 +61,10 @@ def admit_role(url: str, plans_file: str, worker: int, workers: int, out: str, g
         records.append(record)
         # A short random pause between attempts: SQLite's busy handler is not fair (a waiting writer polls
         # with growing sleeps), so back-to-back writers could starve the guard process until they finish.
-        time.sleep(random.uniform(0, 0.004))
+        # Past half of its plans, while the guard has not changed anything yet, a worker slows down further:
+        # on a loaded machine the guard may be scheduled late, and a race it never joined would be vacuous.
+        paced = len(records) > len(plans) // 2 and not guard_done.exists()
+        time.sleep(random.uniform(0.01, 0.03) if paced else random.uniform(0, 0.004))
     store.close()
     Path(out).write_text(json.dumps(records), encoding="utf-8")
 
@@ -69,6 +74,7 @@ def guard_role(url: str, action: str, package_dir: str, after: int, out: str, go
     store = open_store(url)
     catalog = CatalogService(store, release_gate=release_gate)
     store.schema_version()
+    Path(f"{out}.ready").touch()
     _wait_for(Path(go), deadline)
     seen = 0
     while seen < after and time.monotonic() < deadline:
