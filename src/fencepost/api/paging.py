@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -38,6 +39,8 @@ def decode_cursor(cursor: str) -> str:
         InvalidInput: not a cursor this server issued (422).
     """
     try:
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", cursor):
+            raise ValueError(cursor)
         return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
     except (ValueError, UnicodeDecodeError):
         raise InvalidInput("cursor is not one this server issued: pass back a next_cursor unchanged") from None
