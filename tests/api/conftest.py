@@ -84,6 +84,12 @@ def api(tmp_path: Path) -> Iterator[Api]:
 
 
 @pytest.fixture
+def api_with_log(tmp_path: Path) -> Iterator[Api]:
+    """An app with the access log on, as ``fencepost serve`` builds it."""
+    yield from build_api(tmp_path, access_log=True)
+
+
+@pytest.fixture
 def unmigrated_api(tmp_path: Path) -> Iterator[Api]:
     yield from build_api(tmp_path, migrate=False)
 

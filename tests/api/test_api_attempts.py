@@ -79,6 +79,8 @@ def test_list_and_read_attempts_after_a_worker_ran(api: Api) -> None:
         assert receipt["evidence"] is None
     read = api.client.get(attempt_url(run_id, first["id"], "?evidence=true")).json()
     assert read["receipts"][0]["evidence"]["scenario"] == "deliver_and_install"
+    history = attempt.pop("lease_history")
+    assert [(d["delivery"], d["claim"], d["ended"]) for d in history] == [(1, "claim", "delivered")]
     assert api.client.get(attempt_url(run_id, first["id"])).json() == attempt
 
 

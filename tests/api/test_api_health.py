@@ -61,7 +61,7 @@ def test_readiness_recovers_once_migrated(unmigrated_api: Api) -> None:
     assert unmigrated_api.client.get("/health/ready").status_code == 503
     unmigrated_api.store.migrate()
     assert unmigrated_api.client.get("/health/ready").status_code == 200
-    assert unmigrated_api.client.get("/delivery-rehearsals").json() == {"items": []}
+    assert unmigrated_api.client.get("/delivery-rehearsals").json() == {"next_cursor": None, "items": []}
 
 
 def test_a_loopback_app_refuses_foreign_host_headers(tmp_path: Path) -> None:

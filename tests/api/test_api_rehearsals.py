@@ -79,7 +79,7 @@ def test_create_needs_the_bearer_token(api: Api, headers: dict[str, str] | None)
     response = api.client.post("/delivery-rehearsals", json={"package_path": str(EXAMPLE)}, headers=headers)
     assert_problem(response, 401, "unauthorized")
     assert response.headers["www-authenticate"] == "Bearer"
-    assert api.client.get("/delivery-rehearsals").json() == {"items": []}
+    assert api.client.get("/delivery-rehearsals").json() == {"next_cursor": None, "items": []}
 
 
 def test_upload_needs_the_bearer_token(api: Api) -> None:
@@ -125,7 +125,7 @@ def test_an_invalid_package_is_422_and_writes_nothing(api: Api, tmp_path: Path) 
     body = assert_problem(api.client.post("/delivery-rehearsals", json={"package_path": str(bad)}, headers=AUTH),
                           422, "invalid-input")
     assert "name" in body["detail"]
-    assert api.client.get("/delivery-rehearsals").json() == {"items": []}
+    assert api.client.get("/delivery-rehearsals").json() == {"next_cursor": None, "items": []}
 
 
 # ── uploads ──
@@ -175,7 +175,7 @@ def test_unsafe_or_invalid_archives_are_422(api: Api, tmp_path: Path, case: str)
     name, build = UNSAFE[case]
     response = upload(api, name, build())
     assert_problem(response, 422, "invalid-input")
-    assert api.client.get("/delivery-rehearsals").json() == {"items": []}
+    assert api.client.get("/delivery-rehearsals").json() == {"next_cursor": None, "items": []}
     assert not (tmp_path / "escaped.sql").exists() and not Path("/tmp/absolute.sql").exists()
     assert "fencepost-upload-" not in response.text
 
@@ -212,7 +212,7 @@ def test_a_body_past_the_upload_limit_is_413(tmp_path: Path) -> None:
     try:
         response = upload(api, "big.zip", os.urandom(20_000))
         assert_problem(response, 413, "payload-too-large")
-        assert api.client.get("/delivery-rehearsals").json() == {"items": []}
+        assert api.client.get("/delivery-rehearsals").json() == {"next_cursor": None, "items": []}
     finally:
         gen.close()
 

@@ -7,6 +7,7 @@ A missing /usr/bin/chromium fails the tests with the install command; it never s
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,21 @@ def shot(page: Page, name: str) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+#: Where the issue 11 browser tests save their screenshots (printed by each test): $FENCEPOST_ARTIFACTS, or
+#: fencepost-artifacts/ in the system's temporary directory.
+ARTIFACTS = Path(os.environ.get("FENCEPOST_ARTIFACTS") or Path(tempfile.gettempdir()) / "fencepost-artifacts")
+
+
+def artifact(page: Page, name: str) -> Path:
+    """Save a full-page screenshot as ``ARTIFACTS/screenshots/<name>.png``, print its path and return it."""
+    folder = ARTIFACTS / "screenshots"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot saved: {path}")
     return path
 
 

@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fencepost import __version__
 from fencepost.api import problems, signatures
+from fencepost.api.access_log import AccessLog
 from fencepost.api.archive import MAX_EXTRACTED_BYTES
 from fencepost.api.completions import SECURITY_SCHEME, CompletionProvider, completions, providers_of
 from fencepost.api.context import ApiContext
@@ -154,7 +155,7 @@ def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed
                completion_providers: Mapping[str, CompletionProvider | str | Sequence[str]] | None = None,
                signature_window_seconds: float = signatures.DEFAULT_WINDOW_SECONDS,
                signature_clock: Callable[[], float] = time.time,
-               metrics: PrometheusTelemetry | None = None) -> FastAPI:
+               metrics: PrometheusTelemetry | None = None, access_log: bool = False) -> FastAPI:
     """Build the ASGI app over an open ``store``.
 
     Args:
@@ -173,6 +174,7 @@ def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed
         signature_window_seconds: how far a completion's signed timestamp may be from ``signature_clock()``.
         signature_clock: unix seconds (the wall clock; tests pass their own).
         metrics: serve ``GET /metrics`` from this sink (the Prometheus text format; ADR 0047); None: no endpoint.
+        access_log: log one line per request to ``fencepost.access`` (``api.access_log``; ADR 0068).
     Raises:
         ValueError: no API token; completion providers without a host; a weak secret; a window outside 1..3600.
     """
@@ -222,4 +224,6 @@ def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed
     if allowed_hosts is not None:
         app.add_middleware(HostAllowList, allowed=allowed_hosts)
     app.add_middleware(SecurityHeaders)
+    if access_log:
+        app.add_middleware(AccessLog)  # outermost: it sees the status every other layer answered
     return app

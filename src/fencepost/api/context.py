@@ -10,18 +10,28 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from fencepost.api.archive import MAX_EXTRACTED_BYTES
+from fencepost.api.paging import DEFAULT_PAGE, page_after
 from fencepost.api.signatures import DEFAULT_WINDOW_SECONDS
 from fencepost.core.clock import to_iso
 from fencepost.core.errors import NotFound
 from fencepost.core.statuses import EventOutboxStatus
 from fencepost.events.views import outbox_row_view, outbox_summary_view
 from fencepost.host import Host
+from fencepost.outbox.history import lease_history
 from fencepost.outbox.registry import WorkerCensus, census_view, read_census
 from fencepost.rehearsal import views
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store.base import Store
 from fencepost.store.ports import UnitOfWork
-from fencepost.store.records import AttemptRecord, ReceiptRecord
+from fencepost.store.records import AttemptRecord, ReceiptRecord, RunRecord
+
+#: How many rehearsals (newest first) the list pages walk; older ones are listed by ``fencepost`` commands.
+RUN_SCAN = 10000
+
+
+def _run_key(run: RunRecord) -> str:
+    return f"{run.created_at.isoformat()}|{run.id}"
+
 
 if TYPE_CHECKING:
     from fencepost.api.completions import CompletionProvider
@@ -107,12 +117,50 @@ class ApiContext:
                      *, evidence: bool = False) -> dict[str, Any]:
         return views.attempt_view(attempt, receipts, evidence=evidence, census=census)
 
-    def attempts_json(self, run_id: str) -> dict[str, Any]:
-        """``{"now", "items"}`` for a Run's Attempts, oldest first."""
+    def attempts_json(self, run_id: str, *, limit: int = DEFAULT_PAGE, cursor: str | None = None,
+                      newest_first: bool = False) -> dict[str, Any]:
+        """One page of a Run's Attempts: ``{"now", "total", "next_cursor", "items"}``.
+
+        Args:
+            limit: page size; ``cursor``: ``next_cursor`` of the previous page (None: the first page).
+            newest_first: pages walk from the latest Attempt back (the page's order) instead of oldest first.
+        Returns:
+            Each item is ``views.attempt_view`` with its Receipts and ``lease_history``: one entry per delivery of
+            its command (``outbox.history.lease_history``: claim or takeover, heartbeats, how it ended). Receipts
+            and lease history are read for the page only.
+        Raises:
+            NotFound: no such rehearsal. InvalidInput: a cursor this list does not hold.
+        """
         attempts = self.service.attempts(run_id)
-        receipts = {a.id: self.service.receipts(a.id) for a in attempts}
+        ordered = list(reversed(attempts)) if newest_first else attempts
+        page, next_cursor = page_after(ordered, lambda a: str(a.seq), cursor, limit)
+        receipts = {a.id: self.service.receipts(a.id) for a in page}
+        histories = self.store.read(lambda tx: {a.id: lease_history(tx.outbox.lease_events(a.command_id))
+                                                for a in page})
         census = self.census()
-        return {"now": views.iso(census.now), "items": [self.attempt_json(a, receipts[a.id], census) for a in attempts]}
+        items = [{**self.attempt_json(a, receipts[a.id], census), "lease_history": histories[a.id]} for a in page]
+        return {"now": views.iso(census.now), "total": len(attempts), "next_cursor": next_cursor, "items": items}
+
+    def runs_json(self, *, limit: int = DEFAULT_PAGE, cursor: str | None = None) -> dict[str, Any]:
+        """One page of rehearsals, newest first: ``{"next_cursor", "items"}``, each item ``views.run_view``
+        with ``attempt_count``, ``latest_attempt`` (``{"id", "seq", "status", "state"}`` or None) and
+        ``gate_passed`` (the release gate's verdict now), read for the page only.
+
+        Raises:
+            InvalidInput: a cursor this list does not hold.
+        """
+        runs = self.service.list_runs(RUN_SCAN)
+        page, next_cursor = page_after(runs, _run_key, cursor, limit)
+        return {"next_cursor": next_cursor, "items": [self.run_summary(r) for r in page]}
+
+    def run_summary(self, run: RunRecord) -> dict[str, Any]:
+        """``views.run_view`` of ``run`` with its Attempt count, latest Attempt and gate verdict."""
+        attempts = self.service.attempts(run.id)
+        latest = attempts[-1] if attempts else None
+        shown = views.attempt_view(latest) if latest is not None else None
+        return {**views.run_view(run), "attempt_count": len(attempts),
+                "latest_attempt": None if shown is None else {k: shown[k] for k in ("id", "seq", "status", "state")},
+                "gate_passed": self.service.gate(run.id).passed}
 
     def attempt_of(self, run_id: str, attempt_id: str) -> AttemptRecord:
         """The Attempt, only if it belongs to the Run (else ``NotFound``, as for an unknown id)."""

@@ -64,8 +64,24 @@ class Rehearsal(_Model):
     migrations: list[str]
 
 
+class LatestAttempt(_Model):
+    id: str
+    seq: int
+    status: Status
+    state: State = Field(description=_STATE)
+
+
+class RehearsalSummary(Rehearsal):
+    """A rehearsal as the list shows it: with how many Attempts it has, the latest one and the gate's verdict."""
+
+    attempt_count: int
+    latest_attempt: LatestAttempt | None
+    gate_passed: bool = Field(description="The release gate's verdict, computed now from durable records.")
+
+
 class RehearsalList(_Model):
-    items: list[Rehearsal]
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; null on the last page.")
+    items: list[RehearsalSummary]
 
 
 class Outbox(_Model):
@@ -120,9 +136,29 @@ class Attempt(_Model):
     receipts: list[Receipt]
 
 
+class LeaseDelivery(_Model):
+    """One delivery of an Attempt's command (``outbox.history.lease_history``)."""
+
+    delivery: int
+    owner: str | None
+    claim: str = Field(description="claim, or takeover (claimed after the previous lease expired).")
+    claimed_at: str | None
+    heartbeats: int
+    last_heartbeat_at: str | None
+    lease_until: str | None
+    ended: str = Field(description="expired, released, reconciled, delivered, failed, aborted or running.")
+    ended_at: str | None
+
+
+class ListedAttempt(Attempt):
+    lease_history: list[LeaseDelivery] = Field(description="One entry per delivery of its command, oldest first.")
+
+
 class AttemptList(_Model):
     now: str = Field(description="The store's clock (the lease authority) when this list was read, UTC.")
-    items: list[Attempt]
+    total: int = Field(description="How many Attempts the rehearsal has (all pages).")
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; null on the last page.")
+    items: list[ListedAttempt]
 
 
 class RawFingerprint(_Model):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import secrets
 import tempfile
 from pathlib import Path as FsPath
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, File, Path, Query, Request, Response, UploadFile, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException
 from fencepost.api import models
 from fencepost.api.archive import extract_package
 from fencepost.api.context import ApiContext
+from fencepost.api.paging import DEFAULT_PAGE, MAX_PAGE, conditional
 from fencepost.core.errors import InvalidInput
 from fencepost.core.statuses import EventOutboxStatus
 from fencepost.host.health import read_host_health
@@ -123,10 +124,17 @@ def upload_rehearsal(archive: Annotated[UploadFile, File(description="The packag
     return _created(response, views.run_view(run))
 
 
+Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page size.")]
+Cursor = Annotated[str | None, Query(max_length=400, description="next_cursor of the previous page.")]
+_NOT_MODIFIED: dict[int | str, dict[str, Any]] = {
+    304: {"description": "Not modified: the If-None-Match ETag is still current (no body)."}}
+
+
 @router.get("/delivery-rehearsals", response_model=models.RehearsalList, dependencies=Read,
-            responses=_errors(401, 422, 503), summary="List rehearsals, newest first")
-def list_rehearsals(ctx: Ctx, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> dict[str, Any]:
-    return {"items": [views.run_view(r) for r in ctx.service.list_runs(limit)]}
+            responses={**_errors(401, 422, 503), **_NOT_MODIFIED},
+            summary="List rehearsals, newest first, a page at a time (ETag: 304 while unchanged)")
+def list_rehearsals(ctx: Ctx, request: Request, limit: Limit = DEFAULT_PAGE, cursor: Cursor = None) -> Response:
+    return conditional(request, models.RehearsalList, ctx.runs_json(limit=limit, cursor=cursor))
 
 
 @router.get("/delivery-rehearsals/{rehearsalId}", response_model=models.Rehearsal, dependencies=Read,
@@ -148,9 +156,13 @@ def enqueue_attempt(rehearsal_id: RehearsalId, ctx: Ctx, response: Response) -> 
 
 @router.get("/delivery-rehearsals/{rehearsalId}/attempts", response_model=models.AttemptList, dependencies=Read,
             responses=_errors(401, 404, 422, 503),
-            summary="List a rehearsal's Attempts (oldest first) with outbox lease and Receipts")
-def list_attempts(rehearsal_id: RehearsalId, ctx: Ctx) -> dict[str, Any]:
-    return ctx.attempts_json(rehearsal_id)
+            summary="List a rehearsal's Attempts with outbox lease, lease history and Receipts, a page at a time")
+def list_attempts(rehearsal_id: RehearsalId, ctx: Ctx, request: Request, limit: Limit = DEFAULT_PAGE,
+                  cursor: Cursor = None,
+                  order: Annotated[Literal["oldest", "newest"], Query(description="oldest first, or newest first.")]
+                  = "oldest") -> Response:
+    return conditional(request, models.AttemptList,
+                       ctx.attempts_json(rehearsal_id, limit=limit, cursor=cursor, newest_first=order == "newest"))
 
 
 @router.get("/delivery-rehearsals/{rehearsalId}/attempts/{attemptId}", response_model=models.Attempt,
@@ -184,16 +196,17 @@ def abort_attempt(rehearsal_id: RehearsalId, attempt_id: AttemptId, ctx: Ctx,
 
 # ── evidence ──
 @router.get("/delivery-rehearsals/{rehearsalId}/attempt-comparison", response_model=models.Comparison,
-            dependencies=Read, responses=_errors(401, 404, 422, 503),
+            dependencies=Read, responses={**_errors(401, 404, 422, 503), **_NOT_MODIFIED},
             summary="Semantic comparison of the two latest successful Attempts")
-def attempt_comparison(rehearsal_id: RehearsalId, ctx: Ctx) -> dict[str, Any]:
-    return views.comparison_view(ctx.service.compare(rehearsal_id))
+def attempt_comparison(rehearsal_id: RehearsalId, ctx: Ctx, request: Request) -> Response:
+    return conditional(request, models.Comparison, views.comparison_view(ctx.service.compare(rehearsal_id)))
 
 
 @router.get("/delivery-rehearsals/{rehearsalId}/release-gate", response_model=models.Gate, dependencies=Read,
-            responses=_errors(401, 404, 422, 503), summary="The release gate, computed now from durable records")
-def release_gate(rehearsal_id: RehearsalId, ctx: Ctx) -> dict[str, Any]:
-    return views.gate_view(ctx.service.gate(rehearsal_id))
+            responses={**_errors(401, 404, 422, 503), **_NOT_MODIFIED},
+            summary="The release gate, computed now from durable records")
+def release_gate(rehearsal_id: RehearsalId, ctx: Ctx, request: Request) -> Response:
+    return conditional(request, models.Gate, views.gate_view(ctx.service.gate(rehearsal_id)))
 
 
 # ── workers ──

@@ -1,6 +1,6 @@
 """``python -m fencepost.cli``: the same command line as the ``fencepost`` console script."""
 
-from fencepost.cli.app import app
+from fencepost.cli.app import main
 
 if __name__ == "__main__":
-    app(prog_name="fencepost")
+    main(prog_name="fencepost")

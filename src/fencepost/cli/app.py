@@ -23,7 +23,7 @@ import typer
 
 from fencepost import __version__
 from fencepost.catalog.manifest import load_package
-from fencepost.cli import logs, render
+from fencepost.cli import helptext, logs, render
 from fencepost.cli.audit_cmd import audit
 from fencepost.cli.check_store_cmd import app as check_store_app
 from fencepost.cli.common import (
@@ -486,9 +486,10 @@ def _quiet_wait(service: RehearsalService, attempt_id: str, timeout: float, stop
 unwrap_help(app)  # after every command is registered: the terminal wraps the help, not the source's lines
 
 
-def main() -> None:
+def main(prog_name: str | None = None) -> None:
     """The ``fencepost`` command. Arguments that are not valid UTF-8 (the shell passed raw bytes) and an
-    interrupt before a command took its own signal handlers are one-line answers, never tracebacks."""
+    interrupt before a command took its own signal handlers are one-line answers, never tracebacks. Its help
+    is ``helptext.polish``-ed (``prog_name``: the name it shows, default from ``sys.argv``)."""
     for position, argument in enumerate(sys.argv[1:], start=1):
         try:
             argument.encode("utf-8")
@@ -496,7 +497,7 @@ def main() -> None:
             sys.stderr.write(f"fencepost: argument {position} is not valid UTF-8\n")
             raise SystemExit(2) from None
     try:
-        app()
+        helptext.polish(typer.main.get_command(app))(prog_name=prog_name)
     except KeyboardInterrupt:
         sys.stderr.write("fencepost: interrupted\n")
         raise SystemExit(130) from None

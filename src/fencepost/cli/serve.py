@@ -224,7 +224,7 @@ def serve(
         app = create_app(store, api_token=token, open_reads=loopback, on_work=wake,
                          allowed_hosts=["127.0.0.1", "localhost", "::1", "[::1]"] if loopback else None,
                          host=user_host, completion_providers=providers, signature_window_seconds=signature_window,
-                         metrics=metrics)
+                         metrics=metrics, access_log=True)
         sock = _bind(host, port)
         bound_port = sock.getsockname()[1]
         shown = f"[{host.strip('[]')}]" if ":" in host else host

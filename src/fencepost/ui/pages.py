@@ -4,6 +4,7 @@ updates the page in place. Pages call ``RehearsalService`` (through the app's ``
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,21 @@ def age(seconds: float | None) -> str:
 #: lists them all. ``app.js`` reads it from the panel's ``data-dead-limit``.
 DEAD_LETTER_LIMIT = 20
 
+#: How many rehearsals the index lists, and how many Attempts the rehearsal page shows, before "Show more".
+RUNS_PAGE = 20
+ATTEMPTS_PAGE = 10
+
+
+def duration(started: str | None, finished: str | None) -> str:
+    """How long a scenario ran, from its ISO 8601 UTC ``started_at`` to ``finished_at`` (``—`` until both are
+    known), e.g. ``0.42 s`` or ``1 min 05 s``."""
+    if not started or not finished:
+        return "—"
+    seconds = (datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds()
+    return f"{seconds:.2f} s" if seconds < 60 else age(seconds)
+
+
+templates.env.filters["duration"] = duration
 templates.env.filters["when"] = when
 templates.env.filters["age"] = age
 templates.env.globals["version"] = __version__
@@ -67,13 +83,15 @@ def _error_page(request: Request, error: FencepostError) -> HTMLResponse:
 def index(request: Request) -> HTMLResponse:
     ctx = _ctx(request)
     runs: list[dict[str, Any]] | None = None
+    runs_next: str | None = None
     workers: dict[str, Any] | None = None
     relay: dict[str, Any] | None = None
     host: dict[str, Any] | None = None
     try:
         ctx.require_ready()
         if ctx.open_reads:
-            runs = [views.run_view(r) for r in ctx.service.list_runs()]
+            listed = ctx.runs_json(limit=RUNS_PAGE)
+            runs, runs_next = listed["items"], listed["next_cursor"]
             workers = ctx.workers_json()
             relay = {"summary": ctx.relay_summary_json(),
                      "dead": ctx.event_rows_json(EventOutboxStatus.DEAD_LETTERED, DEAD_LETTER_LIMIT)["items"]}
@@ -82,18 +100,21 @@ def index(request: Request) -> HTMLResponse:
         return _error_page(request, error)
     return templates.TemplateResponse(request, "index.html", {"runs": runs, "workers": workers, "relay": relay,
                                                               "dead_limit": DEAD_LETTER_LIMIT,
+                                                              "runs_next": runs_next, "runs_page": RUNS_PAGE,
                                                               "open_reads": ctx.open_reads, "host": host})
 
 
 def rehearsal(request: Request, run_id: str) -> HTMLResponse:
     ctx = _ctx(request)
     data: dict[str, Any] = {"run_id": run_id, "open_reads": ctx.open_reads, "poll_ms": ctx.poll_ms,
-                            "run": None, "attempts": None, "gate": None, "comparison": None}
+                            "run": None, "attempts": None, "gate": None, "comparison": None, "workers": None,
+                            "attempts_page": ATTEMPTS_PAGE}
     try:
         ctx.require_ready()
         if ctx.open_reads:
             data["run"] = views.run_view(ctx.service.get_run(run_id))
-            data["attempts"] = ctx.attempts_json(run_id)
+            data["attempts"] = ctx.attempts_json(run_id, limit=ATTEMPTS_PAGE, newest_first=True)
+            data["workers"] = ctx.workers_json()
             data["gate"] = views.gate_view(ctx.service.gate(run_id))
             data["comparison"] = views.comparison_view(ctx.service.compare(run_id))
     except FencepostError as error:

@@ -25,7 +25,13 @@
     return el;
   }
   const when = (iso) => (iso ? iso.slice(0, 19).replace("T", " ") + " UTC" : "—");
-  const short = (fp) => (fp ? fp.slice(0, 16) + "…" : "—");
+  // A hash in full (cut by CSS with an ellipsis where space is short; hover shows it, copying takes all of it).
+  const fp = (value) => h("code", { className: "fp", title: value }, value);
+  const duration = (started, finished) => {
+    if (!started || !finished) return "—";
+    const seconds = (parse(finished) - parse(started)) / 1000;
+    return seconds < 60 ? seconds.toFixed(2) + " s" : age(seconds);
+  };
   const badge = (text, cls) => h("span", { className: "badge " + (cls || "s-" + text) }, text);
   const age = (seconds) => {
     if (seconds === null || seconds === undefined) return "—";
@@ -39,13 +45,24 @@
 
   function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
 
+  // The live notice says what is under way or what just happened; an error replaces it (a "Creating…" notice
+  // never stays under the error that ended it).
+  let sayTimer = null;
   function say(text) {
     const el = document.getElementById("notice");
-    if (el) { el.textContent = ""; window.setTimeout(() => { el.textContent = text; }, 30); }
+    if (!el) return;
+    window.clearTimeout(sayTimer);
+    el.textContent = "";
+    sayTimer = window.setTimeout(() => { el.textContent = text; }, 30);
   }
   function alarm(text) {
     const el = document.getElementById("alert");
     if (el) el.textContent = text || "";
+    if (text) {
+      window.clearTimeout(sayTimer);
+      const notice = document.getElementById("notice");
+      if (notice) notice.textContent = "";
+    }
   }
 
   class ApiError extends Error {
@@ -56,18 +73,28 @@
     }
   }
 
-  async function call(method, url, body) {
+  // Conditional GET (ADR 0067): the ETag last seen per URL goes out as If-None-Match; a 304 answers with the
+  // data drawn from the last 200, so an unchanged poll moves no body.
+  const etags = new Map();  // url -> { tag, data }
+  async function poll(url) { return call("GET", url, undefined, true); }
+
+  async function call(method, url, body, conditional) {
     const headers = { Accept: "application/json" };
+    const known = conditional ? etags.get(url) : undefined;
+    if (known) headers["If-None-Match"] = known.tag;
     const t = token();
     if (t) headers.Authorization = "Bearer " + t;
     const init = { method, headers, cache: "no-store" };
     if (body instanceof FormData) init.body = body;
     else if (body !== undefined) { headers["Content-Type"] = "application/json"; init.body = JSON.stringify(body); }
     const response = await fetch(url, init);
+    if (response.status === 304 && known) return known.data;
     const text = await response.text();
     let data = null;
     try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
     if (!response.ok) throw new ApiError(response.status, data);
+    const tag = response.headers.get("ETag");
+    if (conditional && tag) etags.set(url, { tag, data });
     return data;
   }
 
@@ -126,15 +153,39 @@
   }
 
   // ── list page ──
+  // One row per rehearsal: its latest Attempt, how many it has and the gate's verdict now.
   function renderRuns(items) {
     const body = document.getElementById("runs");
     if (!body) return;
-    body.replaceChildren(...(items.length ? items.map((run) => h("tr", {},
-      h("td", {}, h("a", { href: "/rehearsals/" + encodeURIComponent(run.id) }, run.package.name)),
+    body.replaceChildren(...(items.length ? items.map((run) => h("tr", { "data-run": run.id },
+      h("td", {}, h("a", { href: "/rehearsals/" + encodeURIComponent(run.id) }, run.package.name), run.status !== "READY" ? [" ", badge(run.status)] : null),
       h("td", {}, run.package.version, run.package.previous_version ? [" ", h("span", { className: "muted" }, "(from " + run.package.previous_version + ")")] : null),
-      h("td", {}, badge(run.status)),
+      h("td", { "data-field": "latest" }, run.latest_attempt ? ["#" + run.latest_attempt.seq + " ", badge(run.latest_attempt.state)] : h("span", { className: "muted" }, "none yet")),
+      h("td", { "data-field": "attempt-count" }, run.attempt_count),
+      h("td", { "data-field": "gate" }, badge(run.gate_passed ? "PASS" : "BLOCKED", run.gate_passed ? "pass" : "blocked")),
       h("td", {}, h("time", { datetime: run.created_at }, when(run.created_at))),
-      h("td", {}, h("code", {}, run.id)))) : [h("tr", {}, h("td", { colSpan: 5, className: "muted" }, "No rehearsals yet: create one above."))]));
+      h("td", {}, h("code", { className: "fp", title: run.id }, run.id)))) : [h("tr", {}, h("td", { colSpan: 7, className: "muted" }, "No rehearsals yet: create one above."))]));
+  }
+
+  // The list polls its first pages with If-None-Match: an unchanged list is a 304 with no body.
+  function initRuns() {
+    const section = document.getElementById("runs-section");
+    if (!section) return;
+    const size = Number(section.dataset.pageSize) || 20;
+    const more = document.getElementById("runs-more");
+    let pages = 1;
+    let drawn = null;
+    async function refresh() {
+      try {
+        const data = await poll("/delivery-rehearsals?limit=" + Math.min(500, size * pages));
+        if (data !== drawn) { renderRuns(data.items); drawn = data; }
+        more.hidden = !data.next_cursor;
+      } catch (e) { alarm(describe(e)); }
+    }
+    more.addEventListener("click", () => { pages += 1; refresh(); });
+    const loop = () => refresh().finally(() => window.setTimeout(loop, 5000));
+    if (main.dataset.openReads === "true") window.setTimeout(loop, 5000);
+    else loop();
   }
 
   // Workers (GET /workers): who runs now, and who stopped renewing.
@@ -264,8 +315,8 @@
       form.append("archive", input.files[0]);
       created(await mutate("POST", "/delivery-rehearsals/uploads", form, "Uploading the archive…"));
     });
+    initRuns();
     if (main.dataset.openReads !== "true") {
-      call("GET", "/delivery-rehearsals").then((data) => renderRuns(data.items)).catch((e) => alarm(describe(e)));
       pollWorkers();
     } else {
       window.setTimeout(pollWorkers, 5000);
@@ -288,7 +339,8 @@
     return h("tr", { className: r.integrity.status === "tampered" ? "tampered" : "", "data-scenario": r.scenario },
       h("td", {}, r.position), h("td", {}, r.scenario), h("td", {}, badge(r.state)),
       h("td", {}, r.delivery === null ? "—" : r.delivery),
-      h("td", {}, r.evidence_fingerprint ? h("code", { className: "fp", title: r.evidence_fingerprint }, short(r.evidence_fingerprint)) : "—"),
+      h("td", { "data-field": "duration" }, duration(r.started_at, r.finished_at)),
+      h("td", {}, r.evidence_fingerprint ? fp(r.evidence_fingerprint) : "—"),
       h("td", {}, integrity));
   }
 
@@ -296,7 +348,9 @@
     const o = a.outbox;
     const actions = h("div", { className: "actions" },
       o.lease_expired ? h("button", { type: "button", className: "reconcile", id: "reconcile-" + a.id, "data-action": "reconcile", "data-attempt": a.id }, "Reconcile expired lease") : null,
-      OPEN.has(a.status) ? h("button", { type: "button", className: "abort", id: "abort-" + a.id, "data-action": "abort", "data-attempt": a.id }, "Abort attempt") : null);
+      OPEN.has(a.status) ? [h("label", { className: "abort-reason", htmlFor: "abort-reason-" + a.id }, "Reason ",
+        h("input", { type: "text", id: "abort-reason-" + a.id, name: "reason", maxLength: 500, spellcheck: false, placeholder: "why you abort it (recorded)" })),
+      h("button", { type: "button", className: "abort", id: "abort-" + a.id, "data-action": "abort", "data-attempt": a.id }, "Abort attempt")] : null);
     const field = (label, name, ...value) => h("div", {}, h("dt", {}, label), h("dd", { "data-field": name }, ...value));
     return h("li", { className: "attempt s-" + a.status, id: "attempt-" + a.id, "data-status": a.status, "data-outbox": o.status },
       h("article", { "aria-labelledby": "h-" + a.id },
@@ -315,10 +369,43 @@
           ": nothing runs it now (its lease was released or reconciled); the next delivery replays all six scenarios from the first.") : null,
         a.error ? h("p", { className: "attempt-error" }, h("strong", {}, "Error:"), " " + a.error) : null,
         actions,
-        h("table", { className: "receipts" },
+        leaseTimeline(a),
+        h("div", { className: "scroll" }, h("table", { className: "receipts" },
           h("caption", {}, "Scenarios of attempt #" + a.seq),
-          h("thead", {}, h("tr", {}, ["#", "Scenario", "State", "Delivery", "Evidence fingerprint", "Integrity"].map((t) => h("th", { scope: "col" }, t)))),
-          h("tbody", {}, a.receipts.map(receiptRow)))));
+          h("thead", {}, h("tr", {}, ["#", "Scenario", "State", "Delivery", "Duration", "Evidence fingerprint", "Integrity"].map((t) => h("th", { scope: "col" }, t)))),
+          h("tbody", {}, a.receipts.map(receiptRow))))));
+  }
+
+  // Each delivery of the Attempt's command: who claimed it (or took it over), its heartbeats, how it ended.
+  function leaseTimeline(a) {
+    const history = a.lease_history || [];
+    const n = history.length;
+    return h("details", { className: "lease-history", "data-field": "lease-history" },
+      h("summary", {}, "Lease history (" + n + " deliver" + (n === 1 ? "y" : "ies") + ")"),
+      n ? h("ol", { className: "timeline" }, history.map((d) => h("li", { "data-delivery": d.delivery, "data-ended": d.ended },
+        h("strong", {}, "#" + d.delivery + " " + d.claim), " by ", h("code", {}, d.owner || "—"), " at ",
+        h("time", { datetime: d.claimed_at }, when(d.claimed_at)),
+        " · " + d.heartbeats + " heartbeat" + (d.heartbeats === 1 ? "" : "s"),
+        d.last_heartbeat_at ? [" (last ", h("time", { datetime: d.last_heartbeat_at }, when(d.last_heartbeat_at)), ")"] : null,
+        " · ", h("span", { className: "ended e-" + d.ended }, d.ended),
+        d.ended_at ? [" at ", h("time", { datetime: d.ended_at }, when(d.ended_at))] : null)))
+        : h("p", { className: "muted" }, "Not claimed yet: no worker has taken its command."));
+  }
+
+  // A redrawn card keeps what the operator typed (the abort reason, caret included) and the open lease history.
+  function keepTyped(from, to) {
+    const typed = from.querySelector("input[name=reason]");
+    const again = to.querySelector("input[name=reason]");
+    if (typed && again) {
+      again.value = typed.value;
+      if (document.activeElement === typed) {
+        const [start, end] = [typed.selectionStart, typed.selectionEnd];
+        window.requestAnimationFrame(() => { again.focus(); again.setSelectionRange(start, end); });
+      }
+    }
+    const open = from.querySelector("details.lease-history");
+    const details = to.querySelector("details.lease-history");
+    if (open && details) details.open = open.open;
   }
 
   function renderGate(gate) {
@@ -334,18 +421,19 @@
   function renderComparison(c) {
     const body = document.getElementById("comparison-body");
     if (!c.comparable) { body.replaceChildren(h("p", {}, c.reason)); return; }
-    const row = (role, fp) => h("tr", {}, h("th", { scope: "row" }, role), h("td", {}, "#" + fp.seq + " ", h("code", {}, fp.attempt_id)),
-      h("td", {}, h("code", { className: "fp", title: fp.semantic_fingerprint }, short(fp.semantic_fingerprint))),
-      h("td", {}, h("ul", { className: "raw" }, fp.raw.map((r) => h("li", {}, r.position + " " + r.scenario + ": ",
-        h("code", { className: "fp", title: r.evidence_fingerprint || "" }, (r.evidence_fingerprint || "—").slice(0, 16)))))));
+    const row = (role, f) => h("tr", {}, h("th", { scope: "row" }, role), h("td", {}, "#" + f.seq + " ", fp(f.attempt_id)),
+      h("td", {}, fp(f.semantic_fingerprint)),
+      h("td", {}, h("ul", { className: "raw" }, f.raw.map((r) => h("li", {}, r.position + " " + r.scenario + ": ",
+        r.evidence_fingerprint ? fp(r.evidence_fingerprint) : "—")))));
+    // replaceChildren takes nodes, not arrays (an array would be drawn as "[object HTMLParagraphElement],…").
     body.replaceChildren(
       h("p", {}, badge(c.equal ? "MATCH" : "DIFFERENT", c.equal ? "pass" : "blocked"), " " + c.reason),
-      h("table", { className: "fingerprints" },
+      h("div", { className: "scroll" }, h("table", { className: "fingerprints" },
         h("caption", { className: "visually-hidden" }, "Fingerprints of the compared attempts"),
         h("thead", {}, h("tr", {}, ["Role", "Attempt", "Semantic fingerprint", "Raw evidence fingerprints"].map((t) => h("th", { scope: "col" }, t)))),
-        h("tbody", {}, row("baseline", c.baseline), row("candidate", c.candidate))),
-      c.differing_paths && c.differing_paths.length ? [h("p", {}, h("strong", {}, "Differing paths:")),
-        h("ul", { className: "paths" }, c.differing_paths.map((p) => h("li", {}, h("code", {}, p))))] : []);
+        h("tbody", {}, row("baseline", c.baseline), row("candidate", c.candidate)))),
+      ...(c.differing_paths && c.differing_paths.length ? [h("p", {}, h("strong", {}, "Differing paths:")),
+        h("ul", { className: "paths" }, c.differing_paths.map((p) => h("li", {}, h("code", {}, p))))] : []));
   }
 
   function initRehearsal() {
@@ -353,6 +441,9 @@
     const base = "/delivery-rehearsals/" + encodeURIComponent(runId);
     const pollMs = Number(main.dataset.pollMs) || 1000;
     const idleMs = Math.max(5000, pollMs);
+    const pageSize = Number(document.getElementById("history").dataset.pageSize) || 10;
+    let pages = 1;
+    const drawn = { attempts: null, gate: null, comparison: null };
     const seen = new Map();      // attempt id -> JSON of what is drawn
     const statuses = new Map();  // attempt id -> "status/outbox" last announced
     let lastOk = null;           // performance.now() of the last successful refresh
@@ -382,13 +473,17 @@
       const none = document.getElementById("no-attempts");
       if (none) none.hidden = list.items.length > 0;
       const focusedId = document.activeElement && document.activeElement.id;
-      const wanted = [...list.items].reverse();
-      const nodes = wanted.map((a) => {
+      const total = document.getElementById("attempts-total");
+      if (total) total.textContent = "(newest first, " + list.total + " attempt" + (list.total === 1 ? "" : "s") + ")";
+      document.getElementById("attempts-more").hidden = !list.next_cursor;
+      const nodes = list.items.map((a) => {
         const key = JSON.stringify(a);
         const existing = document.getElementById("attempt-" + a.id);
         if (existing && seen.get(a.id) === key) return existing;
         seen.set(a.id, key);
-        return attemptCard(a);
+        const card = attemptCard(a);
+        if (existing) keepTyped(existing, card);
+        return card;
       });
       const same = nodes.length === ol.children.length && nodes.every((n, i) => ol.children[i] === n);
       if (!same) ol.replaceChildren(...nodes);
@@ -417,15 +512,18 @@
       try {
         const [run, attempts, gate, comparison] = await Promise.all([
           document.getElementById("run-title").dataset.loaded ? null : call("GET", base),
-          call("GET", base + "/attempts"), call("GET", base + "/release-gate"), call("GET", base + "/attempt-comparison")]);
+          poll(base + "/attempts?order=newest&limit=" + Math.min(500, pageSize * pages)),
+          poll(base + "/release-gate"), poll(base + "/attempt-comparison")]);
         if (run) {
           const title = document.getElementById("run-title");
           title.textContent = run.package.name + " " + run.package.version;
           title.dataset.loaded = "1";
         }
-        renderAttempts(attempts);
-        renderGate(gate);
-        renderComparison(comparison);
+        // A 304 hands back the very object drawn last time: nothing to redraw.
+        if (attempts !== drawn.attempts) renderAttempts(attempts);
+        if (gate !== drawn.gate) renderGate(gate);
+        if (comparison !== drawn.comparison) renderComparison(comparison);
+        Object.assign(drawn, { attempts, gate, comparison });
         lastOk = performance.now();
         lastError = null;
         updateFreshness(attempts.now);
@@ -452,13 +550,30 @@
       const action = button.dataset.action;
       if (action === "abort" && !window.confirm("Abort this attempt? Open scenarios become ABORTED and its worker is fenced.")) return;
       button.disabled = true;
-      const attempt = await mutate("POST", base + "/attempts/" + encodeURIComponent(attemptId) + "/" + action, action === "abort" ? { reason: "aborted from the operator page" } : undefined);
+      const typed = document.getElementById("abort-reason-" + attemptId);
+      const reason = typed && typed.value.trim() ? typed.value.trim() : "aborted from the operator page";
+      const attempt = await mutate("POST", base + "/attempts/" + encodeURIComponent(attemptId) + "/" + action, action === "abort" ? { reason } : undefined);
       if (attempt) say((action === "abort" ? "Aborted" : "Reconciled") + " attempt #" + attempt.seq + ": now " + attempt.status + ", outbox " + attempt.outbox.status);
       button.disabled = false;
       refresh();
     });
+    document.getElementById("attempts-more").addEventListener("click", () => { pages += 1; refresh(); });
     window.setInterval(() => updateFreshness(null), 1000);
     refresh();
+    pollRehearsalWorkers();
+  }
+
+  // The live workers (GET /workers, the worker registry) on the rehearsal page: who could run an Attempt now.
+  function pollRehearsalWorkers() {
+    const el = document.getElementById("rw-summary");
+    if (!el) return;
+    call("GET", "/workers").then((data) => {
+      el.className = data.live.length ? "muted" : "no-workers";
+      el.replaceChildren(...(data.live.length
+        ? ["Live: ", ...data.live.map((w, i) => [i ? "; " : "", h("code", { "data-worker": w.id }, w.id),
+          " (" + w.kinds.join(", ") + ", " + w.in_flight + " / " + w.concurrency + " in flight, seen " + age(w.last_seen_seconds) + " ago)"]).flat()]
+        : ["No live worker: nothing claims commands. Start one with ", h("code", {}, "fencepost worker"), "."]));
+    }).catch(() => {}).finally(() => window.setTimeout(pollRehearsalWorkers, 5000));
   }
 
 

@@ -1,0 +1,88 @@
+"""``--help`` as a person would write it: ``--database URL`` rather than ``--database <str>``, nothing after a
+flag, ``RUN_ID`` rather than ``{run_id}`` for an argument, and every command summary one whole sentence.
+
+``polish(command)`` walks the click command tree that typer built and rewrites only how it is displayed:
+parameters keep their names, types, defaults and parsing.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import typer
+from typer.core import TyperArgument, TyperOption
+
+#: How a value's type is named after an option that takes one (and has no ``metavar`` of its own), by the
+#: name typer gives the type.
+_TYPE_NAMES = {"str": "TEXT", "int": "INTEGER", "float": "NUMBER", "Path": "PATH", "path": "PATH",
+               "int range": "INTEGER", "float range": "NUMBER", "file": "FILE", "UUID": "UUID",
+               "datetime": "DATETIME"}
+_FLAG_TYPES = {"bool", "bool range"}
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`])")
+
+
+def value_name(typer_label: str) -> str | None:
+    """What to print after an option, from typer's ``<type>`` label: ``TEXT``, ``INTEGER``, ``PATH``, the
+    choices as they are (``json|text``), or None for a flag (a boolean takes no value)."""
+    label = typer_label.strip("<>")
+    if label in _FLAG_TYPES:
+        return None
+    return _TYPE_NAMES.get(label, label if "|" in label else label.upper())
+
+
+class PlainOption(TyperOption):
+    """An option shown as ``--name VALUE`` (a flag shows no value at all)."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        if self.metavar is not None:
+            return str(self.metavar)
+        if self.is_flag or self.count:
+            return None
+        shown = value_name(self.display_type(ctx))
+        if shown is None:
+            return None
+        return shown + "..." if self.nargs != 1 or self.multiple else shown
+
+
+class PlainArgument(TyperArgument):
+    """An argument shown by its upper-case name: ``RUN_ID``, or ``[RUN_ID]`` when it may be left out."""
+
+    @property
+    def display_name_raw(self) -> str:
+        return self.metavar or (self.name or "").upper()
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+    def _usage_display_name(self) -> str:
+        name = self.display_name_raw if self.required else f"[{self.display_name_raw}]"
+        return name + "..." if self.nargs != 1 else name
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of ``text``'s first paragraph, whole (however long), with its lines joined."""
+    paragraph = " ".join(text.strip().split("\n\n", 1)[0].split())
+    return _SENTENCE_END.split(paragraph, 1)[0]
+
+
+def polish(command: Any) -> Any:
+    """Rewrite how ``command`` and every command under it show themselves in ``--help`` (in place).
+
+    Returns:
+        ``command``, whose parameters are now ``PlainOption``/``PlainArgument`` and whose sub-commands each
+        have a ``short_help`` that is one whole sentence of their help (never cut off mid-sentence).
+    """
+    help_option = command.get_help_option(typer.Context(command))  # made once and kept by the command
+    for param in [*command.params, *([help_option] if help_option is not None else [])]:
+        if type(param) is TyperOption:
+            param.__class__ = PlainOption
+        elif type(param) is TyperArgument:
+            param.__class__ = PlainArgument
+    subcommands = getattr(command, "commands", None)
+    if subcommands:
+        for sub in subcommands.values():
+            if not sub.short_help and sub.help:
+                sub.short_help = first_sentence(sub.help)
+            polish(sub)
+    return command
