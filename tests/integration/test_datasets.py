@@ -87,7 +87,8 @@ def test_chinook_single_script_without_down(rig: Rig) -> None:
                   '[[migrations]]\nid = "0001_chinook"\nup = "sql/Chinook_Sqlite.sql"\n'})
     (package / "sql").mkdir()
     shutil.copyfile(source / "Chinook_Sqlite.sql", package / "sql" / "Chinook_Sqlite.sql")
-    _, attempts = _rehearse_twice(rig, package)
+    run, attempts = _rehearse_twice(rig, package)
+    assert len(rig.service.gate(run.id).exercised) == 4
     tables = _result(rig, attempts[0], 3)["tables"]
     assert isinstance(tables, dict)
     assert len(tables) == 11
@@ -212,7 +213,8 @@ def test_sakila_schema_seed_and_uninstall_script(rig: Rig) -> None:
                          ("data", "sqlite-sakila-insert-data-optimized.sql")):
         (package / folder).mkdir(exist_ok=True)
         shutil.copyfile(source / name, package / folder / name)
-    _, attempts = _rehearse_twice(rig, package)
+    run, attempts = _rehearse_twice(rig, package)
+    assert len(rig.service.gate(run.id).exercised) == 5
     seeded = _result(rig, attempts[0], 3)
     tables = seeded["tables"]
     assert isinstance(tables, dict)

@@ -9,7 +9,7 @@ Format (documented for users in docs/package-format.md)::
     previous_through = "0002_price"    # required with previous_version: its last migration id
     migrations_dir = "migrations"      # default; or list [[migrations]] explicitly instead
     seed = ["seed/items.sql"]          # optional seed data, applied in order
-    uninstall = "sql/drop.sql"         # optional; otherwise down migrations in reverse
+    uninstall = "sql/drop.sql"         # optional; otherwise the down migrations, newest first, as far as they go
 
     [[migrations]]                     # explicit form (replaces discovery in migrations_dir)
     id = "0001_init"
@@ -17,7 +17,7 @@ Format (documented for users in docs/package-format.md)::
     down = "sql/init.down.sql"         # optional
 
     [sqlite]
-    functions = { BIN2B64 = "base64_encode" }   # host functions registered in the sandbox
+    functions = { BIN2B64 = "base64_encode" }   # host functions registered in the sandbox (ADR 0063)
 
     [verify]
     volatile_columns = ["last_update"]           # columns left out of seeded content digests
@@ -32,7 +32,8 @@ Format (documented for users in docs/package-format.md)::
              { key = "report", task = "stock_report", needs = ["refresh"] }]
 
 Discovery in ``migrations_dir`` accepts ``<id>.up.sql`` (+ ``<id>.down.sql``) files and ``<id>/up.sql``
-(+ ``down.sql``) folders, ordered by id (byte order). Paths are relative to the package directory; ``..``,
+(+ ``down.sql``) folders, ordered by id (byte order); a down file pairs by name, else by numeric version
+(``PAIRING_RULES``, ADR 0062). Paths are relative to the package directory; ``..``,
 absolute paths and symlinks leaving the package are refused. A frozen package lives in the control
 database (every file's bytes), so later edits on disk never change what an Attempt executes.
 """
@@ -234,7 +235,10 @@ class PackageSpec:
 
     @property
     def uninstall_method(self) -> str | None:
-        """``"uninstall_script"``, ``"down_migrations"`` or None when the package cannot be uninstalled."""
+        """``"uninstall_script"``, ``"down_migrations"`` when every migration has a down, else None.
+
+        The uninstall scenario runs whatever downs exist even when this is None (ADR 0062).
+        """
         if self.uninstall is not None:
             return "uninstall_script"
         if self.migrations and all(m.down is not None for m in self.migrations):

@@ -10,8 +10,9 @@ Chosen so that a release engineer can trust a passing Attempt:
 4. ``reapply_is_noop``: running the installer again applies nothing and changes neither schema nor data;
 5. ``upgrade_from_previous``: a database at the previous version upgraded to this one has exactly the
    clean install's schema (not applicable without a previous version);
-6. ``uninstall_to_empty``: the down migrations (or the uninstall script) leave no object behind (not
-   applicable when the package cannot be uninstalled).
+6. ``uninstall_to_empty``: the uninstall script leaves no object behind; without one, every down script that
+   exists runs, newest first, as far as the chain goes, each verified against the schema from before its up
+   (not applicable when the newest migration has no down; ADR 0062).
 
 Each scenario returns its semantic result, or raises ``ScenarioFailed`` with the database error text.
 """
