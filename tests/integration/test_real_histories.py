@@ -194,3 +194,32 @@ def test_publish_requires_a_compared_pair_unless_waived(rig: Rig) -> None:
     assert published.returncode == 0, published.describe()
     view = json.loads(published.stdout)["publication"]
     assert (view["gate"], view["gate_run_id"]) == ("passed", run_two.id)
+
+
+def test_a_worker_without_the_function_fails_the_attempt_naming_it(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = rig.tmp / "site"
+    site.mkdir()
+    _entry_point_distribution(site)
+    monkeypatch.syspath_prepend(str(site))
+    package = write_package(rig.tmp / "nfc", {
+        MANIFEST: _manifest(extra='\n[sqlite]\nfunctions = { NFC = "test_nfc" }\n'),
+        "migrations/0001_names.up.sql": "CREATE TABLE names (n TEXT);"})
+    monkeypatch.setenv(ENV_VAR, "*")
+    run = rig.service.create_run(package)
+    monkeypatch.delenv(ENV_VAR)  # the worker's environment does not configure it
+    attempt = rig.service.enqueue_attempt(run.id)
+    rig.run_worker()
+    failed = rig.service.attempt(attempt.id)
+    assert failed.status is AttemptStatus.FAILED
+    assert "SQL function NFC needs host function 'test_nfc'" in str(failed.error)
+
+
+def test_rehearse_prints_not_applicable_with_its_reason(rig: Rig) -> None:
+    package = write_package(rig.tmp / "plain", {MANIFEST: _manifest(),
+                                                "migrations/0001_a.up.sql": "CREATE TABLE a (x);"})
+    done = run_cli(["rehearse", str(package), "--database", f"sqlite:///{rig.db_path}", "--attempts", "1",
+                    "--work-dir", str(rig.tmp / "work")])
+    assert done.returncode == 0, done.describe()
+    assert "[5/6] upgrade_from_previous  NOT_APPLICABLE" in done.stdout, done.stdout
+    assert "not applicable: the manifest declares no previous version" in done.stdout
+    assert "scenarios exercised: 4 of 6" in done.stdout and "semantics were not compared" in done.stdout
