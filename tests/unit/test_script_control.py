@@ -88,3 +88,11 @@ def test_a_failure_inside_its_own_transaction_leaves_nothing(conn: sqlite3.Conne
 def test_a_script_may_not_touch_the_ledger(conn: sqlite3.Connection) -> None:
     with pytest.raises(SandboxError, match="changed fencepost's ledger"):
         run_script(conn, "BEGIN; INSERT INTO _fencepost_ledger VALUES ('forged'); COMMIT;", ledger_add="0001")
+
+
+def test_an_unterminated_string_does_not_make_splitting_quadratic() -> None:
+    # every later ';' would re-read the text from the open quote: the scan stops at its budget instead
+    sql = "INSERT INTO t VALUES ('never closed);\n" + "SELECT 1;\n" * 200_000 + "BEGIN;\n"
+    statements = split_statements(sql)
+    assert len(statements) == 1 and statements[0][0] == 0
+    assert not manages_own_transaction(sql)  # SQLite refuses the unterminated string when it runs

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 
 #: The leading keywords of SQLite's transaction-control statements.
 TRANSACTION_KEYWORDS = frozenset({"BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE"})
+#: How much tokenizing ``split_statements`` does at most: ``SCAN_FACTOR * len(sql) + SCAN_SLACK`` characters.
+SCAN_FACTOR = 64
+SCAN_SLACK = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -41,13 +44,20 @@ def split_statements(sql: str) -> list[tuple[int, str]]:
         sql: a script (any text; a trailing statement without ``;`` is returned as the last one).
     Returns:
         ``(offset, text)`` per statement in order: its offset in ``sql`` (characters) and its text including
-        the terminating ``;``. Statements holding nothing but whitespace and comments are left out.
+        the terminating ``;``. Statements holding nothing but whitespace and comments are left out. Each
+        ``;`` is a candidate boundary, tested on the text since the last boundary; once the tokenizer has
+        read ``SCAN_FACTOR`` times the script (an unterminated string or comment makes every later ``;``
+        re-read the same text), the rest is returned as one statement, which SQLite will refuse to run.
     """
     result: list[tuple[int, str]] = []
     start = 0
+    budget = SCAN_FACTOR * len(sql) + SCAN_SLACK  # characters the tokenizer may read in all
     position = sql.find(";")
     while position != -1:
         candidate = sql[start:position + 1]
+        budget -= len(candidate)
+        if budget < 0:
+            break  # an unterminated quote or comment: the rest is one statement (linear time on any input)
         if sqlite3.complete_statement(candidate):
             result.append((start, candidate))
             start = position + 1
