@@ -234,16 +234,19 @@ class Catalog:
             yield db
 
     def _prepare(self, db: CrashDB) -> None:
-        """Rehearse both versions of ``shelf`` (one Attempt each, run by an in-process worker): both gates pass."""
+        """Rehearse both versions of ``shelf`` (two Attempts each, run by an in-process worker, so each gate passes
+        with its semantics compared, as publishing needs)."""
         registry = HandlerRegistry()
         registry.register(KIND, AttemptHandler(db.root / "prepare-work"))
         for version in VERSIONS:
             run = db.service.create_run(self.packages[version])
             db.service.enqueue_attempt(run.id)
+            db.service.enqueue_attempt(run.id)
             Worker(db.store, registry, WorkerConfig(poll_interval=0.01, batch_size=1, lease_seconds=30.0,
                                                     worker_id=f"prepare-{version}", listen=False)).run(max_idle_polls=1)
             gate = db.service.gate(run.id)
             assert gate.passed, f"the rehearsal of {PACKAGE} {version} does not pass its gate: {gate.blocking}"
+            assert gate.semantics_compared, f"the rehearsal of {PACKAGE} {version} was not compared"
 
     def reference(self, backend: str, transaction: str) -> dict[str, Any]:
         """The catalog after a crash-free run of the flow (computed once per backend and flow)."""

@@ -1,4 +1,12 @@
-"""Real-world SQL from /work/shared/datasets rehearsed end to end: two Attempts each, all SUCCEEDED, gate passes.
+"""Real-world SQL from /work/shared/datasets rehearsed end to end, two Attempts each.
+
+Chinook and Sakila pass their gates. Authelia and ChirpStack do not, for real defects of their down scripts
+that every down being verified against the schema from before its up finds (issue 11 item 4): Authelia's
+V0011 down leaves ``oauth2_access_token_session.signature`` at VARCHAR(768), ChirpStack's
+``2025-12-08-135428-0000_refactor_device_profiles`` down drops three indexes and the column defaults of
+``device_profile``. The first ten Authelia migrations, rewritten as a golang-migrate history (each script in
+its own ``BEGIN``/``COMMIT``, one file name with a double dot, V0001's down left out, its two host functions
+from an operator's entry point), exercise items 1 to 4 at once.
 
 Package directories are built in ``tmp_path`` at test time by copying the dataset files into them (symlinks
 leaving a package are refused by design). Nothing is copied into the repository.
@@ -12,6 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,6 +50,17 @@ def _dataset(name: str) -> Path:
     return path
 
 
+def _rehearse_blocked(rig: Rig, package: Path, failed_down: str) -> tuple[AttemptRecord, dict[str, Any]]:
+    """One Attempt that fails only its uninstall scenario, at ``failed_down``; the gate is BLOCKED."""
+    run, [attempt] = rig.rehearse(package, attempts=1)
+    receipts = rig.receipts(attempt.id)
+    assert [r.status for r in receipts] == [ReceiptStatus.SUCCEEDED] * 5 + [ReceiptStatus.FAILED], attempt.error
+    evidence = rig.evidence(receipts[5])
+    assert evidence["result"]["failed_down"] == failed_down, evidence
+    assert not rig.service.gate(run.id).passed
+    return attempt, evidence
+
+
 def _rehearse_twice(rig: Rig, package: Path) -> tuple[RunRecord, list[AttemptRecord]]:
     run, attempts = rig.rehearse(package, attempts=2)
     for attempt in attempts:
@@ -67,7 +87,8 @@ def test_chinook_single_script_without_down(rig: Rig) -> None:
                   '[[migrations]]\nid = "0001_chinook"\nup = "sql/Chinook_Sqlite.sql"\n'})
     (package / "sql").mkdir()
     shutil.copyfile(source / "Chinook_Sqlite.sql", package / "sql" / "Chinook_Sqlite.sql")
-    _, attempts = _rehearse_twice(rig, package)
+    run, attempts = _rehearse_twice(rig, package)
+    assert len(rig.service.gate(run.id).exercised) == 4
     tables = _result(rig, attempts[0], 3)["tables"]
     assert isinstance(tables, dict)
     assert len(tables) == 11
@@ -89,15 +110,20 @@ def test_chirpstack_diesel_folders_with_downs_and_an_upgrade(rig: Rig) -> None:
                   f'previous_through = "{through}"\n\n'
                   '[verify]\nvolatile_columns = ["created_at", "updated_at"]\n'})
     shutil.copytree(source, package / "migrations")
-    _, attempts = _rehearse_twice(rig, package)
-    install = _result(rig, attempts[0], 1)
+    failed = "2025-12-08-135428-0000_refactor_device_profiles"
+    attempt, evidence = _rehearse_blocked(rig, package, failed)
+    install = _result(rig, attempt, 1)
     assert install["migrations_applied"] == ids, "Diesel folders apply in id order"
-    upgrade = _result(rig, attempts[0], 5)
+    upgrade = _result(rig, attempt, 5)
     assert upgrade["previous_migrations"] == ids[: ids.index(through) + 1]
     assert upgrade["upgrade_migrations"] == ids[ids.index(through) + 1:]
     assert upgrade["matches_clean_install"] is True
-    uninstall = _result(rig, attempts[0], 6)
-    assert (uninstall["method"], uninstall["remaining_objects"]) == ("down_migrations", 0)
+    # A real defect of this history: the down of the device-profile refactor does not restore the schema.
+    assert evidence["result"]["verified_downs"] == list(reversed(ids[ids.index(failed) + 1:]))
+    assert evidence["result"]["schema_differences"] == {
+        "missing": ["index idx_device_profile_name_trgm", "index idx_device_profile_tags",
+                    "index idx_device_profile_tenant_id"],
+        "unexpected": [], "changed": ["table device_profile"]}
 
 
 def test_authelia_files_with_host_functions(rig: Rig) -> None:
@@ -106,15 +132,72 @@ def test_authelia_files_with_host_functions(rig: Rig) -> None:
         MANIFEST: '[package]\nname = "authelia"\nversion = "4.39.0"\n\n'
                   '[sqlite]\nfunctions = { BIN2B64 = "base64_encode", B642BIN = "base64_decode" }\n'})
     shutil.copytree(source, package / "migrations")
-    _, attempts = _rehearse_twice(rig, package)
-    install = _result(rig, attempts[0], 1)
+    attempt, evidence = _rehearse_blocked(rig, package, "V0011.JWTProfileAccessToken")
+    install = _result(rig, attempt, 1)
     applied = install["migrations_applied"]
     assert isinstance(applied, list) and len(applied) == 26
     assert applied[:2] == ["V0001.Initial_Schema", "V0002.WebAuthn"] and applied[-1].startswith("V0026.")
     schema = install["schema"]
     assert isinstance(schema, dict) and schema["objects"]["table"] == 25
+    assert set(install["transaction_modes"].values()) == {"wrapped"}
+    # A real defect of this history: V0011's down leaves the signature column at VARCHAR(768).
+    assert evidence["result"]["verified_downs"] == list(reversed(applied[applied.index("V0011.JWTProfileAccessToken")
+                                                                         + 1:]))
+    assert evidence["result"]["schema_differences"]["changed"] == ["table oauth2_access_token_session"]
+
+
+def _operator_functions(site: Path) -> None:
+    """An operator's distribution (really installed on sys.path) providing Authelia's two functions."""
+    (site / "authelia_functions.py").write_text(
+        "import base64\n\n\ndef bin2b64(value):\n    return None if value is None else "
+        "base64.b64encode(value if isinstance(value, bytes) else str(value).encode()).decode()\n\n\n"
+        "def b642bin(value):\n    return None if value is None else base64.b64decode(value)\n", encoding="utf-8")
+    info = site / "authelia_functions-0.3.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: authelia-functions\nVersion: 0.3.0\n",
+                                   encoding="utf-8")
+    (info / "entry_points.txt").write_text("[fencepost.sql_functions]\nauthelia_bin2b64 = authelia_functions:bin2b64\n"
+                                           "authelia_b642bin = authelia_functions:b642bin\n", encoding="utf-8")
+
+
+def test_authelia_as_a_golang_migrate_history(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = _dataset("authelia-sqlite-migrations") / "migrations"
+    site = rig.tmp / "site"
+    site.mkdir()
+    _operator_functions(site)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("FENCEPOST_HOST_FUNCTIONS", "authelia_bin2b64,authelia_b642bin")
+    package = write_package(rig.tmp / "authelia-gm", {
+        MANIFEST: '[package]\nname = "authelia"\nversion = "4.34.0"\n\n'
+                  '[sqlite]\nfunctions = { BIN2B64 = "authelia_bin2b64", B642BIN = "authelia_b642bin" }\n'})
+    (package / "migrations").mkdir()
+    ids = []
+    for up in sorted(source.glob("*.up.sql"))[:10]:
+        version, name = up.name[1:5], up.name[len("V0001."):-len(".up.sql")]
+        stem = f"{version}_{name}"
+        odd = stem + "." if version == "0003" else stem  # a double dot before up.sql
+        ids.append(odd)
+        wrap = "PRAGMA foreign_keys=OFF;\nBEGIN;\n{}\nCOMMIT;\nPRAGMA foreign_keys=ON;\n"
+        (package / "migrations" / f"{odd}.up.sql").write_text(wrap.format(up.read_text()), encoding="utf-8")
+        if version != "0001":  # V0001's down is left out: the roll-back chain stops there
+            down = up.with_name(up.name.replace(".up.sql", ".down.sql"))
+            (package / "migrations" / f"{stem}.down.sql").write_text(wrap.format(down.read_text()),
+                                                                    encoding="utf-8")
+    run, attempts = _rehearse_twice(rig, package)
+    install = _result(rig, attempts[0], 1)
+    assert install["migrations_applied"] == ids
+    assert install["transaction_modes"] == {i: "own_transaction" for i in ids}
+    assert install["pairing"] == {"0003_WebAuthnKIDLength.": "version"}
+    assert install["host_functions"]["BIN2B64"] == {"implementation": "authelia_bin2b64",
+                                                    "module": "authelia_functions",
+                                                    "distribution": "authelia-functions", "version": "0.3.0"}
     uninstall = _result(rig, attempts[0], 6)
-    assert (uninstall["method"], uninstall["remaining_objects"]) == ("down_migrations", 0)
+    assert uninstall["verified_downs"] == list(reversed(ids[1:])) and uninstall["chain_stops_at"] == ids[0]
+    assert uninstall["reached_empty"] is False
+    report = rig.service.gate(run.id)
+    assert report.semantics_compared
+    assert report.not_exercised == [{"scenario": "upgrade_from_previous",
+                                     "reason": "not applicable: the manifest declares no previous version"}]
 
 
 def test_sakila_schema_seed_and_uninstall_script(rig: Rig) -> None:
@@ -130,7 +213,8 @@ def test_sakila_schema_seed_and_uninstall_script(rig: Rig) -> None:
                          ("data", "sqlite-sakila-insert-data-optimized.sql")):
         (package / folder).mkdir(exist_ok=True)
         shutil.copyfile(source / name, package / folder / name)
-    _, attempts = _rehearse_twice(rig, package)
+    run, attempts = _rehearse_twice(rig, package)
+    assert len(rig.service.gate(run.id).exercised) == 5
     seeded = _result(rig, attempts[0], 3)
     tables = seeded["tables"]
     assert isinstance(tables, dict)

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 Status = Literal["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "ABORTED"]
 OutboxStatus = Literal["PENDING", "PROCESSING", "DELIVERED", "FAILED", "ABORTED"]
 State = Literal["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "ABORTED", "INTERRUPTED"]
+ReceiptState = Literal["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "ABORTED", "INTERRUPTED", "NOT_APPLICABLE"]
 _STATE = ("What to show: the status, except INTERRUPTED for a RUNNING one whose command is PENDING (its lease was "
           "released or reconciled): nothing runs it now, and the next delivery replays every scenario.")
 
@@ -113,12 +114,16 @@ class Receipt(_Model):
     position: int
     scenario: str
     status: Status
-    state: State = Field(description=_STATE)
+    state: ReceiptState = Field(description=_STATE + " A scenario that SUCCEEDED without applying (no previous "
+                                "version, nothing to roll back) is NOT_APPLICABLE, never a plain success.")
     delivery: int | None
     started_at: str | None
     finished_at: str | None
     evidence_fingerprint: str | None
     integrity: Integrity
+    not_applicable_reason: str | None = Field(description="NOT_APPLICABLE only: why the scenario did not apply.")
+    partial: str | None = Field(description="What an exercised scenario did not reach (a roll-back chain that stops "
+                                            "at a migration without a down file), or null.")
     evidence: Any = Field(default=None, description="The sealed evidence (only with ?evidence=true).")
 
 
@@ -195,6 +200,20 @@ class TamperedReceipt(_Model):
     reason: str
 
 
+class NotExercised(_Model):
+    scenario: str
+    reason: str
+
+
+class GateScenarios(_Model):
+    """How many of the six scenarios the latest Attempt exercised, and why the others were not."""
+
+    exercised: list[str]
+    not_exercised: list[NotExercised]
+    count: int
+    of: int
+
+
 class Gate(_Model):
     run_id: str
     passed: bool
@@ -202,6 +221,9 @@ class Gate(_Model):
     baseline_attempt_id: str | None
     checks: list[GateCheck]
     tampered_receipts: list[TamperedReceipt]
+    semantics_compared: bool = Field(description="The latest Attempt was compared with an earlier successful one; "
+                                                 "false for a single Attempt compared with nothing.")
+    scenarios: GateScenarios
 
 
 class Worker(_Model):

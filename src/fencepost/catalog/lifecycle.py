@@ -39,11 +39,14 @@ class GateVerdict:
         passed: every gate check passes.
         run_id: the rehearsal (Run) the verdict is about.
         blocking: ``"<check>: <reason>"`` for each check that does not pass.
+        compared: the latest Attempt's semantics were compared with an earlier successful one (a single
+            Attempt compared with nothing is not: issue 11 item 6).
     """
 
     passed: bool
     run_id: str
     blocking: list[str] = field(default_factory=list)
+    compared: bool = True
 
 
 #: ``gate(tx, content_digest)``: the verdict for exactly this content, or None when it was never rehearsed.
@@ -86,22 +89,25 @@ class CatalogService:
         self.release_gate = release_gate
 
     # ── publication ──
-    def publish(self, package_dir: str | Path, *, allow_ungated: bool = False,
+    def publish(self, package_dir: str | Path, *, allow_ungated: bool = False, allow_single_attempt: bool = False,
                 expected_revision: int | None = None) -> PublishResult:
         """Publish the package in ``package_dir`` and move its head to it.
 
         Args:
             allow_ungated: publish even when no passing release gate exists (recorded as ``waived``).
+            allow_single_attempt: publish on a passing gate whose semantics were not compared (one successful
+                Attempt, nothing to compare it with), recorded as ``waived`` like ``allow_ungated``.
             expected_revision: compare-and-set the head from this revision (default: the one read now;
                 0 means "no head yet").
         Raises:
-            InvalidInput: invalid package.  NotAllowed(guard="release_gate"): gate not passing.
+            InvalidInput: invalid package.  NotAllowed(guard="release_gate"): gate not passing, or passing
+                on a single Attempt compared with nothing (without ``allow_single_attempt``).
             Conflict: the version exists with other content, or the head moved (compare-and-set failed).
         """
         return self.publish_spec(load_package(package_dir), allow_ungated=allow_ungated,
-                                 expected_revision=expected_revision)
+                                 allow_single_attempt=allow_single_attempt, expected_revision=expected_revision)
 
-    def publish_spec(self, spec: PackageSpec, *, allow_ungated: bool = False,
+    def publish_spec(self, spec: PackageSpec, *, allow_ungated: bool = False, allow_single_attempt: bool = False,
                      expected_revision: int | None = None) -> PublishResult:
         """``publish`` of an already loaded package (same arguments and errors)."""
         definition = publication_definition(
@@ -125,11 +131,16 @@ class CatalogService:
                 why = "no rehearsal of this exact content exists" if gate is None else "; ".join(gate.blocking)
                 raise not_allowed("release_gate", f"release gate does not pass for {spec.name} {spec.version}: "
                                                   f"{why} (rehearse it, or publish with --allow-ungated)")
+            if gate is not None and gate.passed and not gate.compared and not (allow_single_attempt or allow_ungated):
+                raise not_allowed("release_gate", f"release gate of {spec.name} {spec.version} (rehearsal "
+                                                  f"{gate.run_id}) passes on a single Attempt: its semantics were "
+                                                  "not compared (run a second Attempt, or publish with "
+                                                  "--allow-single-attempt)")
             head = tx.catalog.get_head(spec.name)
             seen = head.revision if head else 0
             if expected_revision is not None and expected_revision != seen:
                 raise Conflict(f"the head of {spec.name} is at revision {seen}, not {expected_revision}")
-            passed = gate is not None and gate.passed
+            passed = gate is not None and gate.passed and gate.compared
             published = tx.catalog.insert_publication(
                 publication_id=publication_id, package_name=spec.name, version=spec.version,
                 content_digest=spec.content_digest, definition=text, definition_digest=digest,

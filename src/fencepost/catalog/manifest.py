@@ -9,7 +9,7 @@ Format (documented for users in docs/package-format.md)::
     previous_through = "0002_price"    # required with previous_version: its last migration id
     migrations_dir = "migrations"      # default; or list [[migrations]] explicitly instead
     seed = ["seed/items.sql"]          # optional seed data, applied in order
-    uninstall = "sql/drop.sql"         # optional; otherwise down migrations in reverse
+    uninstall = "sql/drop.sql"         # optional; otherwise the down migrations, newest first, as far as they go
 
     [[migrations]]                     # explicit form (replaces discovery in migrations_dir)
     id = "0001_init"
@@ -17,7 +17,7 @@ Format (documented for users in docs/package-format.md)::
     down = "sql/init.down.sql"         # optional
 
     [sqlite]
-    functions = { BIN2B64 = "base64_encode" }   # host functions registered in the sandbox
+    functions = { BIN2B64 = "base64_encode" }   # host functions registered in the sandbox (ADR 0063)
 
     [verify]
     volatile_columns = ["last_update"]           # columns left out of seeded content digests
@@ -32,7 +32,8 @@ Format (documented for users in docs/package-format.md)::
              { key = "report", task = "stock_report", needs = ["refresh"] }]
 
 Discovery in ``migrations_dir`` accepts ``<id>.up.sql`` (+ ``<id>.down.sql``) files and ``<id>/up.sql``
-(+ ``down.sql``) folders, ordered by id (byte order). Paths are relative to the package directory; ``..``,
+(+ ``down.sql``) folders, ordered by id (byte order); a down file pairs by name, else by numeric version
+(``PAIRING_RULES``, ADR 0062). Paths are relative to the package directory; ``..``,
 absolute paths and symlinks leaving the package are refused. A frozen package lives in the control
 database (every file's bytes), so later edits on disk never change what an Attempt executes.
 """
@@ -42,6 +43,7 @@ from __future__ import annotations
 import re
 import tomllib
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -56,11 +58,11 @@ MANIFEST_NAME = "fencepost-package.toml"
 MAX_PACKAGE_BYTES = 64 * 1024 * 1024
 MAX_FILES = 2000
 MAX_MANIFEST_BYTES = 1024 * 1024
-HOST_FUNCTIONS = ("base64_encode", "base64_decode")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 _VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}$")
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _SQL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_IMPLEMENTATION_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,99}$")
 
 
 class _Strict(BaseModel):
@@ -119,11 +121,13 @@ class SqliteSection(_Strict):
     @field_validator("functions")
     @classmethod
     def _functions(cls, v: dict[str, str]) -> dict[str, str]:
-        for name, builtin in v.items():
+        # Whether an implementation is available is the host's to say, at ``rehearsal create`` (ADR 0063).
+        for name, implementation in v.items():
             if not _SQL_NAME_RE.fullmatch(name):
                 raise ValueError(f"{name!r} is not a valid SQL function name")
-            if builtin not in HOST_FUNCTIONS:
-                raise ValueError(f"{builtin!r} is not a host function (known: {', '.join(HOST_FUNCTIONS)})")
+            if not _IMPLEMENTATION_RE.fullmatch(implementation):
+                raise ValueError(f"{implementation!r} is not a valid host function name (letters, digits, '_', "
+                                 "'.' or '-', at most 100 characters)")
         return v
 
 
@@ -193,13 +197,24 @@ class PackageSpec:
     files: dict[str, bytes]
     tasks: tuple[TaskDef, ...] = ()
     workflows: tuple[WorkflowDef, ...] = ()
+    #: migration id -> the rule that paired its down file (``PAIRING_RULES``); migrations without a down are
+    #: absent. Only ``"version"`` is part of the normalized manifest (the other rules show in the file names,
+    #: so the content digest of a package paired by name is what it always was).
+    pairing: dict[str, str] = dataclass_field(default_factory=dict)
+
+    @property
+    def pairings(self) -> dict[str, str]:
+        """The migrations whose down was paired by numeric version (id -> ``"version"``)."""
+        return {mid: rule for mid, rule in self.pairing.items() if rule == "version"}
 
     def normalized_manifest(self) -> dict[str, Any]:
         """The manifest as plain JSON, with discovery resolved (what a Run freezes)."""
         return {
             "format": 1, "name": self.name, "version": self.version,
             "previous_version": self.previous_version, "previous_through": self.previous_through,
-            "migrations": [{"id": m.id, "up": m.up, "down": m.down} for m in self.migrations],
+            "migrations": [{"id": m.id, "up": m.up, "down": m.down,
+                            **({"pairing": "version"} if self.pairing.get(m.id) == "version" else {})}
+                           for m in self.migrations],
             "seed": list(self.seed), "uninstall": self.uninstall, "functions": dict(sorted(self.functions.items())),
             "volatile_columns": list(self.volatile_columns),
             "tasks": [{"id": t.id, "source": t.source, "digest": t.digest} for t in self.tasks],
@@ -220,7 +235,10 @@ class PackageSpec:
 
     @property
     def uninstall_method(self) -> str | None:
-        """``"uninstall_script"``, ``"down_migrations"`` or None when the package cannot be uninstalled."""
+        """``"uninstall_script"``, ``"down_migrations"`` when every migration has a down, else None.
+
+        The uninstall scenario runs whatever downs exist even when this is None (ADR 0062).
+        """
         if self.uninstall is not None:
             return "uninstall_script"
         if self.migrations and all(m.down is not None for m in self.migrations):
@@ -265,11 +283,25 @@ def _read(root: Path, rel: str, what: str, files: dict[str, bytes]) -> None:
     files[rel] = data
 
 
-def _discover(root: Path, directory: str) -> list[MigrationEntry]:
+_VERSION_PREFIX_RE = re.compile(r"^[A-Za-z]?([0-9]+)")
+
+#: How a migration's down file was paired with its up file (issue 11 item 3, ADR 0062).
+PAIRING_RULES = ("manifest", "folder", "name", "version")
+
+
+def numeric_version(stem: str) -> int | None:
+    """The numeric version a migration file name starts with (``0003_x`` -> 3, ``V0012.Name`` -> 12), or None."""
+    found = _VERSION_PREFIX_RE.match(stem)
+    return int(found.group(1)) if found else None
+
+
+def _discover(root: Path, directory: str) -> tuple[list[MigrationEntry], dict[str, str]]:
     base = root / directory
     if not base.is_dir():
         raise InvalidInput(f"migrations_dir {directory!r} is not a directory in the package")
     entries: dict[str, dict[str, str]] = {}
+    rules: dict[str, str] = {}
+    downs: dict[str, str] = {}
     for child in sorted(base.iterdir(), key=lambda p: p.name.encode()):
         rel = f"{directory}/{child.name}"
         if child.is_dir():
@@ -277,21 +309,37 @@ def _discover(root: Path, directory: str) -> list[MigrationEntry]:
                 entries[child.name] = {"up": f"{rel}/up.sql"}
                 if (child / "down.sql").is_file():
                     entries[child.name]["down"] = f"{rel}/down.sql"
+                    rules[child.name] = "folder"
         elif child.name.endswith(".up.sql"):
-            mid = child.name[: -len(".up.sql")]
-            entries.setdefault(mid, {})["up"] = rel
+            entries.setdefault(child.name[: -len(".up.sql")], {})["up"] = rel
         elif child.name.endswith(".down.sql"):
-            mid = child.name[: -len(".down.sql")]
-            entries.setdefault(mid, {})["down"] = rel
+            downs[child.name[: -len(".down.sql")]] = rel
+    # Rule "name": the down's stem is the up's. Rule "version": otherwise, the only unpaired up and the only
+    # unpaired down with the same numeric version (a tool's odd name, e.g. a double dot before "up.sql").
+    unpaired: dict[str, str] = {}
+    for stem, rel in downs.items():
+        if stem in entries and "up" in entries[stem] and "down" not in entries[stem]:
+            entries[stem]["down"] = rel
+            rules[stem] = "name"
+        else:
+            unpaired[stem] = rel
+    for stem, rel in sorted(unpaired.items()):
+        version = numeric_version(stem)
+        ups = [mid for mid, paths in entries.items()
+               if "down" not in paths and version is not None and numeric_version(mid) == version]
+        others = [d for d in unpaired if numeric_version(d) == version]
+        if version is None or len(ups) != 1 or len(others) != 1:
+            raise InvalidInput(f"migration {stem!r} has a down file ({rel}) but no up file with the same name or "
+                               "the same numeric version")
+        entries[ups[0]]["down"] = rel
+        rules[ups[0]] = "version"
     result = []
     for mid in sorted(entries, key=lambda s: s.encode()):
         paths = entries[mid]
-        if "up" not in paths:
-            raise InvalidInput(f"migration {mid!r} has a down file but no up file")
         result.append(MigrationEntry(id=mid, up=paths["up"], down=paths.get("down")))
     if not result:
         raise InvalidInput(f"no migrations found in {directory!r} (expected <id>.up.sql files or <id>/up.sql)")
-    return result
+    return result, rules
 
 
 def _manifest_error(error: ValidationError) -> str:
@@ -345,8 +393,9 @@ def load_package(directory: str | Path) -> PackageSpec:
         raise InvalidInput(f"{MANIFEST_NAME}: give either [[migrations]] or package.migrations_dir, not both")
     if model.migrations is not None:
         entries = list(model.migrations)
+        rules = {m.id: "manifest" for m in entries if m.down is not None}
     else:
-        entries = _discover(root, _safe_relative(pkg.migrations_dir or "migrations", "migrations_dir"))
+        entries, rules = _discover(root, _safe_relative(pkg.migrations_dir or "migrations", "migrations_dir"))
     if not entries:
         raise InvalidInput(f"{MANIFEST_NAME}: a package needs at least one migration")
 
@@ -385,7 +434,7 @@ def load_package(directory: str | Path) -> PackageSpec:
         name=pkg.name, version=pkg.version, previous_version=pkg.previous_version,
         previous_through=pkg.previous_through, migrations=tuple(migrations), seed=tuple(seed), uninstall=uninstall,
         functions=dict(model.sqlite.functions), volatile_columns=tuple(model.verify.volatile_columns), files=files,
-        tasks=tasks, workflows=workflows)
+        tasks=tasks, workflows=workflows, pairing=rules)
 
 
 def _definitions(root: Path, model: ManifestModel,
@@ -433,4 +482,14 @@ def package_from_run(manifest: dict[str, Any], files: list[RunFile]) -> PackageS
         seed=tuple(manifest["seed"]), uninstall=manifest["uninstall"], functions=dict(manifest["functions"]),
         volatile_columns=tuple(manifest["volatile_columns"]), files=blobs,
         tasks=tuple(TaskDef(t["id"], t["source"], t["digest"]) for t in manifest.get("tasks", [])),
+        pairing={m["id"]: _stored_rule(m) for m in manifest["migrations"] if m["down"] is not None},
         workflows=tuple(WorkflowDef(w["id"], tuple(w["steps"]), w["digest"]) for w in manifest.get("workflows", [])))
+
+
+def _stored_rule(migration: dict[str, Any]) -> str:
+    """The pairing rule of a frozen migration: ``"version"`` when recorded, else what its paths show."""
+    if migration.get("pairing") == "version":
+        return "version"
+    if str(migration["up"]).endswith("/up.sql") and str(migration["down"]).endswith("/down.sql"):
+        return "folder"
+    return "name"

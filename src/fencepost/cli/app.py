@@ -354,10 +354,11 @@ def _watch(service: RehearsalService, attempt_id: str, timeout: float, stop: thr
                 shown.add(key)
                 ms = ((r.get("evidence") or {}).get("execution") or {}).get("duration_ms")
                 took = f"{ms:>9.1f} ms" if isinstance(ms, (int, float)) else ""
-                result = (r.get("evidence") or {}).get("result") or {}
-                note = "  (not applicable)" if result.get("applicable") is False else ""
-                render.console.print(f"  [{r['position']}/6] {r['scenario']:<22} {render.styled(r['status'])}{took}"
-                                     f"{note}")
+                render.console.print(f"  [{r['position']}/6] {r['scenario']:<22} {render.styled(r['state'])}{took}")
+                if r.get("not_applicable_reason"):
+                    render.console.print(f"        not applicable: {r['not_applicable_reason']}")
+                elif r.get("partial"):
+                    render.console.print(f"        {r['partial']}")
                 failure = ((r.get("evidence") or {}).get("error") or {}).get("message")
                 if failure:
                     render.console.print(f"        {failure}")

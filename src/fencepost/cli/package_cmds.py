@@ -48,14 +48,19 @@ def publish(package_dir: Annotated[str, typer.Argument(help="Package directory."
             database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False,
             allow_ungated: Annotated[bool, typer.Option(help="Publish even without a passing rehearsal gate "
                                                              "(recorded as waived).")] = False,
+            allow_single_attempt: Annotated[bool, typer.Option(
+                help="Publish on a passing gate whose semantics were not compared (a single successful Attempt; "
+                     "recorded as waived).")] = False,
             expect_revision: Annotated[int | None, typer.Option(help="Compare-and-set: the head revision you "
                                                                      "expect (0 = no head yet).")] = None) -> None:
     """Publish a package version (immutable) and move the package head to it.
 
-    Refused unless the newest rehearsal of exactly this content passes its release gate."""
+    Refused unless the newest rehearsal of exactly this content passes its release gate with its semantics
+    compared (two successful Attempts)."""
     with opened(database) as store, handled():
-        result = CatalogService(store, release_gate=release_gate).publish(package_dir, allow_ungated=allow_ungated,
-                                                                          expected_revision=expect_revision)
+        result = CatalogService(store, release_gate=release_gate).publish(
+            package_dir, allow_ungated=allow_ungated, allow_single_attempt=allow_single_attempt,
+            expected_revision=expect_revision)
     view = {"outcome": result.outcome, "publication": publication_view(result.publication)}
     emit(json, view, lambda: typer.echo(
         f"{result.outcome}: {result.publication.package_name} {result.publication.version} as "

@@ -79,6 +79,11 @@ def attempt(view: dict[str, Any]) -> None:
                           str(r["delivery"] or "-"), mark,
                           (r["evidence_fingerprint"] or "-")[:23])
         console.print(table)
+        for r in view["receipts"]:
+            if r.get("not_applicable_reason"):
+                console.print(f"  {r['scenario']}: not applicable: {r['not_applicable_reason']}")
+            elif r.get("partial"):
+                console.print(f"  {r['scenario']}: {r['partial']}")
 
 
 def comparison(view: dict[str, Any]) -> None:
@@ -103,3 +108,11 @@ def gate(view: dict[str, Any]) -> None:
     for check in view["checks"]:
         mark = "[green]pass[/green]" if check["passed"] else "[red]FAIL[/red]"
         console.print(f"  {mark}  {check['name']:<26} {check['reason']}")
+    scenarios = view.get("scenarios")
+    if scenarios is not None and view.get("latest_attempt_id"):
+        console.print(f"  scenarios exercised: {scenarios['count']} of {scenarios['of']}")
+        for other in scenarios["not_exercised"]:
+            console.print(f"    not exercised: {other['scenario']} ({other['reason']})")
+    if view.get("latest_attempt_id") and not view.get("semantics_compared", True):
+        console.print("  [yellow]semantics were not compared[/yellow]: only one successful Attempt; "
+                      "`package publish` needs a compared pair (or --allow-single-attempt)")

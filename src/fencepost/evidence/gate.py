@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus, RunStatus
 from fencepost.evidence.comparison import Comparison, compare_attempts
+from fencepost.evidence.coverage import coverage
 from fencepost.evidence.receipts import ReceiptIntegrity, verify_receipt
 from fencepost.store.records import AttemptRecord, ReceiptRecord, RunRecord
 
@@ -34,6 +35,15 @@ class GateReport:
     baseline_attempt_id: str | None
     integrity: list[ReceiptIntegrity] = field(default_factory=list)
     comparison: Comparison | None = None
+    #: The latest Attempt's scenarios that ran and applied, and ``{"scenario", "reason"}`` for the others
+    #: (issue 11 item 5): a gate states how much of the six it rests on.
+    exercised: list[str] = field(default_factory=list)
+    not_exercised: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def semantics_compared(self) -> bool:
+        """True when the latest Attempt's semantics were compared with a baseline (issue 11 item 6)."""
+        return self.comparison is not None
 
     @property
     def passed(self) -> bool:
@@ -99,8 +109,11 @@ def evaluate_gate(run: RunRecord, attempts: list[AttemptRecord],
     if latest.status is not AttemptStatus.SUCCEEDED:
         checks.append(GateCheck("semantic_match", False, f"{label} is not a successful Attempt to compare"))
     elif baseline is None:
+        # Passes (nothing contradicts it), but says plainly that nothing was compared: publishing wants a
+        # compared pair unless waived (``--allow-single-attempt``, issue 11 item 6).
         checks.append(GateCheck("semantic_match", True,
-                                f"{label} is the first successful Attempt and establishes the baseline"))
+                                f"semantics were not compared: {label} is the only successful Attempt, so it "
+                                "establishes the baseline with nothing to compare it with (run a second Attempt)"))
     else:
         base_receipts = receipts.get(baseline.id, [])
         base_ok, base_reason, _ = _integrity(base_receipts, run.content_digest)
@@ -116,4 +129,6 @@ def evaluate_gate(run: RunRecord, attempts: list[AttemptRecord],
                 shown = ", ".join(comparison.differing_paths[:10])
                 reason = f"{label} drifts from baseline Attempt #{baseline.seq} at: {shown}"
             checks.append(GateCheck("semantic_match", comparison.equal, reason))
-    return GateReport(run.id, checks, latest.id, baseline.id if baseline else None, integrity, comparison)
+    exercised, not_exercised = coverage(latest_receipts)
+    return GateReport(run.id, checks, latest.id, baseline.id if baseline else None, integrity, comparison,
+                      exercised, not_exercised)

@@ -16,8 +16,6 @@ a heap that other sandboxes exhausted is the machine's (``SandboxEnvironmentErro
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import hashlib
 import os
@@ -29,30 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fencepost.catalog.script_control import manages_own_transaction
 from fencepost.core.fingerprint import fingerprint
 from fencepost.outbox.context import EnvironmentFailed
+from fencepost.rehearsal.host_functions import resolve
 
 LEDGER = "_fencepost_ledger"
 PROGRESS_STEPS = 2000  # SQLite VM instructions between interrupt checks
-
-
-def _b64encode(value: Any) -> str | None:
-    if value is None:
-        return None
-    data = value if isinstance(value, bytes) else str(value).encode("utf-8")
-    return base64.b64encode(data).decode("ascii")
-
-
-def _b64decode(value: Any) -> bytes | None:
-    if value is None:
-        return None
-    try:
-        return base64.b64decode(value if isinstance(value, bytes) else str(value), validate=True)
-    except (binascii.Error, ValueError) as error:
-        raise ValueError(f"base64_decode: {error}") from None
-
-
-_HOST_FUNCTIONS: dict[str, Callable[[Any], Any]] = {"base64_encode": _b64encode, "base64_decode": _b64decode}
 
 
 # Package SQL is untrusted: it may only touch its own sandbox database. ATTACH (and VACUUM INTO, which
@@ -234,7 +215,7 @@ class Sandbox:
 
     Args:
         root: a directory that must not exist yet (created here).
-        functions: SQL name -> host function name (see ``package.HOST_FUNCTIONS``).
+        functions: SQL name -> host function implementation name (``host_functions.resolve`` finds each).
         should_interrupt: polled every ``PROGRESS_STEPS`` VM steps; True aborts the running statement
             (used to stop at once when the lease is lost).
         limits: the caps of every database of this sandbox (``SandboxLimits``; defaults when None).
@@ -245,6 +226,9 @@ class Sandbox:
         global _open_sandboxes
         self.root = root
         self.functions = functions
+        self.host_functions = resolve(functions)
+        #: What the evidence records of each host function's implementation (SQL name -> source).
+        self.function_sources = {name: fn.source() for name, fn in self.host_functions.items()}
         self.should_interrupt = should_interrupt
         self.limits = limits or SandboxLimits()
         self.limits.validate()
@@ -259,8 +243,8 @@ class Sandbox:
         conn = sqlite3.connect(self.root / f"{name}.db", isolation_level=None, factory=SandboxConnection)
         conn.sandbox = self
         self._open.append(conn)
-        for sql_name, builtin in self.functions.items():
-            conn.create_function(sql_name, 1, _HOST_FUNCTIONS[builtin], deterministic=True)
+        for sql_name, fn in self.host_functions.items():
+            conn.create_function(sql_name, fn.nargs, fn.func, deterministic=fn.deterministic)
         conn.set_progress_handler(lambda: 1 if self.should_interrupt() else 0, PROGRESS_STEPS)
         conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)  # defense in depth: no second database at all
         self._apply_limits(conn)
@@ -335,20 +319,72 @@ class Sandbox:
             self.root.parent.rmdir()
 
 
-def run_script(conn: sqlite3.Connection, sql: str, *, ledger_add: str | None = None,
-               ledger_remove: str | None = None) -> None:
-    """Run ``sql`` in one transaction, together with a ledger change.
+#: How ``run_script`` ran a script: inside fencepost's own transaction, or as written (ADR 0061).
+WRAPPED = "wrapped"
+OWN_TRANSACTION = "own_transaction"
 
+
+def run_script(conn: sqlite3.Connection, sql: str, *, ledger_add: str | None = None,
+               ledger_remove: str | None = None) -> str:
+    """Run ``sql`` with a ledger change, in one transaction unless the script manages its own.
+
+    A script with transaction control of its own (``catalog.script_control.manages_own_transaction``) runs as
+    written, then is verified: no transaction may be left open, the ledger must be as it was (the script must
+    not touch it), and a script that fails must leave the schema as it found it (nothing half-applied without
+    a ledger row). Its ledger change is committed right after it. Foreign-key enforcement is switched off
+    again afterwards, as fencepost runs every script (the script may have switched it on). ADR 0061.
+
+    Returns:
+        ``WRAPPED`` or ``OWN_TRANSACTION``: how the script ran (recorded in the evidence).
     Raises:
-        SandboxError: with SQLite's error text; the transaction is rolled back.
+        SandboxError: with SQLite's error text (or what the verification found); a wrapped transaction is
+            rolled back.
     """
     tail = ""
     if ledger_add is not None:
         tail = f"INSERT INTO \"{LEDGER}\" (id) VALUES ('{_quote(ledger_add)}');"
     elif ledger_remove is not None:
         tail = f"DELETE FROM \"{LEDGER}\" WHERE id = '{_quote(ledger_remove)}';"
+    if manages_own_transaction(sql):
+        _run_own(conn, sql, tail)
+        return OWN_TRANSACTION
     try:
         conn.executescript(f"BEGIN;\n{sql}\n;\n{tail}\nCOMMIT;")
+    except (sqlite3.Error, MemoryError) as error:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error, MemoryError):
+                conn.execute("ROLLBACK")
+        raise judged(conn, error) from None
+    return WRAPPED
+
+
+def _run_own(conn: sqlite3.Connection, sql: str, tail: str) -> None:
+    ledger_before = applied(conn)
+    schema_before = _objects(conn)
+    failure: Exception | None = None
+    try:
+        conn.executescript(sql)
+    except (sqlite3.Error, MemoryError) as error:
+        failure = judged(conn, error)
+    left_open = conn.in_transaction
+    if left_open:
+        with contextlib.suppress(sqlite3.Error, MemoryError):
+            conn.execute("ROLLBACK")
+    with contextlib.suppress(sqlite3.Error):
+        conn.execute("PRAGMA foreign_keys = OFF")
+    if failure is not None and not isinstance(failure, SandboxError):
+        raise failure  # the machine's failure: judged as such, whatever the script did
+    if applied(conn) != ledger_before:
+        raise SandboxError("the script changed fencepost's ledger table (_fencepost_ledger)")
+    if failure is not None:
+        if _objects(conn) != schema_before:
+            raise SandboxError(f"{failure}; the script manages its own transaction and left the schema "
+                               "half-applied (changed, with no ledger row)")
+        raise failure
+    if left_open:
+        raise SandboxError("the script manages its own transaction and left one open (rolled back)")
+    try:
+        conn.executescript(f"BEGIN;\n{tail}\nCOMMIT;")
     except (sqlite3.Error, MemoryError) as error:
         if conn.in_transaction:
             with contextlib.suppress(sqlite3.Error, MemoryError):
@@ -397,6 +433,39 @@ def schema_summary(conn: sqlite3.Connection) -> dict[str, Any]:
     for kind, *_ in objects:
         counts[kind] = counts.get(kind, 0) + 1
     return {"fingerprint": fingerprint("sandbox-schema/v1", [list(o) for o in objects]), "objects": counts}
+
+
+def schema_shape(conn: sqlite3.Connection) -> dict[str, str]:
+    """The schema as ``{"<type> <name>": description}`` (ledger excluded), compared by structure, not text.
+
+    A table is described by its columns (name, declared type, not null, default, primary key position), its
+    foreign keys and its indexes (name, unique, columns), so a rebuild that only changes the CREATE text's
+    spelling or quoting (``ALTER TABLE ... RENAME`` quotes the name) compares equal; views and triggers by
+    their normalized SQL. Used to check a down migration against the schema from before its up (ADR 0062).
+    """
+    shape: dict[str, str] = {}
+    for kind, name, _table, sql in _objects(conn):
+        if kind == "table":
+            quoted = '"' + name.replace('"', '""') + '"'
+            columns = [list(r[1:6]) for r in conn.execute(f"PRAGMA table_xinfo({quoted})")]
+            keys = sorted(list(r[2:8]) for r in conn.execute(f"PRAGMA foreign_key_list({quoted})"))
+            shape[f"table {name}"] = repr((columns, keys))
+        elif kind == "index":
+            quoted = '"' + name.replace('"', '""') + '"'
+            columns = [r[2] for r in conn.execute(f"PRAGMA index_info({quoted})")]
+            unique = "UNIQUE" in sql.upper().split("INDEX", 1)[0] if sql else True
+            where = sql.upper().split(" WHERE ", 1)[1] if sql and " WHERE " in sql.upper() else ""
+            shape[f"index {name}"] = repr((_table, unique, columns, where))
+        else:
+            shape[f"{kind} {name}"] = sql
+    return shape
+
+
+def shape_differences(expected: dict[str, str], actual: dict[str, str]) -> dict[str, list[str]]:
+    """``{"missing": [...], "unexpected": [...], "changed": [...]}`` object names (at most 20 each)."""
+    return {"missing": sorted(set(expected) - set(actual))[:20],
+            "unexpected": sorted(set(actual) - set(expected))[:20],
+            "changed": sorted(k for k in set(expected) & set(actual) if expected[k] != actual[k])[:20]}
 
 
 def user_object_count(conn: sqlite3.Connection) -> int:

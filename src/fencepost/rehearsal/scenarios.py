@@ -10,8 +10,9 @@ Chosen so that a release engineer can trust a passing Attempt:
 4. ``reapply_is_noop``: running the installer again applies nothing and changes neither schema nor data;
 5. ``upgrade_from_previous``: a database at the previous version upgraded to this one has exactly the
    clean install's schema (not applicable without a previous version);
-6. ``uninstall_to_empty``: the down migrations (or the uninstall script) leave no object behind (not
-   applicable when the package cannot be uninstalled).
+6. ``uninstall_to_empty``: the uninstall script leaves no object behind; without one, every down script that
+   exists runs, newest first, as far as the chain goes, each verified against the schema from before its up
+   (not applicable when the newest migration has no down; ADR 0062).
 
 Each scenario returns its semantic result, or raises ``ScenarioFailed`` with the database error text.
 """
@@ -32,7 +33,9 @@ from fencepost.rehearsal.sandbox import (
     applied,
     check_integrity,
     run_script,
+    schema_shape,
     schema_summary,
+    shape_differences,
     table_digests,
     user_object_count,
 )
@@ -72,19 +75,31 @@ class ScenarioEnv:
         return conn
 
 
-def install(conn: sqlite3.Connection, package: PackageSpec, upto: int | None = None) -> list[str]:
-    """Apply the package's pending up migrations (first ``upto`` only, if given) in order; return ids applied."""
+def install(conn: sqlite3.Connection, package: PackageSpec, upto: int | None = None,
+            modes: dict[str, str] | None = None, schemas: dict[str, Any] | None = None) -> list[str]:
+    """Apply the package's pending up migrations (first ``upto`` only, if given) in order; return ids applied.
+
+    Args:
+        modes: filled with each applied migration's transaction mode (``sandbox.WRAPPED`` or
+            ``sandbox.OWN_TRANSACTION``), when given.
+        schemas: filled with each applied migration's ``schema_shape`` taken right before its up ran (what
+            its down must restore), when given.
+    """
     done = set(applied(conn))
     ran: list[str] = []
     for migration in package.migrations[:upto]:
         if migration.id in done:
             continue
+        if schemas is not None:
+            schemas[migration.id] = schema_shape(conn)
         try:
-            run_script(conn, package.sql(migration.up), ledger_add=migration.id)
+            mode = run_script(conn, package.sql(migration.up), ledger_add=migration.id)
         except SandboxError as error:
             raise ScenarioFailed(f"migration {migration.id} failed: {error}", {"failed_migration": migration.id,
                                                                               "applied": ran},
                                  _limit(error)) from None
+        if modes is not None:
+            modes[migration.id] = mode
         ran.append(migration.id)
     return ran
 
@@ -100,10 +115,18 @@ def deliver_and_install(env: ScenarioEnv) -> dict[str, Any]:
         raise ScenarioFailed(f"delivery to target refused: {error}") from None
     env.extras["idempotency_key"] = key
     env.state["main"] = env.sandbox.connect("main")
-    ran = install(env.main, pkg)
+    modes: dict[str, str] = {}
+    env.state["schema_before_up"] = {}
+    ran = install(env.main, pkg, modes=modes, schemas=env.state["schema_before_up"])
     schema = schema_summary(env.main)
     env.state["clean_schema"] = schema
-    return {"delivered": {"payload_files": len(bundle["files"])}, "migrations_applied": ran, "schema": schema}
+    result: dict[str, Any] = {"delivered": {"payload_files": len(bundle["files"])}, "migrations_applied": ran,
+                              "transaction_modes": modes, "schema": schema}
+    if pkg.pairings:
+        result["pairing"] = dict(pkg.pairings)
+    if env.sandbox.function_sources:
+        result["host_functions"] = env.sandbox.function_sources
+    return result
 
 
 def integrity_check(env: ScenarioEnv) -> dict[str, Any]:
@@ -160,29 +183,78 @@ def upgrade_from_previous(env: ScenarioEnv) -> dict[str, Any]:
     return result
 
 
-def uninstall_to_empty(env: ScenarioEnv) -> dict[str, Any]:
-    pkg = env.package
-    method = pkg.uninstall_method
-    if method is None:
-        return {"applicable": False, "reason": "the package has no uninstall script and not every migration "
-                                               "has a down file"}
-    try:
-        if method == "uninstall_script":
-            assert pkg.uninstall is not None
-            run_script(env.main, pkg.sql(pkg.uninstall))
-            env.main.execute(f'DELETE FROM "{LEDGER}"')
-        else:
-            for migration in reversed(pkg.migrations):
-                assert migration.down is not None
-                run_script(env.main, pkg.sql(migration.down), ledger_remove=migration.id)
-    except SandboxError as error:
-        raise ScenarioFailed(f"uninstall failed: {error}", {"applicable": True, "method": method},
-                             _limit(error)) from None
-    remaining = user_object_count(env.main)
-    leftover = [r[0] for r in env.main.execute(
+def _leftover(conn: sqlite3.Connection) -> list[str]:
+    return [r[0] for r in conn.execute(
         "SELECT type || ' ' || name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' AND tbl_name != ? "
         "ORDER BY 1 LIMIT 20", (LEDGER,))]
-    result = {"applicable": True, "method": method, "remaining_objects": remaining, "leftover": leftover}
+
+
+def uninstall_to_empty(env: ScenarioEnv) -> dict[str, Any]:
+    pkg = env.package
+    if pkg.uninstall is not None:
+        try:
+            mode = run_script(env.main, pkg.sql(pkg.uninstall))
+            env.main.execute(f'DELETE FROM "{LEDGER}"')
+        except SandboxError as error:
+            raise ScenarioFailed(f"uninstall failed: {error}", {"applicable": True, "method": "uninstall_script"},
+                                 _limit(error)) from None
+        remaining = user_object_count(env.main)
+        result = {"applicable": True, "method": "uninstall_script", "transaction_mode": mode,
+                  "remaining_objects": remaining, "leftover": _leftover(env.main)}
+        if remaining:
+            raise ScenarioFailed(f"uninstall left {remaining} object(s) behind", result)
+        return result
+    return _roll_back(env)
+
+
+def _roll_back(env: ScenarioEnv) -> dict[str, Any]:
+    """Run every down script that exists, newest first, as far as the chain goes (issue 11 item 4, ADR 0062).
+
+    Each down must bring the schema back to what it was right before its up ran; the first migration
+    without a down file ends the chain (older downs cannot run on a schema that still holds it).
+    """
+    pkg = env.package
+    before_up: dict[str, Any] = env.state.get("schema_before_up", {})
+    verified: list[str] = []
+    modes: dict[str, str] = {}
+    stops_at: str | None = None
+    for migration in reversed(pkg.migrations):
+        if migration.down is None:
+            stops_at = migration.id
+            break
+        if env.sandbox.should_interrupt():
+            raise ScenarioFailed("interrupted: the lease was lost")
+        progress = {"applicable": True, "method": "down_migrations", "verified_downs": list(verified),
+                    "failed_down": migration.id}
+        try:
+            modes[migration.id] = run_script(env.main, pkg.sql(migration.down), ledger_remove=migration.id)
+        except SandboxError as error:
+            raise ScenarioFailed(f"down migration {migration.id} failed: {error}", progress,
+                                 _limit(error)) from None
+        expected = before_up.get(migration.id)
+        if expected is None:
+            raise ScenarioFailed(f"no schema was recorded before migration {migration.id}'s up", progress)
+        diff = shape_differences(expected, schema_shape(env.main))
+        if any(diff.values()):
+            progress["schema_differences"] = diff
+            shown = "; ".join(f"{k}: {', '.join(v)}" for k, v in diff.items() if v)
+            raise ScenarioFailed(f"down migration {migration.id} does not restore the schema from before its up "
+                                 f"({shown})", progress)
+        verified.append(migration.id)
+    if not verified:
+        return {"applicable": False, "method": "down_migrations", "verified_downs": [], "chain_stops_at": stops_at,
+                "reason": f"the package has no uninstall script and migration {stops_at} (the newest) has no "
+                          "down file: no down migration can run"}
+    remaining = user_object_count(env.main)
+    result: dict[str, Any] = {"applicable": True, "method": "down_migrations", "verified_downs": verified,
+                              "transaction_modes": modes, "chain_stops_at": stops_at,
+                              "reached_empty": stops_at is None, "remaining_objects": remaining,
+                              "leftover": _leftover(env.main)}
+    if stops_at is not None:
+        result["reason"] = (f"rolled back {len(verified)} of {len(pkg.migrations)} migrations; migration "
+                            f"{stops_at} has no down file, so the chain stops there and an empty database is "
+                            "not reached")
+        return result
     if remaining:
         raise ScenarioFailed(f"uninstall left {remaining} object(s) behind", result)
     return result

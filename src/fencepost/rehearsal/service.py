@@ -18,6 +18,7 @@ from fencepost.core.statuses import AttemptStatus, RunStatus
 from fencepost.evidence.comparison import Comparison, compare_attempts
 from fencepost.evidence.gate import GateReport, evaluate_gate
 from fencepost.rehearsal.handler import KIND
+from fencepost.rehearsal.host_functions import resolve as resolve_host_functions
 from fencepost.rehearsal.scenarios import SCENARIO_CODES
 from fencepost.store.base import Store
 from fencepost.store.ports import UnitOfWork
@@ -52,6 +53,13 @@ class RehearsalService:
         return self.create_run_from_spec(load_package(package_dir))
 
     def create_run_from_spec(self, spec: PackageSpec) -> RunRecord:
+        """Freeze an already loaded package as a READY Run.
+
+        Raises:
+            InvalidInput: a SQL function the package needs has no implementation here (built in, or an entry
+                point configured by ``FENCEPOST_HOST_FUNCTIONS``), named in the message (ADR 0063).
+        """
+        resolve_host_functions(spec.functions)
         run_id = new_id("run")
         files = spec.run_files()
 
@@ -220,5 +228,6 @@ def release_gate(tx: UnitOfWork, content_digest: str) -> GateVerdict | None:
         return None
     report = gate_of(tx, runs[0])
     return GateVerdict(passed=report.passed, run_id=report.run_id,
-                       blocking=[f"{c.name}: {c.reason}" for c in report.blocking])
+                       blocking=[f"{c.name}: {c.reason}" for c in report.blocking],
+                       compared=report.semantics_compared)
 

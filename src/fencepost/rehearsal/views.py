@@ -11,10 +11,12 @@ from typing import Any
 from fencepost.core.canonical import parse_json
 from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus
 from fencepost.evidence.comparison import AttemptFingerprints, Comparison
+from fencepost.evidence.coverage import NOT_APPLICABLE, not_applicable_reason, partial_note
 from fencepost.evidence.gate import GateReport
 from fencepost.evidence.receipts import verify_receipt
 from fencepost.outbox.registry import WorkerCensus
 from fencepost.rehearsal.handler import KIND
+from fencepost.rehearsal.scenarios import SCENARIO_CODES
 from fencepost.rehearsal.service import ComparisonResult
 from fencepost.store.records import AttemptRecord, ReceiptRecord, RunRecord
 
@@ -51,16 +53,22 @@ def receipt_view(receipt: ReceiptRecord, *, evidence: bool = False, interrupted:
         interrupted: its Attempt's delivery ended without a verdict (``replay_pending``): a RUNNING Receipt
             then has ``state`` ``INTERRUPTED``, not RUNNING.
     Returns:
-        The stored fields, ``integrity``, and ``state``: what to show (``status``, or ``INTERRUPTED``).
+        The stored fields, ``integrity``, and ``state``: what to show (``status``, ``INTERRUPTED``, or
+        ``NOT_APPLICABLE`` for a scenario that SUCCEEDED without applying, whose reason is in
+        ``not_applicable_reason``); ``partial``: what an exercised scenario did not reach, or None.
     """
     integrity = verify_receipt(receipt)
     state = INTERRUPTED if interrupted and receipt.status is ReceiptStatus.RUNNING else str(receipt.status)
+    not_applicable = not_applicable_reason(receipt)
+    if not_applicable is not None:
+        state = NOT_APPLICABLE  # it tested nothing: never shown as a plain success (issue 11 item 5)
     view: dict[str, Any] = {
         "id": receipt.id, "position": receipt.position, "scenario": receipt.scenario, "status": str(receipt.status),
         "state": state,
         "delivery": receipt.delivery, "started_at": iso(receipt.started_at), "finished_at": iso(receipt.finished_at),
         "evidence_fingerprint": receipt.evidence_fingerprint,
         "integrity": {"status": integrity.status, "reason": integrity.reason},
+        "not_applicable_reason": not_applicable, "partial": partial_note(receipt),
     }
     if evidence:
         try:
@@ -136,5 +144,8 @@ def gate_view(report: GateReport) -> dict[str, Any]:
     return {"run_id": report.run_id, "passed": report.passed, "latest_attempt_id": report.latest_attempt_id,
             "baseline_attempt_id": report.baseline_attempt_id,
             "checks": [{"name": c.name, "passed": c.passed, "reason": c.reason} for c in report.checks],
+            "semantics_compared": report.semantics_compared,
+            "scenarios": {"exercised": report.exercised, "not_exercised": report.not_exercised,
+                          "count": len(report.exercised), "of": len(SCENARIO_CODES)},
             "tampered_receipts": [{"position": i.position, "scenario": i.scenario, "reason": i.reason}
                                   for i in report.integrity if i.status == "tampered"]}
