@@ -108,6 +108,9 @@ def test_live_comparison_lists_paths_and_the_page_fits_390px(phone: Page, deploy
     expect(latest.locator("[data-field=duration]")).to_have_count(6)
     for cell in latest.locator("[data-field=duration]").all():
         assert re.fullmatch(r"\d+\.\d\d s", cell.text_content() or ""), cell.text_content()
+    # a scenario that did not apply (no earlier version to upgrade from) says why, also when drawn live
+    expect(latest.locator("[data-field=not-applicable]").first).to_be_visible()
+    expect(latest.locator("[data-field=not-applicable]").first).not_to_be_empty()
     latest.locator("details.lease-history summary").click()
     expect(latest.locator(".timeline li")).to_have_count(1)
     expect(latest.locator(".timeline li")).to_contain_text("#1 claim")

@@ -337,7 +337,10 @@
     else if (r.integrity.status === "ok") integrity = h("span", { className: "ok" }, "verified");
     else integrity = h("span", { className: "muted" }, r.integrity.reason);
     return h("tr", { className: r.integrity.status === "tampered" ? "tampered" : "", "data-scenario": r.scenario },
-      h("td", {}, r.position), h("td", {}, r.scenario), h("td", {}, badge(r.state)),
+      h("td", {}, r.position), h("td", {}, r.scenario),
+      h("td", {}, badge(r.state),
+        r.not_applicable_reason ? [" ", h("span", { className: "reason", "data-field": "not-applicable" }, r.not_applicable_reason)]
+          : r.partial ? [" ", h("span", { className: "reason", "data-field": "partial" }, r.partial)] : []),
       h("td", {}, r.delivery === null ? "—" : r.delivery),
       h("td", { "data-field": "duration" }, duration(r.started_at, r.finished_at)),
       h("td", {}, r.evidence_fingerprint ? fp(r.evidence_fingerprint) : "—"),
