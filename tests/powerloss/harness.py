@@ -49,7 +49,10 @@ SUBJECT = [sys.executable, str(Path(__file__).resolve().parent / "subject.py")]
 DB_FILE = "control.db"
 # The largest transactions of this flow: each Receipt's evidence write (and the Attempt's six Receipts).
 # (Admission: the 128-step plan's one transaction, about 900 rows.)
-LARGE = ("rehearsal.receipt", "rehearsal.enqueue", "rehearsal.succeed", "workflow.admit", "raw.insert")
+LARGE = ("rehearsal.receipt", "rehearsal.enqueue", "rehearsal.succeed", "workflow.admit", "host.finalize",
+         "host.settle", "raw.insert")
+HOST_SUBJECT = Path(__file__).resolve().parents[1] / "crash" / "host_subject.py"
+LEDGER_FILES = ("requests", "charges", "lock")
 
 
 def sqlite_url(directory: Path, mode: str, synchronous: str) -> str:
@@ -185,6 +188,36 @@ def record_admission(shim: Path, base: Path, *, mode: str, synchronous: str) -> 
     assert admitted["outcome"] == "created", admitted
     return Recording("admission", mode, synchronous, root, initial, read_log(log), str(plan_file), "",
                      admitted["receipt"])
+
+
+def _host(url: str, root: Path, mode: str, env: dict[str, str], cwd: Path) -> dict[str, Any]:
+    """``host_subject.py URL LEDGER MODE 1 flaky`` (an idempotent charge whose first call fails
+    transiently) to its end; returns the JSON it printed last (``{}`` when it printed none)."""
+    done = subprocess.run([*SUBJECT, "--script", str(HOST_SUBJECT), url, str(root / "ledger"), mode, "1", "flaky"],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, (mode, done.stdout, done.stderr)
+    lines = [line for line in done.stdout.strip().splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else {}
+
+
+def record_host(shim: Path, base: Path, *, mode: str, synchronous: str) -> Recording:
+    """Record an action invocation submitted and worked to its verdict through ``host_subject.py`` (host
+    submit, claim, handler, step rows and attempts, checkpoint, settle, finalize). The provider's ledger
+    (fsynced before each reply) lives in the recorded directory too, so every image carries the provider's
+    ground truth as of the cut."""
+    root, url = _migrated(base, mode, synchronous)
+    (root / "ledger").mkdir()
+    for name in LEDGER_FILES:
+        (root / "ledger" / name).touch()
+    initial = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*")
+               if p.is_file() and not p.name.endswith("-shm")}
+    log = base / "recorder.log"
+    env = subprocess_env(**recording_env(shim, root, log))
+    _host(url, root, "submit", env, base)
+    verdict = _host(url, root, "work", env, base)
+    assert verdict.get("status") == "succeeded", verdict
+    return Recording("host", mode, synchronous, root, initial, read_log(log), "", "",
+                     {"status": "succeeded", "charges": 1})
 
 
 RAW_SCRIPT = """
@@ -393,6 +426,8 @@ def recover(image: Image, recording: Recording, work: Path) -> Any:
     returns what must equal ``recording.reference``."""
     if recording.flow == "admission":
         return recover_admission(image, recording, work)
+    if recording.flow == "host":
+        return recover_host(image, recording, work)
     return recover_rehearsal(image, recording, work)
 
 
@@ -428,6 +463,30 @@ def recover_admission(image: Image, recording: Recording, work: Path) -> Any:
             return answer["receipt"]
         assert len(answer["receipt"]["step_runs"]) == ADMISSION_STEPS
         return recording.reference
+    finally:
+        db.close()
+
+
+def recover_host(image: Image, recording: Recording, work: Path) -> Any:
+    """The caller submits again with the same key when no invocation is durable, then a worker runs it to
+    its verdict; the provider's ledger (from the image) must then hold exactly one charge. Returns the
+    verdict's status and the charge count."""
+    copy, root = _private(image, work)
+    url = sqlite_url(copy, recording.mode, recording.synchronous)
+    db = CrashDB("sqlite-" + recording.mode, url, root)
+    try:
+        audit = cli(db, "audit", "--json")
+        assert audit.returncode == 0 and audit.json()["sound"] is True, audit.describe()
+        before = list((copy / "ledger" / "charges").read_text().splitlines())
+        assert len(before) <= 1, before
+        env = subprocess_env()
+        if not db.store.read(lambda tx: tx.host.list_invocations()):
+            _host(url, copy, "submit", env, root)
+        verdict = _host(url, copy, "work", env, root)
+        charges = (copy / "ledger" / "charges").read_text().splitlines()
+        after = cli(db, "audit", "--json")
+        assert after.returncode == 0 and after.json()["sound"] is True, after.describe()
+        return {"status": verdict.get("status"), "charges": len(charges)}
     finally:
         db.close()
 

@@ -179,11 +179,12 @@ class Replay:
             self._live[new] = ino
             self._pending_dir += [("unlink", name, None), ("link", new, ino)]
         elif op.kind == "S":
-            if name == ".":
-                for entry in self._pending_dir:
-                    self._dir_apply(entry)
-                self._pending_dir.clear()
-            elif name in self._live:
+            # A directory's sync makes its own entries durable; a file's, its content.
+            mine = [e for e in self._pending_dir if (os.path.dirname(e[1]) or ".") == name]
+            for entry in mine:
+                self._dir_apply(entry)
+            self._pending_dir = [e for e in self._pending_dir if (os.path.dirname(e[1]) or ".") != name]
+            if name in self._live:
                 node = self._inodes[self._live[name]]
                 for pending in node.pending:
                     _apply(node.durable, pending)

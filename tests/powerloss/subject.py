@@ -1,4 +1,5 @@
-"""A fencepost process over the recorder: ``python subject.py ARGS`` runs ``fencepost ARGS`` unchanged,
+"""A fencepost process over the recorder: ``python subject.py ARGS`` runs ``fencepost ARGS`` unchanged
+(``subject.py --script PATH ARGS`` runs that script instead),
 except that every crash point it passes is also written as a marker into the recorder's log.
 
 ``fencepost.core.crashpoints.crashpoint`` is wrapped before any other fencepost module imports it, so the
@@ -21,18 +22,27 @@ import fencepost.core.crashpoints as crashpoints
 # The modules that bind ``crashpoint`` by name must not be loaded yet, or they would keep the unwrapped one.
 assert "fencepost.store.sqlite.store" not in sys.modules
 
-_LOG = Path(os.environ[LOG_ENV])
+_LOG = Path(os.environ[LOG_ENV]) if os.environ.get(LOG_ENV) else None   # None: not recording (a recovery)
 _original = crashpoints.crashpoint
 
 
 def _marked(name: str) -> None:
-    append_marker(_LOG, name)
+    if _LOG is not None:
+        append_marker(_LOG, name)
     _original(name)
 
 
 crashpoints.crashpoint = _marked
 
-from fencepost.cli.app import app  # noqa: E402
-
 if __name__ == "__main__":
-    app(prog_name="fencepost")
+    if sys.argv[1:2] == ["--script"]:
+        # ``subject.py --script PATH ARGS``: a test process of its own (``tests/crash/host_subject.py``).
+        import runpy
+
+        sys.argv = sys.argv[2:]
+        sys.path.insert(0, str(Path(sys.argv[0]).resolve().parent))
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    else:
+        from fencepost.cli.app import app
+
+        app(prog_name="fencepost")

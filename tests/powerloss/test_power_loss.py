@@ -31,6 +31,7 @@ from harness import (
     audit_image,
     instants,
     record_admission,
+    record_host,
     record_raw,
     record_rehearsal,
     recover,
@@ -38,7 +39,9 @@ from harness import (
 )
 
 SEED = int(os.environ.get("FENCEPOST_POWERLOSS_SEED", "19"))
-SOAK = os.environ.get("FENCEPOST_SOAK") == "1"
+# ``sampled``: the default run's seeded sample; ``full`` (soak): every instant, more variants, every
+# crash point's durable image recovered.
+SCALES = ["sampled", pytest.param("full", marks=pytest.mark.soak)]
 
 
 def _chosen(recording: Recording, inside: int | None, seed: int, marks_limit: int | None = None) -> list[Instant]:
@@ -93,11 +96,14 @@ def _report(name: str, tally: Tally) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("scale", SCALES)
 @pytest.mark.parametrize("mode", ["wal", "delete"])
-def test_full_loses_no_returned_commit_and_leaves_no_partial_fact(mode: str, shim: Path, tmp_path: Path) -> None:
+def test_full_loses_no_returned_commit_and_leaves_no_partial_fact(mode: str, scale: str, shim: Path,
+                                                                  tmp_path: Path) -> None:
+    full = scale == "full"
     recording = record_rehearsal(shim, tmp_path / "recorded", mode=mode, synchronous="full")
-    tally, problems, _ = _exercise(recording, tmp_path / "cut", inside=None if SOAK else 16,
-                                   variants=6 if SOAK else 1, recoveries=None if SOAK else 2, seed=SEED)
+    tally, problems, _ = _exercise(recording, tmp_path / "cut", inside=None if full else 16,
+                                   variants=6 if full else 1, recoveries=None if full else 2, seed=SEED)
     _report(f"sqlite {mode}/full", tally)
     assert not problems, "\n".join(problems[:20])
     assert tally.recovered >= 2
@@ -105,10 +111,13 @@ def test_full_loses_no_returned_commit_and_leaves_no_partial_fact(mode: str, shi
 
 
 @pytest.mark.slow
-def test_normal_in_wal_may_lose_recent_commits_but_never_a_fact_in_part(shim: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("scale", SCALES)
+def test_normal_in_wal_may_lose_recent_commits_but_never_a_fact_in_part(scale: str, shim: Path,
+                                                                        tmp_path: Path) -> None:
+    full = scale == "full"
     recording = record_rehearsal(shim, tmp_path / "recorded", mode="wal", synchronous="normal")
-    tally, problems, lossy = _exercise(recording, tmp_path / "cut", inside=None if SOAK else 12,
-                                       variants=6 if SOAK else 1, recoveries=None if SOAK else 1, seed=SEED)
+    tally, problems, lossy = _exercise(recording, tmp_path / "cut", inside=None if full else 12,
+                                       variants=6 if full else 1, recoveries=None if full else 1, seed=SEED)
     _report("sqlite wal/normal", tally)
     assert not problems, "\n".join(problems[:20])
     # NORMAL does not sync at COMMIT: the model must really have dropped some returned commits, or this test
@@ -131,13 +140,16 @@ def test_the_harness_reports_a_lost_commit_when_syncs_are_dropped(shim: Path, tm
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["wal", pytest.param("delete", marks=pytest.mark.soak)])
-def test_admission_of_a_128_step_plan_is_whole_or_absent_after_power_loss(mode: str, shim: Path,
+@pytest.mark.parametrize(("mode", "scale"), [("wal", "sampled"), pytest.param("wal", "full", marks=pytest.mark.soak),
+                                             pytest.param("delete", "full", marks=pytest.mark.soak)])
+def test_admission_of_a_128_step_plan_is_whole_or_absent_after_power_loss(mode: str, scale: str, shim: Path,
                                                                          tmp_path: Path) -> None:
+    full = scale == "full"
     recording = record_admission(shim, tmp_path / "recorded", mode=mode, synchronous="full")
-    tally, problems, _ = _exercise(recording, tmp_path / "cut", inside=None if SOAK else 12,
-                                   variants=4 if SOAK else 1, recoveries=None if SOAK else 2, seed=SEED,
-                                   marks_limit=None if SOAK else 12)
+    # Full: every one of the ~520 crash points and every write inside COMMIT; 20 recoveries (each re-admits).
+    tally, problems, _ = _exercise(recording, tmp_path / "cut", inside=None if full else 12,
+                                   variants=2 if full else 1, recoveries=20 if full else 2, seed=SEED,
+                                   marks_limit=None if full else 12)
     _report(f"sqlite {mode}/full, 128-step admission", tally)
     assert not problems, "\n".join(problems[:20])
     assert tally.recovered >= 2
@@ -160,3 +172,20 @@ def test_sqlite_full_in_delete_mode_loses_a_returned_commit_and_extra_does_not(l
         assert any("lost a committed transaction whose COMMIT had returned" in f for f in found), found
     else:
         assert found == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "scale"), [("wal", "sampled"), pytest.param("wal", "full", marks=pytest.mark.soak),
+                                             pytest.param("delete", "full", marks=pytest.mark.soak)])
+def test_an_action_invocation_converges_to_one_charge_after_power_loss(mode: str, scale: str, shim: Path,
+                                                                       tmp_path: Path) -> None:
+    """The host's path (submit, claim, handler, step rows, attempts, checkpoint, settle, finalize) with the
+    provider's fsynced ledger on the same disk: every image holds, and recovery gives ``succeeded`` with
+    exactly one charge."""
+    full = scale == "full"
+    recording = record_host(shim, tmp_path / "recorded", mode=mode, synchronous="full")
+    tally, problems, _ = _exercise(recording, tmp_path / "cut", inside=None if full else 6,
+                                   variants=3 if full else 1, recoveries=None if full else 1, seed=SEED)
+    _report(f"sqlite {mode}/full, action invocation", tally)
+    assert not problems, "\n".join(problems[:20])
+    assert tally.recovered >= 1
