@@ -48,7 +48,7 @@ from helpers.processes import CLI_TIMEOUT, STATE_TIMEOUT, subprocess_env, worker
 SUBJECT = [sys.executable, str(Path(__file__).resolve().parent / "subject.py")]
 DB_FILE = "control.db"
 # The largest transactions of this flow: each Receipt's evidence write (and the Attempt's six Receipts).
-# (Admission: the 128-step plan's one transaction, about 900 rows.)
+# (Admission: the 128-step plan's one transaction, 516 inserts.)
 LARGE = ("rehearsal.receipt", "rehearsal.enqueue", "rehearsal.succeed", "workflow.admit", "host.finalize",
          "host.settle", "raw.insert")
 HOST_SUBJECT = Path(__file__).resolve().parents[1] / "crash" / "host_subject.py"
