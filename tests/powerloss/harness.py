@@ -4,7 +4,10 @@ every image the cut can leave, recover it and compare with the crash-free run.
 ``record_rehearsal`` runs the real CLI and worker (``subject.py``: ``fencepost`` with crash-point markers) over
 the recorder, on a control database migrated beforehand: ``rehearsal create`` of the inventory example,
 ``rehearsal attempt``, and a worker until the Attempt succeeded. That run is the crash-free reference (its
-final live state, summarized as the SIGKILL matrix does).
+final live state, summarized as the SIGKILL matrix does). ``record_admission`` records ``workflow admit`` of a
+128-step plan, ``record_host`` an action invocation through ``tests/crash/host_subject.py`` (its provider's
+ledger on the recorded disk), and ``record_raw`` the standard library's ``sqlite3`` alone at a chosen SQLite
+``PRAGMA synchronous`` level.
 
 ``instants`` picks where the power goes: at every crash point (each side of every COMMIT of every named
 transaction the flow runs) and, for the largest transactions, after each write and sync between a
@@ -127,8 +130,9 @@ def _replayed(root: Path, initial: dict[str, bytes], ops: list[Op]) -> Replay:
 
 
 def record_rehearsal(shim: Path, base: Path, *, mode: str, synchronous: str,
-                     drop_sync: int | None = None) -> Recording:
-    """Record ``rehearsal create``, ``rehearsal attempt`` and a worker running the Attempt to SUCCEEDED.
+                     drop_sync: int | None = None, worker: bool = True) -> Recording:
+    """Record ``rehearsal create``, ``rehearsal attempt`` and (``worker``) a worker running the Attempt to
+    SUCCEEDED.
 
     ``drop_sync`` is the recorder's test-only fault (``recorder.c``). Nothing but the recorded processes
     touches the database while recording (a reader here could checkpoint it behind the recorder's back).
@@ -141,6 +145,20 @@ def record_rehearsal(shim: Path, base: Path, *, mode: str, synchronous: str,
     run_id = str(created["id"])
     enqueued = json.loads(_run(["rehearsal", "attempt", run_id, "--json", "-d", url], env, base))
     attempt_id = str(enqueued["id"])
+    if worker:
+        _work(url, env, base, log)
+    ops = read_log(log)
+    final = CrashDB("sqlite-" + mode, sqlite_url(write_image(_replayed(root, initial, ops).live_files(),
+                                                             base / "final"), mode, synchronous), base / "final-root")
+    try:
+        reference = summarize(final, run_id)
+    finally:
+        final.close()
+    return Recording("rehearsal", mode, synchronous, root, initial, ops, run_id, attempt_id, reference)
+
+
+def _work(url: str, env: dict[str, str], base: Path, log: Path) -> None:
+    """A recorded worker until the Attempt's ``rehearsal.succeed`` returned, then stopped by SIGTERM."""
     worker_log = base / "worker.log"
     args = worker_args(url, base / "work", lease_seconds=LEASE_SECONDS, poll_interval=POLL_SECONDS,
                        batch_size=1, worker_id="recorded")
@@ -154,14 +172,6 @@ def record_rehearsal(shim: Path, base: Path, *, mode: str, synchronous: str,
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    ops = read_log(log)
-    final = CrashDB("sqlite-" + mode, sqlite_url(write_image(_replayed(root, initial, ops).live_files(),
-                                                             base / "final"), mode, synchronous), base / "final-root")
-    try:
-        reference = summarize(final, run_id)
-    finally:
-        final.close()
-    return Recording("rehearsal", mode, synchronous, root, initial, ops, run_id, attempt_id, reference)
 
 
 ADMISSION_STEPS = 128
@@ -232,8 +242,8 @@ conn.execute("PRAGMA synchronous={level}")
 conn.execute("CREATE TABLE IF NOT EXISTS fact (n INTEGER PRIMARY KEY, body TEXT NOT NULL)")
 for n in range(1, {count} + 1):
     conn.execute("BEGIN IMMEDIATE")
-    append_marker(log, "raw.insert:before-commit")
     conn.execute("INSERT INTO fact VALUES (?, ?)", (n, "x" * 3000))
+    append_marker(log, "raw.insert:before-commit")
     conn.execute("COMMIT")
     append_marker(log, "raw.insert:after-commit")
 conn.close()
