@@ -45,6 +45,26 @@ def translate_sqlite_error(error: sqlite3.Error) -> FencepostError:
     return StoreUnavailable(f"SQLite error: {text}")
 
 
+def sqlite_synchronous(journal_mode: str, synchronous: str) -> str:
+    """The ``PRAGMA synchronous`` level that gives fencepost's ``synchronous`` option its promise (ADR 0060).
+
+    Args:
+        journal_mode: ``"wal"`` or ``"delete"``.
+        synchronous: fencepost's option, ``"full"`` or ``"normal"``.
+
+    Returns:
+        ``"EXTRA"`` for ``full`` in DELETE mode, otherwise the option upper-cased. ``full`` promises that a
+        COMMIT that returned survives a power loss. In DELETE mode SQLite's commit point is the unlink of the
+        rollback journal, and SQLite's ``FULL`` does not sync the directory after it: a power cut before the
+        next directory sync brings the journal back and rolls the committed transaction back (found by the
+        power-loss harness, tests/powerloss). SQLite's ``EXTRA`` adds that directory sync. WAL mode's commit
+        point is the synced WAL frame, so ``FULL`` already holds there.
+    """
+    if journal_mode == "delete" and synchronous == "full":
+        return "EXTRA"
+    return synchronous.upper()
+
+
 def _adapt(value: Any) -> Any:
     if isinstance(value, datetime):
         return to_iso(value)
@@ -100,7 +120,8 @@ class SQLiteStore(Store):
     Args:
         path: database file path.
         journal_mode: ``"wal"`` (default) or ``"delete"``.
-        synchronous: ``"full"`` (default) or ``"normal"``.
+        synchronous: ``"full"`` (default) or ``"normal"``; ``full`` in DELETE mode is SQLite's ``EXTRA``
+            (``sqlite_synchronous``).
         busy_timeout_seconds: how long one statement waits on a lock before SQLITE_BUSY (seconds).
         create: when False, a missing file is reported as unmigrated instead of being created.
     """
@@ -134,7 +155,7 @@ class SQLiteStore(Store):
             mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
             if mode.lower() != self.journal_mode:
                 self._set_journal_mode(conn)
-            conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+            conn.execute(f"PRAGMA synchronous = {sqlite_synchronous(self.journal_mode, self.synchronous)}")
             conn.execute("PRAGMA foreign_keys = ON")
         except sqlite3.OperationalError as error:
             if not self.create and "unable to open" in str(error) and not os.path.lexists(self.path):
