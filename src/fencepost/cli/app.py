@@ -53,6 +53,7 @@ from fencepost.cli.workers_cmd import HELP as WORKERS_HELP
 from fencepost.cli.workers_cmd import workers
 from fencepost.cli.workflow_cmds import app as workflow_app
 from fencepost.core.errors import InvalidInput
+from fencepost.delivery.service import delivery_host
 from fencepost.host import Host
 from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
 from fencepost.outbox.worker import INTERRUPT_WAIT_SECONDS, default_worker_id
@@ -124,6 +125,7 @@ def build_worker(store: Store, work_dir: Path, config: WorkerConfig, keep_sandbo
     """A worker with every built-in command kind registered, each with its bounds.
 
     Args:
+        The built-in delivery action (``fencepost.deliver``, ADR 0055) is always served.
         host: a user's action host (``--app``): its ``host.invoke`` invocations are served too, with its
             recovery budget (ADR 0024), and its completion-deadline sweep runs before each claim (N13).
         limits: the disk and memory caps of every rehearsal sandbox (defaults when None). The
@@ -133,6 +135,7 @@ def build_worker(store: Store, work_dir: Path, config: WorkerConfig, keep_sandbo
     registry = HandlerRegistry()
     registry.register(KIND, AttemptHandler(work_dir, keep_sandboxes=keep_sandboxes, limits=limits),
                       time_limit=REHEARSAL_SCENARIO_TIME_LIMIT, max_deliveries=REHEARSAL_MAX_DELIVERIES)
+    delivery_host(store).register(registry)  # the built-in fencepost.deliver action (ADR 0055)
     if host is not None:
         host.register(registry)
     return Worker(store, registry, config, sweeps=host.sweeps() if host is not None else None)
