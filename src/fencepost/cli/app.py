@@ -48,6 +48,7 @@ from fencepost.cli.host_cmds import load_host
 from fencepost.cli.package_cmds import app as package_app
 from fencepost.cli.rehearsal_cmds import app as rehearsal_app
 from fencepost.cli.serve import serve
+from fencepost.cli.target_cmds import app as target_app
 from fencepost.cli.telemetry_opt import TelemetryOpt, attach_telemetry
 from fencepost.cli.workers_cmd import HELP as WORKERS_HELP
 from fencepost.cli.workers_cmd import workers
@@ -71,6 +72,7 @@ app = typer.Typer(
 app.add_typer(check_store_app, name="check-store")
 app.add_typer(rehearsal_app, name="rehearsal")
 app.add_typer(package_app, name="package")
+app.add_typer(target_app, name="target")
 app.add_typer(workflow_app, name="workflow")
 app.add_typer(host_app, name="host")
 app.add_typer(demo_app, name="demo")
