@@ -133,7 +133,8 @@ def test_quarantine_refuses_new_deliveries_at_the_start_barrier(shop: Store, tmp
         service.submit("shop", target="tenant-a")
 
 
-def test_own_transaction_script_is_delivered_unfenced(store: Store, tmp_path: Path) -> None:
+def test_own_transaction_script_is_delivered_unfenced(sqlite_store: Store, tmp_path: Path) -> None:
+    store = sqlite_store
     script = "BEGIN;\nCREATE TABLE ledger_entries (id INTEGER PRIMARY KEY);\nCOMMIT;\n"
     package = write_package(tmp_path, "books", "1.0.0", {"0001_base": "CREATE TABLE books (id INTEGER);\n",
                                                          "0002_own_tx": script})
@@ -156,7 +157,9 @@ def test_own_transaction_script_is_delivered_unfenced(store: Store, tmp_path: Pa
     assert "no rehearsal evidence" in steps["verify"]["comparison"]
 
 
-def test_a_locked_target_is_retried_and_succeeds_once_free(shop: Store, tmp_path: Path) -> None:
+def test_a_locked_target_is_retried_and_succeeds_once_free(sqlite_store: Store, tmp_path: Path) -> None:
+    shop = sqlite_store
+    release(shop, write_package(tmp_path, "shop", "1.0.0", THREE), tmp_path / "work")
     _, path = add_target(shop, tmp_path, "tenant-a")
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sqlite3, sys, time\n"
@@ -174,7 +177,9 @@ def test_a_locked_target_is_retried_and_succeeds_once_free(shop: Store, tmp_path
     assert [r[2] for r in ledger(path)] == list(THREE)
 
 
-def test_a_deleted_target_fails_naming_it_and_is_not_created(shop: Store, tmp_path: Path) -> None:
+def test_a_deleted_target_fails_naming_it_and_is_not_created(sqlite_store: Store, tmp_path: Path) -> None:
+    shop = sqlite_store
+    release(shop, write_package(tmp_path, "shop", "1.0.0", THREE), tmp_path / "work")
     _, path = add_target(shop, tmp_path, "tenant-gone")
     path.unlink()
     view = deliver(shop, "shop", "tenant-gone", tmp_path / "work")
