@@ -68,7 +68,8 @@ def target_file(root: Path, name: str) -> Path:
     return path
 
 
-def add_target(store: Store, root: Path, name: str, labels: Mapping[str, str] | None = None) -> tuple[TargetRecord, Path]:
+def add_target(store: Store, root: Path, name: str,
+               labels: Mapping[str, str] | None = None) -> tuple[TargetRecord, Path]:
     path = target_file(root, name)
     return TargetService(store).add(name, f"sqlite://{path}", labels or {}), path
 
