@@ -138,14 +138,7 @@ def test_own_transaction_script_is_delivered_unfenced(sqlite_store: Store, tmp_p
     script = "BEGIN;\nCREATE TABLE ledger_entries (id INTEGER PRIMARY KEY);\nCOMMIT;\n"
     package = write_package(tmp_path, "books", "1.0.0", {"0001_base": "CREATE TABLE books (id INTEGER);\n",
                                                          "0002_own_tx": script})
-    from fencepost.rehearsal.service import RehearsalService
-
-    run = RehearsalService(store).create_run(package)  # the rehearsal cannot run it inside its transaction
-    RehearsalService(store).enqueue_attempt(run.id)
-    drain(store, tmp_path / "work")
-    catalog = CatalogService(store, release_gate=release_gate)
-    catalog.publish(package, allow_ungated=True)
-    catalog.install("books")
+    release(store, package, tmp_path / "work", attempts=1, ungated=True)  # the rehearsal cannot run it
     _, path = add_target(store, tmp_path, "tenant-b")
     view = deliver(store, "books", "tenant-b", tmp_path / "work")
     assert view.status is InvocationStatus.SUCCEEDED, view.error
