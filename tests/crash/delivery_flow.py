@@ -7,6 +7,8 @@ process with ``FENCEPOST_CRASHPOINT`` armed dies at the window's point, and ``ru
 
 1. the worker died of SIGKILL; right after it, the target holds each migration at most once and its ledger and
    schema agree (a migration's objects exist exactly when its ledger row does: one target transaction);
+   After ``host.handler:after-commit`` (the start barrier committed) the package is quarantined before recovery:
+   a delivery past its barrier goes on;
 2. a fresh worker converges the invocation to ``succeeded`` by recovery (the takeover re-sends the interrupted
    step under the same ``adapter_invocation_id``; the target's ledger answers "already applied");
 3. afterwards every migration is on the target exactly once (three ledger rows, each carrying the id of its
@@ -28,9 +30,11 @@ from crash_harness import CrashDB, Workers, assert_cli_audit_clean, cli, wait_un
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests folder: delivery.kit
 
 from delivery.kit import THREE, drain, ledger, release, schema, target_file, write_package
+from fencepost.catalog.lifecycle import CatalogService
 from fencepost.core.statuses import InvocationStatus
 from fencepost.delivery.service import DeliveryService
 from fencepost.delivery.targets import TargetService
+from fencepost.rehearsal.service import release_gate
 
 MIGRATIONS = tuple(THREE)
 #: Per migration i (its step migrate-00i is the (i + 1)-th step: ``check`` is the first), the target COMMIT and
@@ -42,8 +46,7 @@ _PER_MIGRATION = tuple(point for i, mid in enumerate(MIGRATIONS, start=2) for po
 FULL = (*_PER_MIGRATION, "host.handler:before-commit", "host.handler:after-commit", "host.finalize:before-commit",
         "host.finalize:after-commit")
 #: The default run's sample (SQLite WAL/FULL).
-SAMPLED = ("delivery.target:0002_orders:before-commit", "delivery.target:0002_orders:after-commit",
-           "host.handler:after-commit")
+SAMPLED = ("delivery.target:0002_orders:after-commit", "host.handler:after-commit")
 #: The CLI transactions of targets.
 TARGET_POINTS = ("target.add:before-commit", "target.add:after-commit", "target.remove:before-commit",
                  "target.remove:after-commit")
@@ -83,6 +86,8 @@ def run_delivery_flow(db: CrashDB, point: str, reference: list[Any]) -> None:
         crashed = workers.start("crash", crash=point)
         crashed.wait_killed()
         agree(path, THREE)
+        if point == "host.handler:after-commit":  # past its start barrier: a quarantine no longer stops it
+            CatalogService(db.store, release_gate=release_gate).quarantine("shop", "opened after the barrier")
         workers.start("recover")
         wait_until(lambda: _status(db, invocation_id).terminal, 60, what="the delivery to settle")
     finally:

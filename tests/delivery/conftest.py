@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fencepost.store.base import Store
-from helpers.store_backends import store_backend
+from helpers.store_backends import BackendUnreachable, selected_backends, store_backend
 
 
 @pytest.fixture
@@ -17,3 +17,16 @@ def sqlite_store(tmp_path: Path) -> Iterator[Store]:
     """A migrated SQLite (WAL) control store in ``tmp_path``."""
     with store_backend("sqlite-wal", tmp_path) as backend:
         yield backend.migrated()
+
+
+@pytest.fixture(params=["sqlite-wal", "postgres"])
+def control(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A migrated control store of each backend kind (SQLite WAL and PostgreSQL; SQLite's DELETE journal changes
+    nothing a delivery does to the control store), skipped when ``FENCEPOST_TEST_BACKENDS`` excludes it."""
+    if request.param not in selected_backends():
+        pytest.skip(f"{request.param} excluded by FENCEPOST_TEST_BACKENDS")
+    try:
+        with store_backend(request.param, tmp_path) as backend:
+            yield backend.migrated()
+    except BackendUnreachable as error:
+        pytest.fail(str(error), pytrace=False)

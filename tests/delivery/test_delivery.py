@@ -1,4 +1,5 @@
-"""Delivering a published package to SQLite targets through the action host, on both control-store backends:
+"""Delivering a published package to SQLite targets through the action host, on both control-store backends
+(SQLite WAL and PostgreSQL; target-only tests on SQLite):
 exactly once per migration (the target's ledger), drift refused with the target unchanged, guards at the start
 barrier, an own-transaction script delivered unfenced, a locked target retried until free, a deleted target
 failing by name (ADRs 0055, 0056, 0058)."""
@@ -27,9 +28,9 @@ def _checksum(sql: str) -> str:
 
 
 @pytest.fixture
-def shop(store: Store, tmp_path: Path) -> Store:
-    release(store, write_package(tmp_path, "shop", "1.0.0", THREE), tmp_path / "work")
-    return store
+def shop(control: Store, tmp_path: Path) -> Store:
+    release(control, write_package(tmp_path, "shop", "1.0.0", THREE), tmp_path / "work", attempts=1)
+    return control
 
 
 def test_fresh_delivery_applies_each_migration_once_and_matches_the_rehearsal(shop: Store, tmp_path: Path) -> None:
@@ -152,7 +153,7 @@ def test_own_transaction_script_is_delivered_unfenced(sqlite_store: Store, tmp_p
 
 def test_a_locked_target_is_retried_and_succeeds_once_free(sqlite_store: Store, tmp_path: Path) -> None:
     shop = sqlite_store
-    release(shop, write_package(tmp_path, "shop", "1.0.0", THREE), tmp_path / "work")
+    release(shop, write_package(tmp_path, "shop", "1.0.0", THREE), tmp_path / "work", attempts=1)
     _, path = add_target(shop, tmp_path, "tenant-a")
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sqlite3, sys, time\n"
@@ -172,7 +173,7 @@ def test_a_locked_target_is_retried_and_succeeds_once_free(sqlite_store: Store, 
 
 def test_a_deleted_target_fails_naming_it_and_is_not_created(sqlite_store: Store, tmp_path: Path) -> None:
     shop = sqlite_store
-    release(shop, write_package(tmp_path, "shop", "1.0.0", THREE), tmp_path / "work")
+    release(shop, write_package(tmp_path, "shop", "1.0.0", THREE), tmp_path / "work", attempts=1)
     _, path = add_target(shop, tmp_path, "tenant-gone")
     path.unlink()
     view = deliver(shop, "shop", "tenant-gone", tmp_path / "work")
