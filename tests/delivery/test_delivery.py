@@ -98,6 +98,29 @@ def test_drift_same_migration_other_checksum_is_refused_and_the_target_unchanged
     assert [s.name for s in view.steps] == ["check"]  # no migration step ever ran
 
 
+def test_a_fixed_target_is_delivered_again_with_redeliver(shop: Store, tmp_path: Path) -> None:
+    import sqlite3
+
+    _, path = add_target(shop, tmp_path, "tenant-a")
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE stray (x)")
+    failed = deliver(shop, "shop", "tenant-a", tmp_path / "work")
+    assert failed.status is InvocationStatus.FAILED
+    service = DeliveryService(shop)
+    assert [v.id for _, v in service.submit("shop", target="tenant-a").deliveries] == [failed.id]
+    with sqlite3.connect(path) as conn:  # the operator fixes the target
+        conn.execute("DROP TABLE stray")
+    (_, again), = service.submit("shop", target="tenant-a", redeliver=True).deliveries
+    assert again.id != failed.id
+    assert [v.id for _, v in service.submit("shop", target="tenant-a", redeliver=True).deliveries] == [again.id]
+    drain(shop, tmp_path / "work")
+    assert service.host.get(again.id).status is InvocationStatus.SUCCEEDED
+    assert [r[2] for r in ledger(path)] == list(THREE)
+    assert [v.id for _, v in service.submit("shop", target="tenant-a").deliveries] == [again.id]
+    (newest,) = service.deliveries("shop")
+    assert (newest["invocation_id"], newest["status"]) == (again.id, "succeeded")
+
+
 def test_tables_without_ledger_rows_and_a_target_ahead_are_drift(shop: Store, tmp_path: Path) -> None:
     import sqlite3
 

@@ -96,14 +96,18 @@ def install(name: NameArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = 
             target: TargetOpt = None, targets: TargetsOpt = None,
             wait: Annotated[bool, typer.Option("--wait", help="Wait for every delivery's verdict (a line per "
                                                               "target and an overall progress bar).")] = False,
-            wait_timeout: Annotated[float, typer.Option(help="Seconds --wait waits at most.")] = 600.0) -> None:
+            wait_timeout: Annotated[float, typer.Option(help="Seconds --wait waits at most.")] = 600.0,
+            redeliver: Annotated[bool, typer.Option("--redeliver", help="Deliver again to targets whose newest "
+                                                                        "delivery of this version failed (after "
+                                                                        "fixing them).")] = False) -> None:
     """Install (activate) the head publication, or a given version, of a package.
 
     With --target NAME (or --targets key=value for a fleet) the installation is also delivered: one
     fencepost.deliver invocation per target, run by `fencepost worker`; the same command again returns the
-    existing invocations. Exit 0: installed and submitted (with --wait: every delivery succeeded); 1: with
-    --wait, a delivery failed, needs reconciliation or had no verdict in time; 2: bad input, no such target;
-    6: a guard refuses (quarantine, disposition, no rehearsal evidence)."""
+    existing invocations; --redeliver starts a new one where the newest failed. Exit 0: installed and
+    submitted (with --wait: every delivery succeeded); 1: with --wait, a delivery failed, needs reconciliation
+    or had no verdict in time; 2: bad input, no such target; 6: a guard refuses (quarantine, disposition, no
+    rehearsal evidence)."""
     with opened(database) as store, handled():
         inst = CatalogService(store, release_gate=release_gate).install(name, version)
         if target is None and not targets:
@@ -112,7 +116,7 @@ def install(name: NameArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = 
             return
         service = DeliveryService(store)
         selector = parse_labels(targets) if targets else None
-        submitted = service.submit(name, target=target, selector=selector)
+        submitted = service.submit(name, target=target, selector=selector, redeliver=redeliver)
         ids = [(t.name, v.id) for t, v in submitted.deliveries]
         if not json:
             typer.echo(f"installed {name} {submitted.lock.publication.version}: {len(ids)} deliver"

@@ -29,6 +29,24 @@ def idempotency_key(package: str, version: str, target: TargetRecord) -> str:
     return f"deliver:{package}:{version}:{target.id}"
 
 
+def _current_key(tx: UnitOfWork, package: str, version: str, target: TargetRecord,
+                 redeliver: bool) -> str:
+    """The key of the delivery a command means: the first key, or, after a ``failed`` one that was delivered
+    again, ``<key>:after:<failed invocation id>`` (a chain; each link is fixed by the one before, so repeating a
+    redeliver command returns the same invocation). ``redeliver`` starts a new link after a ``failed`` newest."""
+    key = idempotency_key(package, version, target)
+    while True:
+        found = tx.host.find_invocation(tenant_id="default", space_id="default", action_id=ACTION_ID,
+                                        idempotency_key=key)
+        if found is None or found.status is not InvocationStatus.FAILED:
+            return key
+        following = f"{idempotency_key(package, version, target)}:after:{found.id}"
+        if not redeliver and tx.host.find_invocation(tenant_id="default", space_id="default", action_id=ACTION_ID,
+                                                     idempotency_key=following) is None:
+            return key
+        key = following
+
+
 def _params(lock: PublishedLock, target: TargetRecord) -> dict[str, Any]:
     pub = lock.publication
     return {"package": pub.package_name, "version": pub.version, "publication_id": pub.id,
@@ -58,11 +76,13 @@ class DeliveryService:
         self.host = host or delivery_host(store)
 
     def submit(self, package: str, *, target: str | None = None, selector: Mapping[str, str] | None = None,
-               actor: str = "cli") -> Submitted:
+               actor: str = "cli", redeliver: bool = False) -> Submitted:
         """Submit one dispatched ``fencepost.deliver`` invocation per target for the installed version.
 
         Args:
             target: one target by name; or ``selector``: every live target carrying those labels.
+            redeliver: deliver again to a target whose newest delivery of this version ``failed`` (after the
+                target was fixed): a new invocation under the next key of the chain (``_current_key``).
         Returns:
             the invocations (existing ones for a repeated command: same key, same params).
         Raises:
@@ -100,8 +120,9 @@ class DeliveryService:
 
         lock, chosen = self.store.read(read)
         version = lock.publication.version
-        views = [(t, self.host.submit(ACTION_ID, _params(lock, t), actor=actor, mode=Dispatch(),
-                                      idempotency_key=idempotency_key(package, version, t))) for t in chosen]
+        keys = self.store.read(lambda tx: [_current_key(tx, package, version, t, redeliver) for t in chosen])
+        views = [(t, self.host.submit(ACTION_ID, _params(lock, t), actor=actor, mode=Dispatch(), idempotency_key=key))
+                 for t, key in zip(chosen, keys, strict=True)]
         return Submitted(lock, views)
 
     def deliveries(self, package: str) -> list[dict[str, Any]]:
@@ -115,8 +136,10 @@ class DeliveryService:
             raise NotFound(f"{package} has never been published")
         records = self.host.list(limit=10000)
         mine = [v for v in records if v.action_id == ACTION_ID and v.params.get("package") == package]
+        # A redelivery's key names the failed invocation it follows: that one is never the newest.
+        followed = {v.idempotency_key.rsplit(":after:", 1)[1] for v in mine if ":after:" in v.idempotency_key}
         newest: dict[str, InvocationView] = {}
-        for view in sorted(mine, key=lambda v: (v.created_at, v.id)):
+        for view in sorted((v for v in mine if v.id not in followed), key=lambda v: (v.created_at, v.id)):
             newest[v_target(view)] = view
         newest = {key: self.host.get(view.id) for key, view in newest.items()}  # with their steps
         queue = {e.invocation["id"]: e.as_json() for e in self.host.reconciliation_queue(limit=1000)}
