@@ -33,7 +33,7 @@ def test_targets_over_http(api: Api) -> None:
 
 
 def test_package_deliveries_over_http(api: Api) -> None:
-    release(api.store, write_package(api.work_dir, "shop", "1.0.0", THREE), api.work_dir / "work", attempts=1)
+    release(api.store, write_package(api.work_dir, "shop", "1.0.0", THREE), api.work_dir / "work")
     add_target(api.store, api.work_dir, "tenant-a")
     view = deliver(api.store, "shop", "tenant-a", api.work_dir / "work")
     assert view.status is InvocationStatus.SUCCEEDED, view.error

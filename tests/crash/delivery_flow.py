@@ -57,7 +57,7 @@ def prepare(db: CrashDB, package_sql: dict[str, str] | None = None, *, ungated: 
     """Release the package, add target ``tenant-a`` and submit its delivery; returns (invocation id, file)."""
     store = db.store
     release(store, write_package(db.root, "shop", "1.0.0", package_sql or THREE), db.root / "setup-work",
-            attempts=1, ungated=ungated)
+            ungated=ungated)
     path = target_file(db.root, "tenant-a")
     TargetService(store).add("tenant-a", f"sqlite://{path}")
     (_, view), = DeliveryService(store).submit("shop", target="tenant-a").deliveries

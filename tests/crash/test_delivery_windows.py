@@ -72,7 +72,7 @@ UNFENCED = {"0001_base": "CREATE TABLE books (id INTEGER);\n",
 def test_an_interrupted_unfenced_migration_needs_reconciliation_and_never_runs_twice(tmp_path: Path) -> None:
     require_backend("sqlite-wal")
     with crash_db("sqlite-wal", tmp_path) as db:
-        invocation_id, path = prepare(db, UNFENCED, ungated=True)
+        invocation_id, path = prepare(db, UNFENCED)
         workers = Workers(db)
         try:
             workers.start("crash", crash="delivery.target:0002_own_tx:after-intent").wait_killed()

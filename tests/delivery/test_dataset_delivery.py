@@ -40,8 +40,9 @@ def _package(root: Path, version: str, ids: list[str], previous: str | None) -> 
         head += f'previous_version = "{previous}"\nprevious_through = "{THROUGH}"\n'
     head += '\n[verify]\nvolatile_columns = ["created_at", "updated_at"]\n'
     (package / "fencepost-package.toml").write_text(head, encoding="utf-8")
-    for mid in ids:
-        shutil.copytree(_migrations() / mid, package / "migrations" / mid)
+    for mid in ids:  # up files only: delivery applies ups, and this history's downs have real defects that the
+        (package / "migrations" / mid).mkdir()  # rehearsal's uninstall scenario reports (tests/integration)
+        shutil.copyfile(_migrations() / mid / "up.sql", package / "migrations" / mid / "up.sql")
     return package
 
 
@@ -55,13 +56,13 @@ def test_chirpstack_fresh_and_upgrade_deliveries_match_the_rehearsal(sqlite_stor
     ids = sorted(p.name for p in _migrations().iterdir())
     assert len(ids) == 14
     old_ids = ids[: ids.index(THROUGH) + 1]
-    release(store, _package(tmp_path, "4.11.0", old_ids, None), work, attempts=1)
+    release(store, _package(tmp_path, "4.11.0", old_ids, None), work)
     _, upgraded = add_target(store, tmp_path, "tenant-upgraded")
     first = deliver(store, "chirpstack", "tenant-upgraded", work)
     assert first.status is InvocationStatus.SUCCEEDED, first.error
     assert [r[2] for r in ledger(upgraded)] == old_ids
 
-    release(store, _package(tmp_path, "4.14.0", ids, "4.11.0"), work, attempts=1)
+    release(store, _package(tmp_path, "4.14.0", ids, "4.11.0"), work)
     lock = store.read(lambda tx: published_lock(tx, "chirpstack", "4.14.0"))
     assert lock.rehearsal["fresh"] is not None and lock.rehearsal["upgrade"] is not None
     _, fresh = add_target(store, tmp_path, "tenant-fresh")

@@ -29,7 +29,7 @@ def _checksum(sql: str) -> str:
 
 @pytest.fixture
 def shop(control: Store, tmp_path: Path) -> Store:
-    release(control, write_package(tmp_path, "shop", "1.0.0", THREE), tmp_path / "work", attempts=1)
+    release(control, write_package(tmp_path, "shop", "1.0.0", THREE), tmp_path / "work")
     return control
 
 
@@ -162,7 +162,7 @@ def test_own_transaction_script_is_delivered_unfenced(sqlite_store: Store, tmp_p
     script = "BEGIN;\nCREATE TABLE ledger_entries (id INTEGER PRIMARY KEY);\nCOMMIT;\n"
     package = write_package(tmp_path, "books", "1.0.0", {"0001_base": "CREATE TABLE books (id INTEGER);\n",
                                                          "0002_own_tx": script})
-    release(store, package, tmp_path / "work", attempts=1, ungated=True)  # the rehearsal cannot run it
+    release(store, package, tmp_path / "work")  # the rehearsal runs it as written (ADR 0061)
     _, path = add_target(store, tmp_path, "tenant-b")
     view = deliver(store, "books", "tenant-b", tmp_path / "work")
     assert view.status is InvocationStatus.SUCCEEDED, view.error
@@ -171,12 +171,12 @@ def test_own_transaction_script_is_delivered_unfenced(sqlite_store: Store, tmp_p
     assert [r[2:] for r in ledger(path)] == [("0001_base", _checksum("CREATE TABLE books (id INTEGER);\n"), "applied"),
                                              ("0002_own_tx", _checksum(script), "applied")]
     assert {n for _, n, _ in schema(path)} == {"books", "ledger_entries"}
-    assert "no rehearsal evidence" in steps["verify"]["comparison"]
+    assert steps["verify"]["comparison"] == "matches rehearsal"
 
 
 def test_a_locked_target_is_retried_and_succeeds_once_free(sqlite_store: Store, tmp_path: Path) -> None:
     shop = sqlite_store
-    release(shop, write_package(tmp_path, "shop", "1.0.0", THREE), tmp_path / "work", attempts=1)
+    release(shop, write_package(tmp_path, "shop", "1.0.0", THREE), tmp_path / "work")
     _, path = add_target(shop, tmp_path, "tenant-a")
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sqlite3, sys, time\n"
@@ -196,7 +196,7 @@ def test_a_locked_target_is_retried_and_succeeds_once_free(sqlite_store: Store, 
 
 def test_a_deleted_target_fails_naming_it_and_is_not_created(sqlite_store: Store, tmp_path: Path) -> None:
     shop = sqlite_store
-    release(shop, write_package(tmp_path, "shop", "1.0.0", THREE), tmp_path / "work", attempts=1)
+    release(shop, write_package(tmp_path, "shop", "1.0.0", THREE), tmp_path / "work")
     _, path = add_target(shop, tmp_path, "tenant-gone")
     path.unlink()
     view = deliver(shop, "shop", "tenant-gone", tmp_path / "work")

@@ -18,7 +18,7 @@ def test_install_to_a_target_waits_for_the_verdict_and_deliveries_show_it(tmp_pa
     url = f"sqlite:///{tmp_path / 'control.db'}"
     store = open_store(url, create=True)
     store.migrate()
-    release(store, write_package(tmp_path, "shop", "1.0.0", THREE), tmp_path / "work", attempts=1)
+    release(store, write_package(tmp_path, "shop", "1.0.0", THREE), tmp_path / "work")
     path = target_file(tmp_path, "tenant-a")
     runner = CliRunner()
     assert runner.invoke(cli, ["target", "add", "tenant-a", f"sqlite://{path}", "--label", "env=prod",

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from fencepost.catalog.manifest import PackageSpec, package_from_run
+from fencepost.catalog.script_control import manages_own_transaction
 from fencepost.core.canonical import parse_json
 from fencepost.core.errors import NotAllowed, NotFound
 from fencepost.core.fingerprint import sha256_bytes
 from fencepost.core.statuses import AttemptStatus
-from fencepost.delivery.scripts import manages_own_transaction
 from fencepost.store.ports import UnitOfWork
 from fencepost.store.records import RunRecord
 from fencepost.store.workflow_records import PublicationRecord

@@ -25,8 +25,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+from fencepost.catalog.script_control import split_statements
 from fencepost.core.crashpoints import crashpoint
-from fencepost.delivery.scripts import split_statements
 from fencepost.rehearsal.sandbox import LEDGER as REHEARSAL_LEDGER
 from fencepost.rehearsal.sandbox import schema_summary
 
@@ -182,7 +182,7 @@ def apply_fenced(conn: sqlite3.Connection, name: str, *, package: str, version: 
         if found is not None:
             conn.execute("ROLLBACK")
             return Applied(False, found)
-        for statement in split_statements(sql):
+        for _, statement in split_statements(sql):
             try:
                 conn.execute(statement)
             except sqlite3.Error as error:
