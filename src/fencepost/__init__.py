@@ -12,7 +12,7 @@ level  packages                                  owns
 3      catalog, outbox                           package format, publication lifecycle; fenced command outbox
 4      evidence, events, host, workflows         sealed evidence, comparison, gate; the event relay; the action
                                                  host; admission
-5      rehearsal                                 the plugin delivery rehearsal
+5      rehearsal, delivery                       the plugin delivery rehearsal; delivery to target databases
 6      api, demo, ui, testing                    HTTP API, demos, operator page; the store contract suite
 7      cli                                       the command line
 =====  ========================================  ===========================================================
@@ -27,4 +27,4 @@ __all__ = ["LAYERS", "WITHHELD", "ErrorSource", "ErrorTextContext", "FencepostEr
 
 #: Package -> layer level; imports may only point to the same or a lower level.
 LAYERS = {"core": 1, "store": 2, "catalog": 3, "outbox": 3, "evidence": 4, "events": 4, "host": 4, "workflows": 4,
-          "rehearsal": 5, "api": 6, "demo": 6, "ui": 6, "testing": 6, "cli": 7}
+          "rehearsal": 5, "delivery": 5, "api": 6, "demo": 6, "ui": 6, "testing": 6, "cli": 7}

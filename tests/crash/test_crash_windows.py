@@ -22,6 +22,7 @@ import pytest
 from crash_flows import NOT_COVERED, WINDOWS, References, Window, drain, require_backend, run_flow, window_matrix
 from crash_harness import Workers, cli, crash_db
 from deliver_flow import WINDOWS as DELIVER_WINDOWS
+from delivery_flow import DELIVERY_POINTS
 from governance_flow import POINTS as GOVERNANCE_POINTS
 from host_flow import POINTS as HOST_POINTS
 from package_flows import WINDOWS as PACKAGE_WINDOWS
@@ -103,6 +104,7 @@ def crash_window_points() -> dict[str, tuple[str, ...]]:
         "tests/crash/test_fallback_windows.py": tuple(w.point for w in FALLBACK_WINDOWS),
         "tests/crash/test_completion_windows.py": tuple(w.point for w in COMPLETION_WINDOWS),
         "tests/crash/test_resolve_windows.py": RESOLVE_WINDOWS,
+        "tests/crash/delivery_flow.py": DELIVERY_POINTS,
     }
 
 

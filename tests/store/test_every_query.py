@@ -27,6 +27,7 @@ from fencepost.rehearsal.audit import audit
 from fencepost.rehearsal.handler import KIND, AttemptHandler
 from fencepost.rehearsal.service import RehearsalService, release_gate
 from fencepost.store.base import Store
+from fencepost.store.delivery_records import DeliveryStartRecord
 from fencepost.store.faults import FaultInjectingStore
 from fencepost.store.host_records import InvocationVerdict, NewGovernanceRecord, NewResolution, VerdictHeld
 from fencepost.store.sql.executor import Executor, Result
@@ -254,6 +255,24 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
     isolation_rows = FencepostAdapterRows(store)
     assert run_tenant_isolation_checks(TenantIsolationSubject(isolation_rows, "probe-tenant")).passed
     isolation_rows.retire()
+    # Delivery targets and starts (migration 0009, ADRs 0055, 0056).
+    added = store.transact(lambda tx: tx.delivery.insert_target(target_id="tgt-every-query", name="eq",
+                                                                url="sqlite:///tmp/eq.db", labels={"env": "x"}))
+    assert added is not None and store.transact(lambda tx: tx.delivery.insert_target(
+        target_id="tgt-dup", name="eq", url="sqlite:///tmp/eq.db", labels={})) is None
+    assert store.read(lambda tx: tx.delivery.get_live_target("eq")) == added
+    assert [t.id for t in store.read(lambda tx: tx.delivery.list_live_targets())] == ["tgt-every-query"]
+    start = DeliveryStartRecord(invocation_id="inv-every-query-delivery", package_name="inventory", version="1",
+                                publication_id="pub-x", installation_id="ins-x", lock_digest="sha256:x",
+                                target_id="tgt-every-query", started_at=datetime.now(UTC))
+    assert store.transact(lambda tx: tx.delivery.insert_delivery_start(start))
+    assert not store.transact(lambda tx: tx.delivery.insert_delivery_start(start))
+    stored_start = store.read(lambda tx: tx.delivery.get_delivery_start(start.invocation_id))
+    assert stored_start is not None and stored_start.target_id == "tgt-every-query"
+    assert len(store.read(lambda tx: tx.delivery.list_delivery_starts("inventory"))) == 1
+    removed = store.transact(lambda tx: tx.delivery.remove_target("eq"))
+    assert removed is not None and removed.removed_at is not None
+    assert store.read(lambda tx: tx.delivery.get_target("tgt-every-query")) == removed
     store.read(lambda tx: tx.run("store_now", {"now": tx.now()}))  # type: ignore[attr-defined]
 
 

@@ -21,6 +21,7 @@ from fencepost.api.access_log import AccessLog
 from fencepost.api.archive import MAX_EXTRACTED_BYTES
 from fencepost.api.completions import SECURITY_SCHEME, CompletionProvider, completions, providers_of
 from fencepost.api.context import ApiContext
+from fencepost.api.delivery_routes import delivery
 from fencepost.api.host_invocations import host_invocations
 from fencepost.api.routes import events, health, router, workers
 from fencepost.host import Host
@@ -202,6 +203,7 @@ def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed
     app.include_router(events)
     app.include_router(completions)
     app.include_router(host_invocations)
+    app.include_router(delivery)
     if metrics is not None:
         from fencepost.api.metrics import metrics as metrics_router
 

@@ -48,11 +48,13 @@ from fencepost.cli.host_cmds import load_host
 from fencepost.cli.package_cmds import app as package_app
 from fencepost.cli.rehearsal_cmds import app as rehearsal_app
 from fencepost.cli.serve import serve
+from fencepost.cli.target_cmds import app as target_app
 from fencepost.cli.telemetry_opt import TelemetryOpt, attach_telemetry
 from fencepost.cli.workers_cmd import HELP as WORKERS_HELP
 from fencepost.cli.workers_cmd import workers
 from fencepost.cli.workflow_cmds import app as workflow_app
 from fencepost.core.errors import InvalidInput
+from fencepost.delivery.service import delivery_host
 from fencepost.host import Host
 from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
 from fencepost.outbox.worker import INTERRUPT_WAIT_SECONDS, default_worker_id
@@ -70,6 +72,7 @@ app = typer.Typer(
 app.add_typer(check_store_app, name="check-store")
 app.add_typer(rehearsal_app, name="rehearsal")
 app.add_typer(package_app, name="package")
+app.add_typer(target_app, name="target")
 app.add_typer(workflow_app, name="workflow")
 app.add_typer(host_app, name="host")
 app.add_typer(demo_app, name="demo")
@@ -124,6 +127,7 @@ def build_worker(store: Store, work_dir: Path, config: WorkerConfig, keep_sandbo
     """A worker with every built-in command kind registered, each with its bounds.
 
     Args:
+        The built-in delivery action (``fencepost.deliver``, ADR 0055) is always served.
         host: a user's action host (``--app``): its ``host.invoke`` invocations are served too, with its
             recovery budget (ADR 0024), and its completion-deadline sweep runs before each claim (N13).
         limits: the disk and memory caps of every rehearsal sandbox (defaults when None). The
@@ -133,6 +137,7 @@ def build_worker(store: Store, work_dir: Path, config: WorkerConfig, keep_sandbo
     registry = HandlerRegistry()
     registry.register(KIND, AttemptHandler(work_dir, keep_sandboxes=keep_sandboxes, limits=limits),
                       time_limit=REHEARSAL_SCENARIO_TIME_LIMIT, max_deliveries=REHEARSAL_MAX_DELIVERIES)
+    delivery_host(store).register(registry)  # the built-in fencepost.deliver action (ADR 0055)
     if host is not None:
         host.register(registry)
     return Worker(store, registry, config, sweeps=host.sweeps() if host is not None else None)

@@ -1,13 +1,22 @@
-"""``fencepost package ...``: publish, withdraw, install, disable/enable, quarantine, show."""
+"""``fencepost package ...``: publish, withdraw, install (and deliver to targets, ADR 0055), deliveries,
+disable/enable, quarantine, show."""
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fencepost.catalog.lifecycle import CatalogService, PackageState
+from fencepost.cli import render
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
+from fencepost.core.statuses import InvocationStatus
+from fencepost.delivery.service import DeliveryService
+from fencepost.delivery.targets import parse_labels
+from fencepost.host import InvocationView
 from fencepost.rehearsal.service import release_gate
 from fencepost.rehearsal.views import iso
 from fencepost.store.url import DEFAULT_URL
@@ -76,15 +85,127 @@ def withdraw(name: NameArg, version: Annotated[str, typer.Argument(help="Version
     emit(json, publication_view(pub), lambda: typer.echo(f"withdrawn: {name} {version}"))
 
 
+TargetOpt = Annotated[str | None, typer.Option("--target", help="Deliver the installation to this target.")]
+TargetsOpt = Annotated[list[str] | None, typer.Option(
+    "--targets", metavar="KEY=VALUE", help="Deliver to every live target carrying this label (repeatable: all).")]
+
+
 @app.command()
 def install(name: NameArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False,
-            version: Annotated[str | None, typer.Option(help="Install this version instead of the head.")] = None
-            ) -> None:
-    """Install (activate) the head publication, or a given version, of a package."""
+            version: Annotated[str | None, typer.Option(help="Install this version instead of the head.")] = None,
+            target: TargetOpt = None, targets: TargetsOpt = None,
+            wait: Annotated[bool, typer.Option("--wait", help="Wait for every delivery's verdict (a line per "
+                                                              "target and an overall progress bar).")] = False,
+            wait_timeout: Annotated[float, typer.Option(help="Seconds --wait waits at most.")] = 600.0,
+            redeliver: Annotated[bool, typer.Option("--redeliver", help="Deliver again to targets whose newest "
+                                                                        "delivery of this version failed (after "
+                                                                        "fixing them).")] = False) -> None:
+    """Install (activate) the head publication, or a given version, of a package.
+
+    With --target NAME (or --targets key=value for a fleet) the installation is also delivered: one
+    fencepost.deliver invocation per target, run by `fencepost worker`; the same command again returns the
+    existing invocations; --redeliver starts a new one where the newest failed. Exit 0: installed and
+    submitted (with --wait: every delivery succeeded); 1: with --wait, a delivery failed, needs reconciliation
+    or had no verdict in time; 2: bad input, no such target; 6: a guard refuses (quarantine, disposition, no
+    rehearsal evidence)."""
     with opened(database) as store, handled():
         inst = CatalogService(store, release_gate=release_gate).install(name, version)
-    emit(json, installation_view(inst), lambda: typer.echo(
-        f"installed {name}: installation {inst.id} at {inst.publication_id} (lock {inst.lock_digest[:23]}...)"))
+        if target is None and not targets:
+            emit(json, installation_view(inst), lambda: typer.echo(
+                f"installed {name}: installation {inst.id} at {inst.publication_id} (lock {inst.lock_digest[:23]}...)"))
+            return
+        service = DeliveryService(store)
+        selector = parse_labels(targets) if targets else None
+        submitted = service.submit(name, target=target, selector=selector, redeliver=redeliver)
+        ids = [(t.name, v.id) for t, v in submitted.deliveries]
+        if not json:
+            typer.echo(f"installed {name} {submitted.lock.publication.version}: {len(ids)} deliver"
+                       f"{'y' if len(ids) == 1 else 'ies'} submitted")
+        views = wait_for(service, ids, wait_timeout, quiet=json) if wait else [v for _, v in submitted.deliveries]
+    data = {"installation": installation_view(inst), "deliveries": [
+        {"target": t, "invocation_id": v.id, "status": str(v.status), "error": v.error}
+        for (t, _), v in zip(ids, views, strict=True)]}
+
+    def text() -> None:
+        if not wait:
+            for (t, _), v in zip(ids, views, strict=True):
+                typer.echo(f"  {t:<24} {v.id}  {v.status} (a `fencepost worker` runs it)")
+
+    emit(json, data, text)
+    if wait and any(v.status is not InvocationStatus.SUCCEEDED for v in views):
+        raise typer.Exit(1)
+
+
+def wait_for(service: DeliveryService, ids: list[tuple[str, str]], timeout: float, *,
+             quiet: bool) -> list[InvocationView]:
+    """Poll the deliveries ``ids`` (target, invocation id) until each has a verdict or ``timeout`` seconds pass;
+    print a line per target as it settles and an overall progress bar (unless ``quiet``)."""
+    deadline = time.monotonic() + timeout
+    views = {i: service.host.get(i) for _, i in ids}
+    shown: set[str] = set()
+    with Progress(TextColumn("delivering"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=render.console, disable=quiet, transient=True) as progress:
+        overall = progress.add_task("all", total=len(ids))
+        while True:
+            for target, invocation_id in ids:
+                view = views[invocation_id] = service.host.get(invocation_id)
+                if view.status.terminal and invocation_id not in shown:
+                    shown.add(invocation_id)
+                    progress.advance(overall)
+                    if not quiet:
+                        progress.console.print(delivery_line(target, view))
+            if len(shown) == len(ids) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    if not quiet:
+        for target, invocation_id in ids:
+            if invocation_id not in shown:
+                render.console.print(f"  {target:<24} {views[invocation_id].status}: no verdict within {timeout:g} s "
+                                     "(is a `fencepost worker` running?)")
+    return [views[i] for _, i in ids]
+
+
+def delivery_line(target: str, view: InvocationView) -> str:
+    """``  tenant-a  succeeded  matches rehearsal`` (or the error)."""
+    detail = view.error or ""
+    result = view.result if isinstance(view.result, dict) else {}
+    verify = (result.get("steps") or {}).get("verify") if result else None
+    if view.status is InvocationStatus.SUCCEEDED and isinstance(verify, dict):
+        applied = sum(1 for k, v in (result.get("steps") or {}).items()
+                      if k.startswith("migrate-") and isinstance(v, dict) and v.get("applied"))
+        detail = f"{applied} migration(s) applied; {verify.get('comparison')}"
+    return f"  {target:<24} {view.status}  {escape(detail)}"
+
+
+@app.command()
+def deliveries(name: NameArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
+    """Per target: the newest delivery of a package, its version and verdict, its steps with the target's ledger
+    rows, the evidence compared with the rehearsal, and the reconciliation queue entry when it needs one."""
+    with opened(database) as store, handled():
+        view = DeliveryService(store).deliveries(name)
+
+    def text() -> None:
+        if not view:
+            typer.echo(f"{name}: no delivery")
+        for d in view:
+            gone = " (target removed)" if d["target_removed"] else ""
+            typer.echo(f"{d['target']}{gone}: {name} {d['version']}  {d['status']}  {d['invocation_id']}")
+            if d["error"]:
+                typer.echo(f"  error: {d['error']}")
+            for step in d["steps"]:
+                ledger = step["ledger"]
+                row = (f"  ledger {ledger['migration']} {ledger['state']} {ledger['checksum'][:19]}... "
+                       f"{ledger['applied_at']} by {ledger['adapter_invocation_id']}") if ledger else ""
+                what = f" {step['migration']}" if step["migration"] else ""
+                applied = "" if step["applied"] is None else (" applied" if step["applied"] else " already there")
+                typer.echo(f"  {step['step']:<12}{what} {step['status']}{applied}{row}")
+            if d["evidence"]:
+                typer.echo(f"  evidence: {d['evidence']['comparison']} ({d['evidence']['scenario']}, "
+                           f"from {d['evidence']['start_state']})")
+            if d["reconciliation"]:
+                typer.echo(f"  reconciliation: {d['reconciliation']['kind']}: {d['reconciliation']['reason']}")
+
+    emit(json, view, text)
 
 
 @app.command()

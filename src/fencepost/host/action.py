@@ -156,6 +156,10 @@ class Action:
             error of it fails the invocation (D8).
         extract_execution_attestation: ``(*, input, output, started_at, completed_at) -> Attestation``, called
             for each succeeded step with stored output (G17-G22, ADR 0045); deterministic for the same input.
+        plan_steps: ``(validated params) -> steps``: the steps of one invocation, for an action whose steps
+            depend on what it is asked to do (a delivery: one step per migration of the package; ADR 0055).
+            Used instead of ``steps`` when given. It must depend on the params alone and be deterministic:
+            the stored params never change, and recovery matches stored rows to steps by index and name.
     """
 
     id: str
@@ -171,6 +175,21 @@ class Action:
     mutation_governance: Callable[[Any], Mapping[str, Any]] | None = None
     obligation_resolver: Callable[[Any, tuple[str, ...]], Iterable[str]] | None = None
     extract_execution_attestation: Callable[..., Any] | None = None
+    plan_steps: Callable[[Any], tuple[AdapterStep, ...]] | None = None
+
+    def steps_for(self, params: Any) -> tuple[AdapterStep, ...]:
+        """The steps of the invocation with validated ``params``: ``plan_steps(params)`` or ``steps``.
+
+        Raises:
+            InvalidInput: the planned steps break the rules of ``steps`` (unique names, at most 64).
+        """
+        if self.plan_steps is None:
+            return self.steps
+        planned = tuple(self.plan_steps(params))
+        names = [s.name for s in planned]
+        if len(set(names)) != len(names) or len(planned) > 64:
+            raise InvalidInput(f"action {self.id}: planned steps must have unique names, at most 64")
+        return planned
 
     def __post_init__(self) -> None:
         if not _ID.match(self.id):

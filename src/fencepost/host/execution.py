@@ -479,7 +479,7 @@ class Execution:
         outputs: dict[str, dict[str, Any]] = {}
         applied: list[AdapterRecord] = []
         repaired: list[AdapterRecord] = []
-        for index, step in enumerate(action.steps):
+        for index, step in enumerate(action.steps_for(params)):
             self.ctx.check()
             adapter_id = adapter_invocation_id(invocation.id, index, step.name)
             row = decision.rows.get(index)

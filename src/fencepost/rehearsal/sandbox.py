@@ -22,7 +22,7 @@ import os
 import shutil
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from typing import Any
 from fencepost.catalog.script_control import manages_own_transaction
 from fencepost.core.fingerprint import fingerprint
 from fencepost.outbox.context import EnvironmentFailed
-from fencepost.rehearsal.host_functions import resolve
+from fencepost.rehearsal.host_functions import HostFunction, resolve
 
 LEDGER = "_fencepost_ledger"
 PROGRESS_STEPS = 2000  # SQLite VM instructions between interrupt checks
@@ -55,6 +55,19 @@ def _authorize(action: int, arg1: str | None, arg2: str | None, database: str | 
         if name in _DENIED_PRAGMAS or (name in _CAP_PRAGMAS and arg2 is not None):
             return sqlite3.SQLITE_DENY
     return sqlite3.SQLITE_OK
+
+
+def register_host_functions(conn: sqlite3.Connection, functions: Mapping[str, HostFunction]) -> None:
+    """Give ``conn`` resolved host functions (SQL name -> ``HostFunction``, from ``host_functions.resolve``), as
+    the sandbox does; a delivery target's connection gets the same ones (ADR 0055)."""
+    for sql_name, fn in functions.items():
+        conn.create_function(sql_name, fn.nargs, fn.func, deterministic=fn.deterministic)
+
+
+def deny_escapes(conn: sqlite3.Connection) -> None:
+    """Refuse ATTACH, DETACH and the pragmas that reach outside the database or lift a cap on ``conn``: package
+    SQL may only touch the database it was given (the sandbox's authorizer; a delivery target uses it too)."""
+    conn.set_authorizer(_authorize)
 
 
 MIB = 1024 * 1024
@@ -243,8 +256,7 @@ class Sandbox:
         conn = sqlite3.connect(self.root / f"{name}.db", isolation_level=None, factory=SandboxConnection)
         conn.sandbox = self
         self._open.append(conn)
-        for sql_name, fn in self.host_functions.items():
-            conn.create_function(sql_name, fn.nargs, fn.func, deterministic=fn.deterministic)
+        register_host_functions(conn, self.host_functions)
         conn.set_progress_handler(lambda: 1 if self.should_interrupt() else 0, PROGRESS_STEPS)
         conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)  # defense in depth: no second database at all
         self._apply_limits(conn)
@@ -419,16 +431,22 @@ def applied(conn: sqlite3.Connection) -> list[str]:
     return [r[0] for r in conn.execute(f'SELECT id FROM "{LEDGER}" ORDER BY id')]
 
 
-def _objects(conn: sqlite3.Connection) -> list[tuple[str, str, str, str]]:
+def _objects(conn: sqlite3.Connection, ledgers: tuple[str, ...] = (LEDGER,)) -> list[tuple[str, str, str, str]]:
+    marks = ", ".join("?" for _ in ledgers)
     rows = conn.execute(
         "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_master "
-        "WHERE name NOT LIKE 'sqlite_%' AND tbl_name != ? ORDER BY type, name", (LEDGER,)).fetchall()
+        f"WHERE name NOT LIKE 'sqlite_%' AND tbl_name NOT IN ({marks}) ORDER BY type, name", ledgers).fetchall()
     return [(t, n, tb, " ".join(s.split())) for t, n, tb, s in rows]
 
 
-def schema_summary(conn: sqlite3.Connection) -> dict[str, Any]:
-    """``{"fingerprint": sha256 of the normalized schema, "objects": {type: count}}`` (ledger excluded)."""
-    objects = _objects(conn)
+def schema_summary(conn: sqlite3.Connection, ledgers: tuple[str, ...] = (LEDGER,)) -> dict[str, Any]:
+    """``{"fingerprint": sha256 of the normalized schema, "objects": {type: count}}``.
+
+    Args:
+        ledgers: bookkeeping tables left out (default the sandbox's ``_fencepost_ledger``; a delivery target
+            also leaves out its ``fencepost_delivery``, ADR 0058), so the fingerprint is the package's schema only.
+    """
+    objects = _objects(conn, ledgers)
     counts: dict[str, int] = {}
     for kind, *_ in objects:
         counts[kind] = counts.get(kind, 0) + 1

@@ -28,6 +28,7 @@ from fencepost.core.statuses import (
     InvocationStatus,
     ReceiptStatus,
 )
+from fencepost.store.delivery_records import DeliveryStartRecord, TargetRecord
 from fencepost.store.host_records import (
     AdapterRecord,
     AdapterScope,
@@ -805,6 +806,38 @@ class EventsPort(Protocol):
         ...
 
 
+class DeliveryPort(Protocol):
+    """Delivery targets and the start barrier rows of delivery invocations (migration 0009; ADRs 0055, 0056)."""
+
+    def insert_target(self, *, target_id: str, name: str, url: str, labels: dict[str, str]) -> TargetRecord | None:
+        """Add a live target; None when a live target has ``name`` already (nothing written)."""
+        ...
+
+    def get_live_target(self, name: str) -> TargetRecord | None: ...
+
+    def get_target(self, target_id: str) -> TargetRecord | None:
+        """By id, removed or not (a past delivery still names its target)."""
+        ...
+
+    def list_live_targets(self) -> list[TargetRecord]:
+        """Live targets by name."""
+        ...
+
+    def remove_target(self, name: str) -> TargetRecord | None:
+        """Mark the live target ``name`` removed (the row stays); None when there is none."""
+        ...
+
+    def insert_delivery_start(self, start: DeliveryStartRecord) -> bool:
+        """Record a delivery's start barrier (``started_at`` is the store's now); False when it exists already."""
+        ...
+
+    def get_delivery_start(self, invocation_id: str) -> DeliveryStartRecord | None: ...
+
+    def list_delivery_starts(self, package_name: str) -> list[DeliveryStartRecord]:
+        """The starts of ``package_name``'s deliveries, oldest first."""
+        ...
+
+
 class _Ports(Protocol):
     """What every unit of work offers, fenced or not."""
 
@@ -836,6 +869,9 @@ class _Ports(Protocol):
 
     @property
     def event_leases(self) -> EventLeasesPort: ...
+
+    @property
+    def delivery(self) -> DeliveryPort: ...
 
     def now(self) -> datetime:
         """The store's clock, read once per unit (SQLite: the store's Clock; PostgreSQL: the server)."""

@@ -15,6 +15,7 @@ from fencepost.store.records import Lease
 from fencepost.store.sql.admission import SqlAdmission
 from fencepost.store.sql.audit import SqlAudit
 from fencepost.store.sql.catalog import SqlCatalog
+from fencepost.store.sql.delivery import SqlDelivery
 from fencepost.store.sql.event_leases import SqlEventLeases
 from fencepost.store.sql.events import SqlEvents
 from fencepost.store.sql.executor import Executor, Result
@@ -49,6 +50,7 @@ class SqlUnitOfWork:
         self.host = SqlHost(self)
         self.events = SqlEvents(self)
         self.event_leases = SqlEventLeases(self)  # ADR 0040: the store conformance checks
+        self.delivery = SqlDelivery(self)  # ADRs 0055, 0056
 
     def now(self) -> datetime:
         return self.executor.now()
@@ -80,6 +82,7 @@ class SqlFencedUnit:
         self.host = unit.host
         self.events = unit.events
         self.event_leases = unit.event_leases
+        self.delivery = unit.delivery
         self.rehearsal = SqlFencedRehearsal(unit, lease)
 
     def now(self) -> datetime:

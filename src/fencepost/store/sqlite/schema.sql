@@ -504,3 +504,30 @@ BEFORE DELETE ON host_governance_records
 BEGIN
     SELECT RAISE(ABORT, 'host_governance_records is append-only');
 END;
+
+-- Delivery targets and delivery starts (migration 0009, ADRs 0055, 0056): a target by unique live name, URL
+-- and labels; the start barrier row of each delivery invocation.
+CREATE TABLE delivery_targets (
+    id         TEXT PRIMARY KEY CHECK (length(id) BETWEEN 1 AND 100),
+    name       TEXT NOT NULL CHECK (length(name) BETWEEN 1 AND 100),
+    url        TEXT NOT NULL CHECK (length(url) BETWEEN 1 AND 2000),
+    labels     TEXT NOT NULL CHECK (json_valid(labels) AND json_type(labels) = 'object'),
+    added_at   TEXT NOT NULL,
+    removed_at TEXT
+);
+
+-- One live target per name; a removed name may be added again.
+CREATE UNIQUE INDEX delivery_targets_live_name ON delivery_targets (name) WHERE removed_at IS NULL;
+
+CREATE TABLE delivery_starts (
+    invocation_id   TEXT PRIMARY KEY CHECK (length(invocation_id) BETWEEN 1 AND 200),
+    package_name    TEXT NOT NULL,
+    version         TEXT NOT NULL,
+    publication_id  TEXT NOT NULL,
+    installation_id TEXT NOT NULL,
+    lock_digest     TEXT NOT NULL,
+    target_id       TEXT NOT NULL REFERENCES delivery_targets (id),
+    started_at      TEXT NOT NULL
+);
+
+CREATE INDEX delivery_starts_by_package ON delivery_starts (package_name, target_id, started_at);

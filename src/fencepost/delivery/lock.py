@@ -1,0 +1,126 @@
+"""What a published version says a target should hold: its migrations with checksums, the frozen SQL, and the
+rehearsal's fingerprints of the installed state (ADRs 0055, 0058).
+
+A publication records the content digest of exactly what was rehearsed. The migrations and their bytes are the
+rehearsal Run's frozen files of that content (the gate's Run when the gate passed, else the newest Run of the
+same content); a delivery never reads the package directory again. A migration's checksum is ``sha256:`` of
+its up file's bytes; it is what a target's ledger row must carry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fencepost.catalog.manifest import PackageSpec, package_from_run
+from fencepost.catalog.script_control import manages_own_transaction
+from fencepost.core.canonical import parse_json
+from fencepost.core.errors import NotAllowed, NotFound
+from fencepost.core.fingerprint import sha256_bytes
+from fencepost.core.statuses import AttemptStatus
+from fencepost.store.ports import UnitOfWork
+from fencepost.store.records import RunRecord
+from fencepost.store.workflow_records import PublicationRecord
+
+FRESH_SCENARIO = "deliver_and_install"
+UPGRADE_SCENARIO = "upgrade_from_previous"
+
+
+@dataclass(frozen=True)
+class LockedMigration:
+    """One migration of a published version: ``fenced`` False when its script manages its own transaction."""
+
+    id: str
+    checksum: str
+    fenced: bool
+
+    def as_json(self) -> dict[str, Any]:
+        return {"id": self.id, "checksum": self.checksum, "fenced": self.fenced}
+
+
+@dataclass(frozen=True)
+class PublishedLock:
+    """A published version as a delivery needs it.
+
+    Attributes:
+        publication: the publication record. run_id: the rehearsal Run whose frozen files are delivered.
+        migrations: in order. previous_through: how many of them the previous version shipped (None: no
+            previous version). rehearsal: ``{"fresh": fingerprint, "upgrade": fingerprint | None,
+            "attempt_id": ...}`` from the Run's newest successful Attempt (fingerprints None when it has none).
+    """
+
+    publication: PublicationRecord
+    run_id: str
+    migrations: tuple[LockedMigration, ...]
+    previous_through: int | None
+    rehearsal: dict[str, Any]
+
+
+def checksum_of(sql: bytes) -> str:
+    """The ledger checksum of a migration's up file: ``sha256:<hex>`` of its bytes."""
+    return sha256_bytes(sql)
+
+
+def _run_of(tx: UnitOfWork, publication: PublicationRecord) -> RunRecord:
+    if publication.gate_run_id is not None:
+        run = tx.rehearsal.get_run(publication.gate_run_id)
+        if run is not None and run.content_digest == publication.content_digest:
+            return run
+    runs = tx.rehearsal.runs_by_digest(publication.content_digest)
+    if not runs:
+        raise NotAllowed(f"not allowed by guard rehearsal_evidence: {publication.package_name} "
+                         f"{publication.version} has no rehearsal of its content, so there are no frozen "
+                         "migrations or evidence to deliver (rehearse it first)", "rehearsal_evidence")
+    return runs[0]
+
+
+def package_of(tx: UnitOfWork, run_id: str) -> PackageSpec:
+    """The frozen package of the rehearsal Run ``run_id``."""
+    run = tx.rehearsal.get_run(run_id)
+    if run is None:
+        raise NotFound(f"no rehearsal {run_id}")
+    return package_from_run(run.manifest, tx.rehearsal.run_files(run_id))
+
+
+def _fingerprints(tx: UnitOfWork, run_id: str) -> dict[str, Any]:
+    found: dict[str, Any] = {"attempt_id": None, "fresh": None, "upgrade": None}
+    succeeded = [a for a in tx.rehearsal.list_attempts(run_id) if a.status is AttemptStatus.SUCCEEDED]
+    if not succeeded:
+        return found
+    attempt = succeeded[-1]
+    found["attempt_id"] = attempt.id
+    for receipt in tx.rehearsal.attempt_receipts(attempt.id):
+        if receipt.evidence is None:
+            continue
+        result = parse_json(receipt.evidence).get("result") or {}
+        schema = result.get("schema") if isinstance(result, dict) else None
+        fingerprint = schema.get("fingerprint") if isinstance(schema, dict) else None
+        if receipt.scenario == FRESH_SCENARIO:
+            found["fresh"] = fingerprint
+        elif receipt.scenario == UPGRADE_SCENARIO and result.get("applicable"):
+            found["upgrade"] = fingerprint
+    return found
+
+
+def published_lock(tx: UnitOfWork, package: str, version: str | None = None) -> PublishedLock:
+    """The lock of ``package`` at ``version`` (default: its head publication).
+
+    Raises:
+        NotFound: never published / no such version. NotAllowed(guard="rehearsal_evidence"): no rehearsal of
+            the published content exists (an ungated publication that was never rehearsed).
+    """
+    if version is None:
+        head = tx.catalog.get_head(package)
+        if head is None:
+            raise NotFound(f"{package} has no publication")
+        publication = tx.catalog.get_publication(head.publication_id)
+    else:
+        publication = tx.catalog.get_publication_by_version(package, version)
+    if publication is None:
+        raise NotFound(f"{package} {version} is not published")
+    run = _run_of(tx, publication)
+    spec = package_from_run(run.manifest, tx.rehearsal.run_files(run.id))
+    migrations = tuple(LockedMigration(m.id, checksum_of(spec.files[m.up]),
+                                       not manages_own_transaction(spec.sql(m.up))) for m in spec.migrations)
+    return PublishedLock(publication=publication, run_id=run.id, migrations=migrations,
+                         previous_through=spec.through_index(), rehearsal=_fingerprints(tx, run.id))

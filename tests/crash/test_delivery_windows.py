@@ -1,0 +1,96 @@
+"""SIGKILL on each side of every target COMMIT and control COMMIT of a three-migration delivery
+(``delivery_flow``): afterwards each migration is on the target exactly once, ledger and schema agree, the
+invocation converges to ``succeeded`` by recovery and ``fencepost audit`` is clean. An unfenced (own-transaction)
+migration interrupted after it started ends ``reconciliation_required`` with the target's evidence and is never
+run twice.
+
+Default run: a sample (``SAMPLED``) on SQLite WAL/FULL, the unfenced window and one target CLI window. The full
+matrix (``FULL`` and ``TARGET_POINTS``) on SQLite WAL, SQLite DELETE and PostgreSQL is soak.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from crash_flows import require_backend
+from crash_harness import BACKENDS, Workers, crash_db, wait_until
+from delivery_flow import (
+    FULL,
+    SAMPLED,
+    TARGET_POINTS,
+    agree,
+    crash_free_schema,
+    prepare,
+    run_delivery_flow,
+    run_target_flow,
+)
+
+from fencepost.core.statuses import InvocationStatus
+from fencepost.delivery.service import DeliveryService
+from helpers.store_backends import BackendUnreachable
+
+
+def _params(points: tuple[str, ...], sampled: tuple[str, ...]) -> list[object]:
+    params: list[object] = []
+    for backend in BACKENDS:
+        for point in points:
+            default = backend == "sqlite-wal" and point in sampled
+            marks = [] if default else [pytest.mark.soak]
+            if backend == "postgres":
+                marks.append(pytest.mark.postgres)
+            params.append(pytest.param(backend, point, id=f"{backend}-{point}", marks=marks))
+    return params
+
+
+@pytest.mark.parametrize(("backend", "point"), _params(FULL, SAMPLED))
+def test_delivery_window(backend: str, point: str, tmp_path: Path) -> None:
+    require_backend(backend)
+    try:
+        with crash_db(backend, tmp_path / "reference") as reference_db:
+            reference = crash_free_schema(reference_db)
+        with crash_db(backend, tmp_path / "crash") as db:
+            run_delivery_flow(db, point, reference)
+    except BackendUnreachable as error:
+        pytest.fail(str(error), pytrace=False)
+
+
+@pytest.mark.parametrize(("backend", "point"), _params(TARGET_POINTS, ("target.add:after-commit",)))
+def test_target_window(backend: str, point: str, tmp_path: Path) -> None:
+    require_backend(backend)
+    try:
+        with crash_db(backend, tmp_path) as db:
+            run_target_flow(db, point)
+    except BackendUnreachable as error:
+        pytest.fail(str(error), pytrace=False)
+
+
+UNFENCED = {"0001_base": "CREATE TABLE books (id INTEGER);\n",
+            "0002_own_tx": "BEGIN;\nCREATE TABLE ledger_entries (id INTEGER PRIMARY KEY);\nCOMMIT;\n"}
+
+
+def test_an_interrupted_unfenced_migration_needs_reconciliation_and_never_runs_twice(tmp_path: Path) -> None:
+    require_backend("sqlite-wal")
+    with crash_db("sqlite-wal", tmp_path) as db:
+        invocation_id, path = prepare(db, UNFENCED)
+        workers = Workers(db)
+        try:
+            workers.start("crash", crash="delivery.target:0002_own_tx:after-intent").wait_killed()
+            workers.start("recover")
+            wait_until(lambda: DeliveryService(db.store).host.get(invocation_id).status.terminal, 60,
+                       what="the delivery to settle")
+        finally:
+            workers.kill_all()
+        view = DeliveryService(db.store).host.get(invocation_id)
+        assert view.status is InvocationStatus.RECONCILIATION_REQUIRED, (view.status, view.error)
+        assert "unfenced migration 0002_own_tx was started by an earlier run" in (view.error or "")
+        assert "'ledger': [" in (view.error or "") and "table books" in (view.error or "")
+        agree(path, {"0001_base": UNFENCED["0001_base"]})
+        import sqlite3
+
+        with sqlite3.connect(path) as conn:  # the script never ran: the crash was before it, and it is not re-run
+            assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'ledger_entries'").fetchone() is None
+            assert conn.execute("SELECT state FROM fencepost_delivery WHERE migration = '0002_own_tx'").fetchone() \
+                == ("started",)
+        (entry,) = [d for d in DeliveryService(db.store).deliveries("shop")]
+        assert entry["reconciliation"] is not None and entry["reconciliation"]["kind"] == "adapter_outcome_ambiguous"

@@ -1,0 +1,90 @@
+"""Targets on both control-store backends (migration 0009): add, list by label, show, remove, the unique live
+name, the URL rules (an unsupported scheme is named), and the CLI with its exit codes (ADR 0055)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+from typer.testing import CliRunner
+
+from fencepost.cli.app import app as cli
+from fencepost.core.errors import Conflict, InvalidInput, NotFound
+from fencepost.delivery.targets import TargetService, parse_labels
+from fencepost.delivery.urls import target_path
+from fencepost.store.base import Store
+from helpers.store_backends import StoreBackend, schema_url
+
+
+def test_add_list_show_remove(store: Store, tmp_path: Path) -> None:
+    targets = TargetService(store)
+    a = targets.add("tenant-a", f"sqlite://{tmp_path}/a.db", {"env": "prod", "region": "eu"})
+    b = targets.add("tenant-b", f"sqlite://{tmp_path}/b.db", {"env": "staging"})
+    assert targets.add("tenant-a", a.url, {"region": "eu", "env": "prod"}) == a  # the same target again
+    with pytest.raises(Conflict, match="tenant-a exists with URL"):
+        targets.add("tenant-a", f"sqlite://{tmp_path}/other.db")
+    assert [t.name for t in targets.list()] == ["tenant-a", "tenant-b"]
+    assert [t.name for t in targets.list({"env": "prod"})] == ["tenant-a"]
+    assert targets.list({"env": "prod", "region": "us"}) == []
+    assert targets.get("tenant-b").labels == {"env": "staging"} and b.added_at is not None
+    removed = targets.remove("tenant-a")
+    assert removed.removed_at is not None and removed.id == a.id
+    with pytest.raises(NotFound):
+        targets.get("tenant-a")
+    with pytest.raises(NotFound):
+        targets.remove("tenant-a")
+    assert store.read(lambda tx: tx.delivery.get_target(a.id)) == removed  # kept, so past deliveries name it
+    again = targets.add("tenant-a", f"sqlite://{tmp_path}/other.db")  # a removed name may be used again
+    assert again.id != a.id and [t.name for t in targets.list()] == ["tenant-a", "tenant-b"]
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("postgresql://db/tenant", "scheme 'postgresql' is not supported"),
+    ("mysql:///x.db", "scheme 'mysql' is not supported"),
+    ("/plain/path.db", "scheme '(none)' is not supported"),
+    ("sqlite://host/x.db", "has no host"),
+    ("sqlite:///", "absolute file path"),
+    ("sqlite:///a/../b.db", "'..'"),
+    ("sqlite:///a.db?mode=rwc", "no query"),
+])
+def test_target_urls_are_refused_with_the_reason(url: str, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message.replace("(", r"\(").replace(")", r"\)")):
+        target_path(url)
+
+
+def test_target_path_of_a_sqlite_url() -> None:
+    assert target_path("sqlite:///srv/tenants/a%20b.db") == "/srv/tenants/a b.db"
+    assert target_path("sqlite:////srv/a.db") == "/srv/a.db"
+
+
+def test_labels_and_names_are_checked(store: Store, tmp_path: Path) -> None:
+    assert parse_labels(["env=prod", "tier=gold"]) == {"env": "prod", "tier": "gold"}
+    for bad in (["env"], ["=x"], ["env=a b"], ["env=1", "env=2"]):
+        with pytest.raises(InvalidInput):
+            parse_labels(bad)
+    with pytest.raises(InvalidInput, match="target name"):
+        TargetService(store).add("Tenant A", f"sqlite://{tmp_path}/a.db")
+
+
+def test_target_cli(backend: StoreBackend, tmp_path: Path) -> None:
+    backend.migrated()
+    url = schema_url(backend.schema) if backend.schema else backend.url
+    runner = CliRunner()
+
+    def run(*args: str) -> Result:
+        return runner.invoke(cli, [*args, "-d", url])
+
+    added = run("target", "add", "tenant-a", f"sqlite://{tmp_path}/a.db", "--label", "env=prod", "--json")
+    assert added.exit_code == 0, added.output
+    assert json.loads(added.output)["labels"] == {"env": "prod"}
+    refused = run("target", "add", "tenant-b", "postgresql://db/x")
+    assert refused.exit_code == 2 and "scheme 'postgresql' is not supported" in refused.output
+    listed = run("target", "list", "--label", "env=prod", "--json")
+    assert [t["name"] for t in json.loads(listed.output)] == ["tenant-a"]
+    shown = run("target", "show", "tenant-a")
+    assert shown.exit_code == 0 and "tenant-a" in shown.output and "env=prod" in shown.output
+    assert run("target", "remove", "tenant-a").exit_code == 0
+    missing = run("target", "show", "tenant-a")
+    assert missing.exit_code == 2 and "no target tenant-a" in missing.output
