@@ -77,13 +77,17 @@ def drain_under_kills(db: ScaleDB, fleet: Fleet, attempts: int, kills: int, time
         assert not dead, f"seed {SEED}: a worker exited on its own\n" + "\n".join(w.describe() for w in dead)
         if len(killed) < kills:
             time.sleep(rng.uniform(0.4, 2.0))
-            slot = rng.randrange(WORKERS)
-            victim = slots[slot]
-            # Kill it only while it holds a lease: on a loaded machine a just-started worker may still be
-            # importing, and killing it then would test nothing (bounded wait; the drain deadline still holds).
+            # The victim is a worker that holds a lease now: on a loaded machine a just-started worker may
+            # still be importing, and killing it would test nothing (a bounded wait for one to claim).
+            holders: list[int] = []
             holds_by = time.monotonic() + 15.0
-            while not holds_lease(db, victim.worker_id) and db.open_commands() > 0 and time.monotonic() < holds_by:
+            while db.open_commands() > 0 and time.monotonic() < holds_by:
+                holders = [i for i in range(WORKERS) if holds_lease(db, slots[i].worker_id)]
+                if holders:
+                    break
                 time.sleep(0.05)
+            slot = rng.choice(holders) if holders else rng.randrange(WORKERS)
+            victim = slots[slot]
             victim.kill()  # SIGKILL: no release, no final write; its leases must expire
             killed.append(victim.worker_id)
             slots[slot] = start(slot)
