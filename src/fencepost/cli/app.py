@@ -47,6 +47,7 @@ from fencepost.cli.host_cmds import app as host_app
 from fencepost.cli.host_cmds import load_host
 from fencepost.cli.package_cmds import app as package_app
 from fencepost.cli.rehearsal_cmds import app as rehearsal_app
+from fencepost.cli.seal_keys_cmd import app as seal_keys_app
 from fencepost.cli.serve import serve
 from fencepost.cli.telemetry_opt import TelemetryOpt, attach_telemetry
 from fencepost.cli.workers_cmd import HELP as WORKERS_HELP
@@ -74,6 +75,7 @@ app.add_typer(workflow_app, name="workflow")
 app.add_typer(host_app, name="host")
 app.add_typer(demo_app, name="demo")
 app.add_typer(events_app, name="events")
+app.add_typer(seal_keys_app, name="seal-keys")
 app.command()(serve)
 app.command()(audit)
 app.command(help=WORKERS_HELP)(workers)

@@ -20,6 +20,7 @@ from fencepost.catalog.manifest import PackageSpec, package_from_run
 from fencepost.core.errors import LeaseLost
 from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus
 from fencepost.evidence.receipts import seal
+from fencepost.evidence.sealing import SealKeys, load_seal_keys
 from fencepost.outbox.context import CommandContext, Interrupt, StopRequested, TimeLimitExceeded
 from fencepost.outbox.handlers import DeliveryBudget
 from fencepost.outbox.history import lease_history
@@ -61,10 +62,18 @@ class AttemptHandler:
         target: the external delivery target.
         keep_sandboxes: keep sandbox files after the delivery ends (for debugging).
         limits: the disk and memory caps of every sandbox (``SandboxLimits``; its defaults when None).
+        seal_keys: the keys Receipts are sealed with (ADR 0064). None: the configured ones
+            (``load_seal_keys``), loaded now, so a worker with no usable key refuses to start, and again at each
+            seal, so a rotated key file is used without a restart.
+    Raises:
+        InvalidInput: no usable seal key (the key file cannot be created or read, or the variable is malformed).
     """
 
     def __init__(self, work_dir: Path, target: LocalFileTarget | None = None, keep_sandboxes: bool = False,
-                 limits: SandboxLimits | None = None) -> None:
+                 limits: SandboxLimits | None = None, seal_keys: SealKeys | None = None) -> None:
+        if seal_keys is None:
+            load_seal_keys()
+        self.seal_keys = seal_keys
         self.work_dir = work_dir
         self.target = target or LocalFileTarget(work_dir / "target")
         self.keep_sandboxes = keep_sandboxes
@@ -152,7 +161,7 @@ class AttemptHandler:
             if limit is not None:
                 evidence["limit"] = limit
             evidence.update(env.extras)
-            text, fp = seal(evidence)
+            text, fp = seal(evidence, self.seal_keys)
             log.log(logging.INFO if error is None else logging.WARNING, "scenario finished", extra={
                 "event": "scenario_finished", "attempt_id": attempt_id, "scenario": code, "position": position,
                 "status": str(status), "delivery": delivery, **({"error": error} if error is not None else {})})
@@ -244,7 +253,7 @@ class AttemptHandler:
             "lease_history": history,
             "last_progress": progress,
         }
-        text, fp = seal(evidence)
+        text, fp = seal(evidence, self.seal_keys)
         _require(tx.rehearsal.receipt_running(attempt_id, 1), "receipt 1 not PENDING after reset")
         _require(tx.rehearsal.receipt_finish(attempt_id, 1, ReceiptStatus.FAILED, text, fp), "receipt 1 not RUNNING")
         tx.rehearsal.abort_open_receipts(attempt_id)
