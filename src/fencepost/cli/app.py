@@ -25,6 +25,7 @@ from fencepost import __version__
 from fencepost.catalog.manifest import load_package
 from fencepost.cli import logs, render
 from fencepost.cli.audit_cmd import audit
+from fencepost.cli.backup_cmd import backup
 from fencepost.cli.check_store_cmd import app as check_store_app
 from fencepost.cli.common import (
     DEFAULT_SANDBOX_MAX_BYTES,
@@ -78,6 +79,7 @@ app.add_typer(events_app, name="events")
 app.add_typer(seal_keys_app, name="seal-keys")
 app.command()(serve)
 app.command()(audit)
+app.command()(backup)
 app.command(help=WORKERS_HELP)(workers)
 app.command(help=RELAY_HELP)(relay)
 
@@ -128,16 +130,18 @@ def build_worker(store: Store, work_dir: Path, config: WorkerConfig, keep_sandbo
     Args:
         host: a user's action host (``--app``): its ``host.invoke`` invocations are served too, with its
             recovery budget (ADR 0024), and its completion-deadline sweep runs before each claim (N13).
+        The worker also sweeps the sandboxes of ended Attempts from ``work_dir`` (``AttemptHandler.sweeps``).
         limits: the disk and memory caps of every rehearsal sandbox (defaults when None). The
             process-wide heap limit is the caller's to install (``sandbox.install_heap_limit``): it is
             process state, set once by the command that owns the process.
     """
     registry = HandlerRegistry()
-    registry.register(KIND, AttemptHandler(work_dir, keep_sandboxes=keep_sandboxes, limits=limits),
-                      time_limit=REHEARSAL_SCENARIO_TIME_LIMIT, max_deliveries=REHEARSAL_MAX_DELIVERIES)
+    handler = AttemptHandler(work_dir, keep_sandboxes=keep_sandboxes, limits=limits)
+    registry.register(KIND, handler, time_limit=REHEARSAL_SCENARIO_TIME_LIMIT,
+                      max_deliveries=REHEARSAL_MAX_DELIVERIES)
     if host is not None:
         host.register(registry)
-    return Worker(store, registry, config, sweeps=host.sweeps() if host is not None else None)
+    return Worker(store, registry, config, sweeps=handler.sweeps() + (host.sweeps() if host is not None else []))
 
 
 def limit_sandboxes(slots: int, limits: SandboxLimits) -> None:
@@ -498,7 +502,7 @@ def main() -> None:
             sys.stderr.write(f"fencepost: argument {position} is not valid UTF-8\n")
             raise SystemExit(2) from None
     try:
-        app()
+        app(prog_name="fencepost")
     except KeyboardInterrupt:
         sys.stderr.write("fencepost: interrupted\n")
         raise SystemExit(130) from None

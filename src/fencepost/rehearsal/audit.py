@@ -7,11 +7,11 @@ recomputed and its seal checked (ADR 0064), and every frozen package file's dige
 
 from __future__ import annotations
 
-from fencepost.core.errors import InvalidInput
+from fencepost.core.errors import IntegrityViolation, InvalidInput
 from fencepost.core.fingerprint import sha256_bytes
 from fencepost.evidence.receipts import verify_receipt
 from fencepost.evidence.sealing import SealKeys, load_seal_keys
-from fencepost.store.audit import Finding, audit_store
+from fencepost.store.audit import CORRUPT, Finding, audit_store
 from fencepost.store.base import Store
 from fencepost.store.ports import UnitOfWork
 
@@ -31,7 +31,7 @@ def audit(store: Store, keys: SealKeys | None = None) -> list[Finding]:
         ``evidence_seal_key`` (sealed under a key not held), and ``frozen_file`` per changed package file.
     """
     findings = audit_store(store)
-    if any(f.check == "schema" for f in findings):
+    if any(f.check == "schema" or f.subject == CORRUPT for f in findings):
         return findings
     if keys is None:
         try:
@@ -52,5 +52,8 @@ def audit(store: Store, keys: SealKeys | None = None) -> list[Finding]:
                                      "file bytes do not match the recorded digest"))
         return found
 
-    findings.extend(store.read(evidence))
+    try:
+        findings.extend(store.read(evidence))
+    except IntegrityViolation as error:  # a page of the file is damaged: the audit reports it, never crashes
+        findings.append(Finding("integrity", CORRUPT, str(error)))
     return findings
