@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,12 @@ import pytest
 
 from fencepost.store import Store
 from helpers.store_backends import BackendUnreachable, StoreBackend, selected_backends, store_backend
+
+# Receipts are sealed with a key outside the control database (ADR 0064). The suite uses its own key file, so
+# that it never creates or reads the user's ~/.config/fencepost/seal-keys.json; the workers and servers that tests
+# start as subprocesses inherit the variable and so seal with the same key.
+if not os.environ.get("FENCEPOST_SEAL_KEYS") and not os.environ.get("FENCEPOST_SEAL_KEY_FILE"):
+    os.environ["FENCEPOST_SEAL_KEY_FILE"] = str(Path(tempfile.mkdtemp(prefix="fencepost-seal-")) / "seal-keys.json")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -46,11 +46,14 @@ def subprocess_env(*, crashpoint: str | None = None, **extra: str) -> dict[str, 
     """The environment of a fencepost subprocess.
 
     This process's environment without any ``FENCEPOST_*`` variable (so a developer's settings never leak
-    into a test), plain output (``NO_COLOR``, 200 columns), unbuffered, no bytecode files; then ``extra``
+    into a test) except the seal key variables, which ``tests/conftest.py`` sets to the suite's own key file
+    (a worker subprocess must seal with the key the test verifies with; ADR 0064), plain output
+    (``NO_COLOR``, 200 columns), unbuffered, no bytecode files; then ``extra``
     (e.g. ``FENCEPOST_DATABASE=...``) and, when given, ``FENCEPOST_CRASHPOINT=crashpoint``
     (``<transaction>:<before|after>-commit[@n]``: the process SIGKILLs itself there).
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FENCEPOST_")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("FENCEPOST_") or k in ("FENCEPOST_SEAL_KEY_FILE", "FENCEPOST_SEAL_KEYS")}
     env.update({"NO_COLOR": "1", "COLUMNS": "200", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"})
     env.update(extra)
     if crashpoint is not None:

@@ -7,6 +7,7 @@ false (``fencepost serve`` sets it false when it listens beyond loopback).
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -60,7 +61,9 @@ class SecurityHeaders:
 
 
 class BodyLimit:
-    """Refuses a request body larger than ``max_bytes`` with 413 (declared length) or by cutting it off."""
+    """Refuses a request body larger than ``max_bytes`` with 413: at once when its declared length is larger, and
+    when a body without one (``Transfer-Encoding: chunked``) goes past it, by cutting it off there and answering
+    413 in place of whatever the app then answers (a parser that lost its body says 400 or 422)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -77,17 +80,56 @@ class BodyLimit:
                                 f"the request body exceeds {self.max_bytes} bytes", close=True)
             return
         seen = 0
+        exceeded = False
+        answered = False
 
         async def counted() -> Message:
-            nonlocal seen
+            nonlocal seen, exceeded
+            if exceeded:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
+                    exceeded = True
                     return {"type": "http.disconnect"}
             return message
 
-        await self.app(scope, counted, send)
+        async def guarded(message: Message) -> None:
+            nonlocal answered
+            if not exceeded:
+                await send(message)
+                return
+            if message["type"] == "http.response.start" and not answered:
+                answered = True
+                await _send_problem(scope, receive, send, "payload-too-large",
+                                    f"the request body exceeds {self.max_bytes} bytes", close=True)
+            # the app's own answer to its cut-off body is dropped
+
+        await self.app(scope, counted, guarded)
+
+
+class UploadAuth:
+    """Answers 401 to a ``POST`` on ``paths`` without the API token before any of its body is read: an upload
+    is spooled to disk and parsed before FastAPI's dependencies (the token check) run."""
+
+    def __init__(self, app: ASGIApp, api_token: str, paths: frozenset[str]) -> None:
+        self.app = app
+        self.expected = api_token.encode()
+        self.paths = paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path") in self.paths:
+            given = dict(scope.get("headers", [])).get(b"authorization", b"")
+            scheme, _, token = given.strip().partition(b" ")
+            if scheme.lower() != b"bearer" or not secrets.compare_digest(token.strip(), self.expected):
+                detail = ("send the API token as 'Authorization: Bearer <token>'" if not given
+                          else "the bearer token is not valid")
+                response = problems.problem("unauthorized", detail, instance=scope.get("path", ""), status=401,
+                                            headers={"WWW-Authenticate": "Bearer", "Connection": "close"})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 async def _send_problem(scope: Scope, receive: Receive, send: Send, kind: str, detail: str, *,
@@ -222,6 +264,7 @@ def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+    app.add_middleware(UploadAuth, api_token=api_token, paths=frozenset({"/delivery-rehearsals/uploads"}))
     app.add_middleware(BodyLimit, max_bytes=max_upload_bytes)
     if allowed_hosts is not None:
         app.add_middleware(HostAllowList, allowed=allowed_hosts)

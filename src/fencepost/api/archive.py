@@ -1,8 +1,8 @@
 """Safe extraction of an uploaded package archive (``.zip`` or ``.tar.gz``) into a private directory.
 
 Refused with ``InvalidInput`` (nothing is written outside ``dest``): absolute member paths, ``..``,
-backslashes or NUL in names, symbolic and hard links, devices and other special members, more than
-``max_members`` members, a member or a total larger than the limits (counted on the bytes actually
+backslashes or NUL in names, encrypted zip members, symbolic and hard links, devices and other special
+members, more than ``max_members`` members, a member or a total larger than the limits (counted on the bytes actually
 decompressed, not on sizes the archive declares), and anything that is not a zip or gzip'd tar.
 """
 
@@ -99,6 +99,9 @@ def _extract_zip(fileobj: IO[bytes], dest: Path, budget: _Budget) -> None:
                     continue
                 if kind not in (0, stat.S_IFREG):
                     raise InvalidInput(f"archive member {info.filename!r} is not a regular file")
+                if info.flag_bits & 0x1:  # general purpose bit 0: the member is encrypted (issue 11 item 8)
+                    raise InvalidInput(f"archive member {info.filename!r} is encrypted: upload an archive "
+                                       "without a password")
                 with archive.open(info) as source:
                     _copy(source, dest, rel, budget)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as error:

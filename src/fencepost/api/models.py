@@ -105,7 +105,7 @@ class Outbox(_Model):
 
 
 class Integrity(_Model):
-    status: Literal["ok", "tampered", "missing"]
+    status: Literal["ok", "tampered", "missing", "unsealed", "unverifiable"]
     reason: str
 
 

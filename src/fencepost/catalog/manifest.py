@@ -280,6 +280,9 @@ def _read(root: Path, rel: str, what: str, files: dict[str, bytes]) -> None:
         data.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidInput(f"{what}: {rel!r} is not UTF-8 text") from None
+    nul = data.find(b"\x00")
+    if nul >= 0:  # SQLite takes SQL as a C string: it would be cut there, or refused later (issue 11 item 8)
+        raise InvalidInput(f"{what}: {rel!r} contains a NUL byte at offset {nul}; SQL text cannot hold one")
     files[rel] = data
 
 

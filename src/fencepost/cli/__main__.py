@@ -1,4 +1,5 @@
-"""``python -m fencepost.cli``: the same command line as the ``fencepost`` console script."""
+"""``python -m fencepost.cli``: the same command line as the ``fencepost`` console script (``main``: so that a
+non-UTF-8 argument is one line and exit 2 here too, not a traceback)."""
 
 from fencepost.cli.app import main
 

@@ -25,6 +25,7 @@ from fencepost import __version__
 from fencepost.catalog.manifest import load_package
 from fencepost.cli import helptext, logs, render
 from fencepost.cli.audit_cmd import audit
+from fencepost.cli.backup_cmd import backup
 from fencepost.cli.check_store_cmd import app as check_store_app
 from fencepost.cli.common import (
     DEFAULT_SANDBOX_MAX_BYTES,
@@ -47,6 +48,7 @@ from fencepost.cli.host_cmds import app as host_app
 from fencepost.cli.host_cmds import load_host
 from fencepost.cli.package_cmds import app as package_app
 from fencepost.cli.rehearsal_cmds import app as rehearsal_app
+from fencepost.cli.seal_keys_cmd import app as seal_keys_app
 from fencepost.cli.serve import serve
 from fencepost.cli.target_cmds import app as target_app
 from fencepost.cli.telemetry_opt import TelemetryOpt, attach_telemetry
@@ -77,8 +79,10 @@ app.add_typer(workflow_app, name="workflow")
 app.add_typer(host_app, name="host")
 app.add_typer(demo_app, name="demo")
 app.add_typer(events_app, name="events")
+app.add_typer(seal_keys_app, name="seal-keys")
 app.command()(serve)
 app.command()(audit)
+app.command()(backup)
 app.command(help=WORKERS_HELP)(workers)
 app.command(help=RELAY_HELP)(relay)
 
@@ -130,17 +134,19 @@ def build_worker(store: Store, work_dir: Path, config: WorkerConfig, keep_sandbo
         The built-in delivery action (``fencepost.deliver``, ADR 0055) is always served.
         host: a user's action host (``--app``): its ``host.invoke`` invocations are served too, with its
             recovery budget (ADR 0024), and its completion-deadline sweep runs before each claim (N13).
+        The worker also sweeps the sandboxes of ended Attempts from ``work_dir`` (``AttemptHandler.sweeps``).
         limits: the disk and memory caps of every rehearsal sandbox (defaults when None). The
             process-wide heap limit is the caller's to install (``sandbox.install_heap_limit``): it is
             process state, set once by the command that owns the process.
     """
     registry = HandlerRegistry()
-    registry.register(KIND, AttemptHandler(work_dir, keep_sandboxes=keep_sandboxes, limits=limits),
-                      time_limit=REHEARSAL_SCENARIO_TIME_LIMIT, max_deliveries=REHEARSAL_MAX_DELIVERIES)
+    handler = AttemptHandler(work_dir, keep_sandboxes=keep_sandboxes, limits=limits)
+    registry.register(KIND, handler, time_limit=REHEARSAL_SCENARIO_TIME_LIMIT,
+                      max_deliveries=REHEARSAL_MAX_DELIVERIES)
     delivery_host(store).register(registry)  # the built-in fencepost.deliver action (ADR 0055)
     if host is not None:
         host.register(registry)
-    return Worker(store, registry, config, sweeps=host.sweeps() if host is not None else None)
+    return Worker(store, registry, config, sweeps=handler.sweeps() + (host.sweeps() if host is not None else []))
 
 
 def limit_sandboxes(slots: int, limits: SandboxLimits) -> None:

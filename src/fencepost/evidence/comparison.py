@@ -56,6 +56,8 @@ def attempt_semantics(receipts: list[ReceiptRecord]) -> list[Any]:
     view = []
     for r in sorted(receipts, key=lambda r: r.position):
         evidence = parse_json(r.evidence) if r.evidence is not None else None
+        if isinstance(evidence, dict):  # the seal (ADR 0064) is per Attempt and key, like execution identity
+            evidence = {k: v for k, v in evidence.items() if k != "seal"}
         view.append({"position": r.position, "scenario": r.scenario, "status": str(r.status),
                      "evidence": semantic_view(evidence)})
     return view

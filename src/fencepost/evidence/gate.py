@@ -13,6 +13,7 @@ from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus,
 from fencepost.evidence.comparison import Comparison, compare_attempts
 from fencepost.evidence.coverage import coverage
 from fencepost.evidence.receipts import ReceiptIntegrity, verify_receipt
+from fencepost.evidence.sealing import SealKeys
 from fencepost.store.records import AttemptRecord, ReceiptRecord, RunRecord
 
 RECEIPTS_PER_ATTEMPT = 6
@@ -54,8 +55,10 @@ class GateReport:
         return [c for c in self.checks if not c.passed]
 
 
-def _integrity(receipts: list[ReceiptRecord], content_digest: str) -> tuple[bool, str, list[ReceiptIntegrity]]:
-    results = [verify_receipt(r, content_digest=content_digest) for r in sorted(receipts, key=lambda r: r.position)]
+def _integrity(receipts: list[ReceiptRecord], content_digest: str,
+               keys: SealKeys | None) -> tuple[bool, str, list[ReceiptIntegrity]]:
+    results = [verify_receipt(r, content_digest=content_digest, keys=keys)
+               for r in sorted(receipts, key=lambda r: r.position)]
     if len(receipts) != RECEIPTS_PER_ATTEMPT:
         return False, f"expected {RECEIPTS_PER_ATTEMPT} Receipts, found {len(receipts)}", results
     bad = [r for r in results if not r.ok]
@@ -65,11 +68,11 @@ def _integrity(receipts: list[ReceiptRecord], content_digest: str) -> tuple[bool
     not_succeeded = [r for r in receipts if r.status is not ReceiptStatus.SUCCEEDED]
     if not_succeeded:
         return False, "; ".join(f"receipt {r.position} ({r.scenario}) is {r.status}" for r in not_succeeded), results
-    return True, f"all {RECEIPTS_PER_ATTEMPT} evidence fingerprints verified", results
+    return True, f"all {RECEIPTS_PER_ATTEMPT} evidence fingerprints and seals verified", results
 
 
 def evaluate_gate(run: RunRecord, attempts: list[AttemptRecord],
-                  receipts: dict[str, list[ReceiptRecord]]) -> GateReport:
+                  receipts: dict[str, list[ReceiptRecord]], keys: SealKeys | None = None) -> GateReport:
     """Evaluate the five checks.
 
     Args:
@@ -77,6 +80,8 @@ def evaluate_gate(run: RunRecord, attempts: list[AttemptRecord],
         attempts: every Attempt of the Run (any order).
         receipts: Receipts by Attempt id; must hold at least the latest Attempt and the previous
             SUCCEEDED one (others may be absent).
+        keys: the seal keys (the configured ones when None). A Receipt whose seal does not verify, that has
+            none, or whose key is not held fails ``evidence_integrity`` (ADR 0064).
     Returns:
         A ``GateReport``; never raises on bad durable data (tampering is a failed check).
     """
@@ -100,7 +105,7 @@ def evaluate_gate(run: RunRecord, attempts: list[AttemptRecord],
     checks.append(GateCheck("outbox_delivered", ok, f"{label} command is {latest.command_status}"))
 
     latest_receipts = receipts.get(latest.id, [])
-    ok, reason, integrity = _integrity(latest_receipts, run.content_digest)
+    ok, reason, integrity = _integrity(latest_receipts, run.content_digest, keys)
     checks.append(GateCheck("evidence_integrity", ok, f"{label}: {reason}"))
 
     baseline = next((a for a in reversed(ordered[:-1]) if a.status is AttemptStatus.SUCCEEDED
@@ -116,7 +121,7 @@ def evaluate_gate(run: RunRecord, attempts: list[AttemptRecord],
                                 "establishes the baseline with nothing to compare it with (run a second Attempt)"))
     else:
         base_receipts = receipts.get(baseline.id, [])
-        base_ok, base_reason, _ = _integrity(base_receipts, run.content_digest)
+        base_ok, base_reason, _ = _integrity(base_receipts, run.content_digest, keys)
         if not base_ok:
             checks.append(GateCheck("semantic_match", False,
                                     f"baseline Attempt #{baseline.seq} fails integrity: {base_reason}"))

@@ -20,13 +20,17 @@ from fencepost.catalog.manifest import PackageSpec, package_from_run
 from fencepost.core.errors import LeaseLost
 from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus
 from fencepost.evidence.receipts import seal
+from fencepost.evidence.sealing import SealKeys, load_seal_keys
 from fencepost.outbox.context import CommandContext, Interrupt, StopRequested, TimeLimitExceeded
 from fencepost.outbox.handlers import DeliveryBudget
 from fencepost.outbox.history import lease_history
+from fencepost.outbox.worker import Sweep
 from fencepost.rehearsal.sandbox import Sandbox, SandboxEnvironmentError, SandboxLimitExceeded, SandboxLimits
 from fencepost.rehearsal.scenarios import SCENARIOS, ScenarioEnv, ScenarioFailed
 from fencepost.rehearsal.target import LocalFileTarget
+from fencepost.store.base import Store
 from fencepost.store.ports import FencedUnit
+from fencepost.store.records import AttemptRecord
 
 KIND = "rehearsal.attempt"
 #: The budget verdict's evidence message (the Attempt's error adds the counts: ``... (n/max)``).
@@ -53,6 +57,45 @@ def discard_stale_sandboxes(attempt_dir: Path, delivery: int) -> None:
             shutil.rmtree(child, ignore_errors=True)
 
 
+#: Seconds between two sweeps of the sandboxes of ended Attempts on one worker.
+SANDBOX_SWEEP_INTERVAL_SECONDS = 10.0
+
+
+def sweep_ended_sandboxes(store: Store, work_dir: Path, budget_seconds: float) -> int:
+    """Remove ``<work_dir>/sandboxes/<attempt>`` of every Attempt that has ended (issue 11 item 8).
+
+    A worker killed mid-delivery leaves its sandbox behind; ``discard_stale_sandboxes`` removes it when the
+    Attempt is delivered again, but an Attempt aborted (or failed by its budget elsewhere) is never delivered
+    again, so without this its files stayed on disk for ever. Only Attempts this store knows and has ended are
+    swept: a directory naming an Attempt the store does not know (another database sharing the work
+    directory) or one still open is left alone.
+
+    Args:
+        budget_seconds: stop after about this long (the rest waits for the next sweep).
+    Returns:
+        The number of Attempt directories removed.
+    """
+    root = work_dir / "sandboxes"
+    if not root.is_dir():
+        return 0
+    deadline = time.monotonic() + budget_seconds
+    removed = 0
+    for child in sorted(root.iterdir()):
+        if time.monotonic() > deadline:
+            break
+        if not child.is_dir() or not child.name.startswith("att_"):
+            continue
+        attempt = _attempt(store, child.name)
+        if attempt is not None and attempt.status.terminal:
+            shutil.rmtree(child, ignore_errors=True)
+            removed += not child.exists()
+    return removed
+
+
+def _attempt(store: Store, attempt_id: str) -> AttemptRecord | None:
+    return store.read(lambda tx: tx.rehearsal.get_attempt(attempt_id))
+
+
 class AttemptHandler:
     """Runs the six scenarios of one Attempt.
 
@@ -61,15 +104,31 @@ class AttemptHandler:
         target: the external delivery target.
         keep_sandboxes: keep sandbox files after the delivery ends (for debugging).
         limits: the disk and memory caps of every sandbox (``SandboxLimits``; its defaults when None).
+        seal_keys: the keys Receipts are sealed with (ADR 0064). None: the configured ones
+            (``load_seal_keys``), loaded now, so a worker with no usable key refuses to start, and again at each
+            seal, so a rotated key file is used without a restart.
+    Raises:
+        InvalidInput: no usable seal key (the key file cannot be created or read, or the variable is malformed).
     """
 
     def __init__(self, work_dir: Path, target: LocalFileTarget | None = None, keep_sandboxes: bool = False,
-                 limits: SandboxLimits | None = None) -> None:
+                 limits: SandboxLimits | None = None, seal_keys: SealKeys | None = None) -> None:
+        if seal_keys is None:
+            load_seal_keys()
+        self.seal_keys = seal_keys
         self.work_dir = work_dir
         self.target = target or LocalFileTarget(work_dir / "target")
         self.keep_sandboxes = keep_sandboxes
         self.limits = limits or SandboxLimits()
         self.limits.validate()
+
+    def sweeps(self) -> list[Sweep]:
+        """The housekeeping a worker running this handler does before it claims: remove the sandboxes of
+        ended Attempts (``sweep_ended_sandboxes``), unless ``keep_sandboxes`` asked to keep them."""
+        if self.keep_sandboxes:
+            return []
+        return [Sweep(name="rehearsal.sandboxes", interval_seconds=SANDBOX_SWEEP_INTERVAL_SECONDS,
+                      run=lambda store, budget: sweep_ended_sandboxes(store, self.work_dir, budget))]
 
     def handle(self, ctx: CommandContext) -> None:
         attempt_id = str(ctx.command.payload["attempt_id"])
@@ -152,7 +211,7 @@ class AttemptHandler:
             if limit is not None:
                 evidence["limit"] = limit
             evidence.update(env.extras)
-            text, fp = seal(evidence)
+            text, fp = seal(evidence, self.seal_keys)
             log.log(logging.INFO if error is None else logging.WARNING, "scenario finished", extra={
                 "event": "scenario_finished", "attempt_id": attempt_id, "scenario": code, "position": position,
                 "status": str(status), "delivery": delivery, **({"error": error} if error is not None else {})})
@@ -244,7 +303,7 @@ class AttemptHandler:
             "lease_history": history,
             "last_progress": progress,
         }
-        text, fp = seal(evidence)
+        text, fp = seal(evidence, self.seal_keys)
         _require(tx.rehearsal.receipt_running(attempt_id, 1), "receipt 1 not PENDING after reset")
         _require(tx.rehearsal.receipt_finish(attempt_id, 1, ReceiptStatus.FAILED, text, fp), "receipt 1 not RUNNING")
         tx.rehearsal.abort_open_receipts(attempt_id)

@@ -184,6 +184,11 @@ class PostgresExecutor:
 
     def run(self, query: Query, params: Mapping[str, Any]) -> Result:
         self._guard()
+        if _reads_with_nul(query, params):
+            # PostgreSQL text cannot hold NUL, so no stored value equals one: the read finds nothing, as it does
+            # on SQLite (an unknown id is 404, a cursor naming nothing 422), instead of a 409 "value rejected"
+            # (issue 11 item 8). Every read compares its text parameters for equality (or ``IS NULL OR =``).
+            return Result(rows=[], rowcount=0)
         try:
             with self._conn.cursor(row_factory=dict_row) as cursor:
                 cursor.execute(query.sql, params)
@@ -207,6 +212,17 @@ class PostgresExecutor:
                 return list(cursor.fetchall()) if cursor.description is not None else []
         except psycopg.Error as error:
             raise self._fail(error) from None
+
+
+def _reads_with_nul(query: Query, params: Mapping[str, Any]) -> bool:
+    """A ``SELECT`` one of whose text parameters (or list items) holds a NUL character."""
+    if not query.sql.lstrip().upper().startswith("SELECT"):
+        return False
+    for value in params.values():
+        items = value if isinstance(value, (list, tuple)) else (value,)
+        if any(isinstance(item, str) and "\x00" in item for item in items):
+            return True
+    return False
 
 
 @cache

@@ -22,7 +22,7 @@ from typing import Any
 
 from fencepost.core.clock import from_iso, to_iso
 from fencepost.core.crashpoints import crashpoint
-from fencepost.core.errors import Conflict, FencepostError, SchemaNotReady, StoreUnavailable
+from fencepost.core.errors import Conflict, FencepostError, IntegrityViolation, SchemaNotReady, StoreUnavailable
 from fencepost.store.base import MigrationStep, Store, StoreBusy
 from fencepost.store.migrations import load_migrations
 from fencepost.store.sql.executor import Result
@@ -32,6 +32,8 @@ from fencepost.store.sqlite.migrate import applied_versions, apply_migrations
 from fencepost.store.sqlite.migrate import split_statements as split_statements  # re-exported for callers
 
 _BUSY_CODES = {5, 6, 261, 517, 262}  # SQLITE_BUSY, SQLITE_LOCKED and their extended codes
+_CORRUPT_CODE = 11  # SQLITE_CORRUPT (extended codes share the low byte)
+_NOTADB_CODE = 26  # SQLITE_NOTADB
 
 
 def translate_sqlite_error(error: sqlite3.Error) -> FencepostError:
@@ -42,6 +44,10 @@ def translate_sqlite_error(error: sqlite3.Error) -> FencepostError:
         return StoreBusy("the SQLite database stayed busy past the bounded wait")
     if isinstance(error, sqlite3.IntegrityError):
         return Conflict(f"constraint failed: {text.removesuffix('constraint failed').strip() or text}")
+    if (code or 0) & 0xFF in (_CORRUPT_CODE, _NOTADB_CODE) or "malformed" in text or "not a database" in text:
+        # A damaged file is a record that fails verification, not a store that is merely away: `fencepost audit`
+        # reports it as a finding (issue 11 item 8).
+        return IntegrityViolation(f"the SQLite database file is corrupt: {text}")
     return StoreUnavailable(f"SQLite error: {text}")
 
 
@@ -63,6 +69,45 @@ def sqlite_synchronous(journal_mode: str, synchronous: str) -> str:
     if journal_mode == "delete" and synchronous == "full":
         return "EXTRA"
     return synchronous.upper()
+
+
+_READONLY_CODE = 8  # SQLITE_READONLY; its extended codes share the low byte
+_CANTOPEN_CODE = 14  # SQLITE_CANTOPEN
+
+
+def path_problem(path: str) -> str | None:
+    """What is wrong with ``path`` as a SQLite control database, in words (no path in them), or None.
+
+    Checked when SQLite cannot open the file or write to it, so that the answer names the cause (a directory,
+    a read-only file or directory, a missing directory) instead of "unable to open database file" (issue 11
+    item 8). WAL mode also writes ``-wal`` and ``-shm`` files beside the database, so its directory must be
+    writable too.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return "the SQLite control database path is a directory, not a database file: give a file path"
+    if not os.path.isdir(directory):
+        return "the directory of the SQLite control database does not exist: create it or give another path"
+    if os.path.exists(path) and not os.access(path, os.R_OK):
+        return "the SQLite control database file cannot be read by this user: fix its permissions"
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return ("the SQLite control database file is read-only for this user: fencepost writes to it, so make it "
+                "writable (or give another path)")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return ("the directory of the SQLite control database is read-only for this user: SQLite writes its "
+                "journal (-wal, -shm) beside the file, so the directory must be writable")
+    return None
+
+
+def _explained(error: sqlite3.Error, path: str) -> FencepostError:
+    """``translate_sqlite_error``, with the path's problem as the message when SQLite could not open or write."""
+    code = (getattr(error, "sqlite_errorcode", None) or 0) & 0xFF
+    text = str(error)
+    if code in (_READONLY_CODE, _CANTOPEN_CODE) or "unable to open" in text or "readonly" in text:
+        problem = path_problem(path)
+        if problem is not None:
+            return StoreUnavailable(f"{problem} (SQLite: {text})")
+    return translate_sqlite_error(error)
 
 
 def _adapt(value: Any) -> Any:
@@ -141,6 +186,7 @@ class SQLiteStore(Store):
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
+        self._identity: tuple[int, int] | None = None  # (device, inode) of the file first opened
 
     # ── connections ──
     def _connect(self) -> sqlite3.Connection:
@@ -162,9 +208,9 @@ class SQLiteStore(Store):
                 # Only a missing file was never migrated; one that exists but will not open (a directory, a
                 # read-only directory without its -shm) is a store that does not answer.
                 raise SchemaNotReady("no control database exists yet: run `fencepost migrate` first") from None
-            raise translate_sqlite_error(error) from None
+            raise _explained(error, self.path) from None
         except sqlite3.Error as error:
-            raise translate_sqlite_error(error) from None
+            raise _explained(error, self.path) from None
         with self._all_lock:
             self._all.append(conn)
         return conn
@@ -184,12 +230,43 @@ class SQLiteStore(Store):
                 time.sleep(0.005)
 
     def connection(self) -> sqlite3.Connection:
-        """This thread's connection (opened on first use)."""
+        """This thread's connection (opened on first use), once the file is still the one first opened.
+
+        Raises:
+            StoreUnavailable: the database file was deleted, or replaced by another file, since this store
+                first opened it (``check_file``).
+        """
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = self._connect()
             self._local.conn = conn
+        self.check_file()
         return conn
+
+    def check_file(self) -> None:
+        """Refuse to go on when the database file is not the one this store first opened (issue 11 item 9).
+
+        An open SQLite connection keeps working on a file that was deleted (or renamed over): every commit
+        then goes to a file nobody else will ever open, and readiness still said "ready". So each use of a
+        connection compares the path's device and inode with those seen at the first open (one ``stat``).
+
+        Raises:
+            StoreUnavailable: the path no longer exists or names another file.
+        """
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            info = None
+        identity = (info.st_dev, info.st_ino) if info is not None else None
+        with self._all_lock:
+            if self._identity is None:
+                self._identity = identity
+                return
+            if identity == self._identity:
+                return
+        raise StoreUnavailable("the SQLite control database file was deleted or replaced while this process had "
+                               "it open: nothing more is written; restore the file (docs/operations.md, "
+                               "Backups) and restart this process")
 
     @contextmanager
     def transaction(self, *, write: bool = True, name: str | None = None) -> Iterator[SqlUnitOfWork]:
@@ -199,7 +276,7 @@ class SQLiteStore(Store):
         try:
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         except sqlite3.Error as error:
-            raise translate_sqlite_error(error) from None
+            raise _explained(error, self.path) from None
         tx = SqlUnitOfWork(SQLiteExecutor(conn, self), self.queries, self.claim_rotation)
         try:
             yield tx
@@ -211,7 +288,7 @@ class SQLiteStore(Store):
                 with suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             if isinstance(error, sqlite3.Error):
-                raise translate_sqlite_error(error) from None
+                raise _explained(error, self.path) from None
             raise
         if name:
             crashpoint(f"{name}:after-commit")
@@ -224,7 +301,7 @@ class SQLiteStore(Store):
         try:
             return max(applied_versions(self.connection()), default=0)
         except sqlite3.Error as error:
-            raise translate_sqlite_error(error) from None
+            raise _explained(error, self.path) from None
 
     def migrate(self) -> list[MigrationStep]:
         """Apply the shipped migrations (``fencepost.store.sqlite.migrate.apply_migrations``, ADR 0017).
@@ -240,7 +317,7 @@ class SQLiteStore(Store):
         try:
             return apply_migrations(conn, self.migrations(), now=self.clock.now)
         except sqlite3.Error as error:
-            raise translate_sqlite_error(error) from None
+            raise _explained(error, self.path) from None
 
     def physical_checks(self) -> list[tuple[str, str, str]]:
         """``PRAGMA integrity_check`` and ``PRAGMA foreign_key_check`` findings as (check, subject, detail)."""

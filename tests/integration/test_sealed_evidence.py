@@ -1,0 +1,179 @@
+"""Issue 11 item 7 (ADR 0064): Receipts are sealed with HMAC-SHA-256 under a key outside the control database.
+
+An edit that recomputes the plain fingerprint used to pass audit and gate; with the seal it fails both. A seal
+removed (with the fingerprint recomputed) reads as ``unsealed``, which the gate refuses and the audit reports as
+its own finding. Keys rotate by id: old Receipts keep verifying under the key their seal names.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fencepost.core.canonical import canonical_json
+from fencepost.core.errors import InvalidInput
+from fencepost.core.fingerprint import fingerprint
+from fencepost.evidence.receipts import EVIDENCE_DOMAIN, verify_receipt
+from fencepost.evidence.sealing import (
+    ENV_KEY_FILE,
+    ENV_KEYS,
+    SealKeys,
+    load_seal_keys,
+    rotate_key_file,
+)
+from fencepost.rehearsal.audit import audit
+from helpers.processes import CliResult, run_cli, subprocess_env
+from integration.rig import Rig, copy_example
+
+
+def _rewrite(rig: Rig, receipt_id: str, evidence: dict[str, Any]) -> None:
+    """What an attacker with write access to the database alone does: new evidence, fingerprint recomputed."""
+    rig.sql("UPDATE rehearsal_receipts SET evidence = ?, evidence_fingerprint = ? WHERE id = ?",
+            (canonical_json(evidence), fingerprint(EVIDENCE_DOMAIN, evidence), receipt_id))
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> CliResult:
+    return run_cli(args, env={**subprocess_env(), **(env or {})})
+
+
+def test_an_edit_with_a_recomputed_fingerprint_fails_gate_and_audit(rig: Rig) -> None:
+    run, attempts = rig.rehearse(copy_example(rig.tmp / "inventory"), attempts=2)
+    assert rig.service.gate(run.id).passed
+    assert audit(rig.store) == []
+    target = rig.receipts(attempts[1].id)[2]
+    edited = rig.evidence(target)
+    assert edited["seal"]["alg"] == "hmac-sha256"
+    edited["result"]["tables"]["items"]["rows"] = 4
+    _rewrite(rig, target.id, edited)
+
+    report = rig.service.gate(run.id)
+    assert not report.passed
+    assert [i.status for i in report.integrity] == ["ok", "ok", "tampered", "ok", "ok", "ok"]
+    assert "the evidence seal does not match" in report.integrity[2].reason
+    findings = audit(rig.store)
+    assert [(f.check, f.subject) for f in findings] == [("evidence_fingerprint", target.id)]
+    # and the command line says so too, with its own process loading the same key file
+    result = _cli("audit", "--database", f"sqlite:///{rig.db_path}", "--json")
+    assert result.returncode == 1, result.stderr
+    found = json.loads(result.stdout)["findings"]
+    assert [f["check"] for f in found] == ["evidence_fingerprint"] and "seal does not match" in found[0]["detail"]
+
+
+def test_a_stripped_seal_is_unsealed_blocks_the_gate_and_is_its_own_finding(rig: Rig) -> None:
+    run, (attempt,) = rig.rehearse(copy_example(rig.tmp / "inventory"), attempts=1)
+    target = rig.receipts(attempt.id)[0]
+    stripped = {k: v for k, v in rig.evidence(target).items() if k != "seal"}
+    _rewrite(rig, target.id, stripped)  # exactly what a Receipt written before sealing existed looks like
+
+    report = rig.service.gate(run.id)
+    assert not report.passed
+    integrity = next(c for c in report.checks if c.name == "evidence_integrity")
+    assert not integrity.passed and "unsealed" in integrity.reason
+    assert [(f.check, f.subject) for f in audit(rig.store)] == [("evidence_unsealed", target.id)]
+
+
+def test_a_seal_under_a_key_not_held_is_unverifiable(rig: Rig) -> None:
+    _, (attempt,) = rig.rehearse(copy_example(rig.tmp / "inventory"), attempts=1)
+    stranger = SealKeys.from_text("other=" + "ab" * 32)
+    checks = [verify_receipt(r, keys=stranger) for r in rig.receipts(attempt.id)]
+    assert {c.status for c in checks} == {"unverifiable"}
+    assert "not among the seal keys" in checks[0].reason
+    assert {f.check for f in audit(rig.store, keys=stranger)} == {"evidence_seal_key"}
+    # and a key with the right id but other bytes: the seal does not match, like an edit
+    own = load_seal_keys()
+    forged = SealKeys.from_text(f"{own.active}=" + "cd" * 32)
+    assert {verify_receipt(r, keys=forged).status for r in rig.receipts(attempt.id)} == {"tampered"}
+
+
+def test_rotation_keeps_old_receipts_verifying(rig: Rig, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    key_file = tmp_path / "keys" / "seal-keys.json"
+    monkeypatch.setenv(ENV_KEY_FILE, str(key_file))
+    monkeypatch.delenv(ENV_KEYS, raising=False)
+    package = copy_example(rig.tmp / "inventory")
+    run, (first,) = rig.rehearse(package, attempts=1)
+    old_id, new_id = rotate_key_file(key_file)
+    assert old_id != new_id and load_seal_keys().active == new_id
+    second = rig.service.enqueue_attempt(run.id)
+    rig.run_worker()
+    ids = {a: {rig.evidence(r)["seal"]["key_id"] for r in rig.receipts(a)} for a in (first.id, second.id)}
+    assert ids == {first.id: {old_id}, second.id: {new_id}}
+    assert rig.service.gate(run.id).passed
+    assert audit(rig.store) == []
+
+
+def test_the_key_file_is_created_0600_on_first_use_and_then_reused(tmp_path: Path) -> None:
+    key_file = tmp_path / "config" / "fencepost" / "seal-keys.json"
+    env = {ENV_KEY_FILE: str(key_file)}
+    first = load_seal_keys(env)
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(key_file.parent.stat().st_mode) == 0o700
+    again = load_seal_keys(env)
+    assert again.active == first.active and again.keys == first.keys
+    assert len(first.keys[first.active]) == 32
+    assert "keys=" not in repr(first) and first.keys[first.active].hex() not in repr(first)
+
+
+def test_the_default_key_file_is_under_the_config_directory(tmp_path: Path) -> None:
+    keys = load_seal_keys({"XDG_CONFIG_HOME": str(tmp_path)})
+    assert keys.source == str(tmp_path / "fencepost" / "seal-keys.json")
+
+
+def test_a_key_file_others_can_read_is_refused(tmp_path: Path) -> None:
+    key_file = tmp_path / "seal-keys.json"
+    load_seal_keys({ENV_KEY_FILE: str(key_file)})
+    key_file.chmod(0o644)
+    with pytest.raises(InvalidInput, match="readable by other users"):
+        load_seal_keys({ENV_KEY_FILE: str(key_file)})
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("k1", "has no '='"),
+    ("k1=zz", "not hexadecimal"),
+    ("k1=abcd", "shorter than 16 bytes"),
+    ("k 1=" + "ab" * 16, "a seal key id is"),
+    ("k1=" + "ab" * 16 + ",k1=" + "cd" * 16, "appears twice"),
+])
+def test_malformed_key_variables_are_refused(text: str, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        load_seal_keys({ENV_KEYS: text})
+
+
+def test_keys_from_the_variable_need_no_file(tmp_path: Path) -> None:
+    keys = load_seal_keys({ENV_KEYS: "new=" + "11" * 16 + ",old=" + "22" * 16,
+                           ENV_KEY_FILE: str(tmp_path / "never.json")})
+    assert keys.active == "new" and set(keys.keys) == {"new", "old"}
+    assert not (tmp_path / "never.json").exists()
+
+
+def test_a_worker_without_a_usable_key_refuses_to_start(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    database = f"sqlite:///{tmp_path / 'c.db'}"
+    assert _cli("migrate", "--database", database).returncode == 0
+    result = _cli("worker", "--database", database, "--work-dir", str(tmp_path / "work"),
+                  env={ENV_KEY_FILE: str(blocker / "seal-keys.json")})
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("fencepost:")]
+    assert len(lines) == 1 and "seal key file" in lines[0] and "Traceback" not in result.stderr
+
+
+def test_seal_keys_show_and_rotate_on_the_command_line(tmp_path: Path) -> None:
+    key_file = tmp_path / "seal-keys.json"
+    env = {ENV_KEY_FILE: str(key_file)}
+    shown = _cli("seal-keys", "show", "--json", env=env)
+    assert shown.returncode == 0, shown.describe()
+    before = json.loads(shown.stdout)
+    assert before["source"] == str(key_file) and before["key_ids"] == [before["active"]]
+    assert load_seal_keys(env).keys[before["active"]].hex() not in shown.stdout
+    rotated = _cli("seal-keys", "rotate", "--json", env=env)
+    assert rotated.returncode == 0, rotated.describe()
+    after = json.loads(_cli("seal-keys", "show", "--json", env=env).stdout)
+    assert after["active"] == json.loads(rotated.stdout)["active"] != before["active"]
+    assert set(after["key_ids"]) == {before["active"], after["active"]}
+    refused = _cli("seal-keys", "rotate", env={ENV_KEYS: "a=" + "11" * 16})
+    assert refused.returncode == 2 and "FENCEPOST_SEAL_KEYS" in refused.stderr
