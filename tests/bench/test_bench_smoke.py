@@ -64,3 +64,17 @@ def test_quick_relay_cases_publish_every_event_once_and_deliver_every_id() -> No
             assert result.relay_per_s > 0 and result.ceiling_per_s > 0
     finally:
         receiver.close()
+
+
+def test_quick_delivery_fleet_delivers_every_migration_exactly_once(tmp_path: Path) -> None:
+    """The delivery benchmark's case, tiny: a real `fencepost worker` process delivers 4 targets; every delivery
+    matches the rehearsal, each migration ran once per target, and the plain loop applied the same SQL."""
+    from bench.common import scratch_dir
+    from bench.delivery import MIGRATIONS, run_case
+
+    with database("sqlite", "smoke-delivery") as url, scratch_dir("smoke-delivery") as d:
+        result = run_case(url, d, targets=4, workers=1)
+    assert result.verified["ok"], result.verified
+    assert result.verified["deliveries"] == {"succeeded/matches rehearsal": 4}
+    assert result.verified["targets_exactly_once"] == 4 and result.verified["direct_exactly_once"] == 4
+    assert len(MIGRATIONS) == 3 and result.fencepost_per_s > 0 and result.direct_per_s > 0

@@ -3,22 +3,26 @@ disable/enable, quarantine, show."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
 
 from fencepost.catalog.lifecycle import CatalogService, PackageState
 from fencepost.cli import render
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
 from fencepost.core.statuses import InvocationStatus
-from fencepost.delivery.service import DeliveryService
+from fencepost.delivery.service import SUBMIT_CONCURRENCY, DeliveryService, Progress, Submitted
 from fencepost.delivery.targets import parse_labels
 from fencepost.host import InvocationView
 from fencepost.rehearsal.service import release_gate
 from fencepost.rehearsal.views import iso
+from fencepost.store.delivery_records import TargetRecord
 from fencepost.store.url import DEFAULT_URL
 from fencepost.store.workflow_records import InstallationRecord, PublicationRecord
 
@@ -97,6 +101,8 @@ def install(name: NameArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = 
             wait: Annotated[bool, typer.Option("--wait", help="Wait for every delivery's verdict (a line per "
                                                               "target and an overall progress bar).")] = False,
             wait_timeout: Annotated[float, typer.Option(help="Seconds --wait waits at most.")] = 600.0,
+            concurrency: Annotated[int, typer.Option(min=1, max=64, help="Deliveries submitted at once (a fleet's "
+                                                                         "submission).")] = SUBMIT_CONCURRENCY,
             redeliver: Annotated[bool, typer.Option("--redeliver", help="Deliver again to targets whose newest "
                                                                         "delivery of this version failed (after "
                                                                         "fixing them).")] = False) -> None:
@@ -116,7 +122,8 @@ def install(name: NameArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = 
             return
         service = DeliveryService(store)
         selector = parse_labels(targets) if targets else None
-        submitted = service.submit(name, target=target, selector=selector, redeliver=redeliver)
+        submitted = _submit(service, name, target=target, selector=selector, redeliver=redeliver,
+                            concurrency=concurrency, quiet=json)
         ids = [(t.name, v.id) for t, v in submitted.deliveries]
         if not json:
             typer.echo(f"installed {name} {submitted.lock.publication.version}: {len(ids)} deliver"
@@ -136,33 +143,102 @@ def install(name: NameArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = 
         raise typer.Exit(1)
 
 
-def wait_for(service: DeliveryService, ids: list[tuple[str, str]], timeout: float, *,
-             quiet: bool) -> list[InvocationView]:
-    """Poll the deliveries ``ids`` (target, invocation id) until each has a verdict or ``timeout`` seconds pass;
-    print a line per target as it settles and an overall progress bar (unless ``quiet``)."""
+def _submit(service: DeliveryService, name: str, *, target: str | None, selector: dict[str, str] | None,
+            redeliver: bool, concurrency: int, quiet: bool) -> Submitted:
+    """``DeliveryService.submit`` with a ``submitting`` bar on a terminal (``concurrency`` in flight at once)."""
+    if quiet or not render.console.is_terminal:
+        return service.submit(name, target=target, selector=selector, redeliver=redeliver, concurrency=concurrency)
+    with RichProgress(TextColumn("submitting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=render.console, transient=True) as bar:
+        task = bar.add_task("submitting", total=None)
+
+        def seen(_target: TargetRecord, _view: InvocationView) -> None:
+            bar.advance(task)
+
+        return service.submit(name, target=target, selector=selector, redeliver=redeliver, concurrency=concurrency,
+                              on_submitted=seen)
+
+
+def _bars(console: Console) -> RichProgress:
+    """The live display of ``--wait`` on a terminal: the overall bar first, then one bar per delivery in flight."""
+    return RichProgress(TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=console, transient=True)
+
+
+def _detail(progress: Progress) -> str:
+    if progress.step is None:
+        return str(progress.status)
+    busy = f", attempt {progress.attempts} (target busy, retried)" if progress.attempts > 1 else ""
+    return f"{progress.step}{busy}"
+
+
+def _summary(views: dict[str, InvocationView], total: int) -> str:
+    counts: dict[str, int] = {}
+    for view in views.values():
+        counts[str(view.status)] = counts.get(str(view.status), 0) + 1
+    shown = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    return f"{len(views)}/{total} settled" + (f": {shown}" if shown else "")
+
+
+def wait_for(service: DeliveryService, ids: list[tuple[str, str]], timeout: float, *, quiet: bool,
+             console: Console | None = None, interval: float = 0.25,
+             line_every: float = 5.0) -> list[InvocationView]:
+    """Poll the deliveries ``ids`` (target, invocation id) until each has a verdict or ``timeout`` seconds pass.
+
+    Every poll is one control-store read (``DeliveryService.progress``). Unless ``quiet``, a line is printed
+    per target as it settles; on a terminal, a live overall bar (settled of all, with the counts running and
+    pending) and a bar per delivery in flight (steps done of its steps, the step now running and, for a busy
+    target, its attempt) are drawn above those lines. Elsewhere (a pipe, a log file, CI) the output stays
+    line-based: the settled lines, plus an overall ``progress: ...`` line at most every ``line_every`` seconds
+    while something changed, and a closing summary.
+
+    Args:
+        console: where to write (default the CLI's console). interval: seconds between polls.
+    Returns:
+        the deliveries' views, in the order of ``ids`` (unsettled ones as last read).
+    """
+    out = console or render.console
     deadline = time.monotonic() + timeout
-    views = {i: service.host.get(i) for _, i in ids}
-    shown: set[str] = set()
-    with Progress(TextColumn("delivering"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=render.console, disable=quiet, transient=True) as progress:
-        overall = progress.add_task("all", total=len(ids))
+    by_id = dict((i, t) for t, i in ids)
+    views: dict[str, InvocationView] = {}
+    live = not quiet and out.is_terminal
+    bars = _bars(out)
+    overall = bars.add_task("all targets", total=len(ids), detail="")
+    rows: dict[str, TaskID] = {}
+    last_line, last_text = time.monotonic(), ""
+    with bars if live else contextlib.nullcontext():
         while True:
-            for target, invocation_id in ids:
-                view = views[invocation_id] = service.host.get(invocation_id)
-                if view.status.terminal and invocation_id not in shown:
-                    shown.add(invocation_id)
-                    progress.advance(overall)
+            now = service.progress([i for i in by_id if i not in views])
+            for invocation_id, state in now.items():
+                target = by_id[invocation_id]
+                if state.status.terminal:
+                    views[invocation_id] = view = service.host.get(invocation_id)
+                    if invocation_id in rows:
+                        bars.remove_task(rows.pop(invocation_id))
                     if not quiet:
-                        progress.console.print(delivery_line(target, view))
-            if len(shown) == len(ids) or time.monotonic() > deadline:
+                        (bars.console if live else out).print(delivery_line(target, view), soft_wrap=True)
+                elif state.status is not InvocationStatus.PENDING and live:
+                    if invocation_id not in rows:
+                        rows[invocation_id] = bars.add_task(target, total=state.steps_total, detail="")
+                    bars.update(rows[invocation_id], completed=state.steps_done, detail=_detail(state))
+            running = sum(1 for s in now.values() if not s.status.terminal and s.status is not InvocationStatus.PENDING)
+            pending = sum(1 for s in now.values() if s.status is InvocationStatus.PENDING)
+            text = f"{_summary(views, len(ids))}; {running} running, {pending} pending"
+            bars.update(overall, completed=len(views), detail=f"{running} running, {pending} pending")
+            if not quiet and not live and text != last_text and time.monotonic() - last_line >= line_every:
+                out.print(f"progress: {text}", soft_wrap=True)
+                last_line, last_text = time.monotonic(), text
+            if len(views) == len(ids) or time.monotonic() > deadline:
                 break
-            time.sleep(0.2)
+            time.sleep(interval)
     if not quiet:
         for target, invocation_id in ids:
-            if invocation_id not in shown:
-                render.console.print(f"  {target:<24} {views[invocation_id].status}: no verdict within {timeout:g} s "
-                                     "(is a `fencepost worker` running?)")
-    return [views[i] for _, i in ids]
+            if invocation_id not in views:
+                views[invocation_id] = service.host.get(invocation_id)
+                out.print(f"  {target:<24} {views[invocation_id].status}: no verdict within {timeout:g} s "
+                          "(is a `fencepost worker` running?)", soft_wrap=True)
+        out.print(f"deliveries: {_summary({i: v for i, v in views.items() if v.status.terminal}, len(ids))}")
+    return [views[i] if i in views else service.host.get(i) for _, i in ids]
 
 
 def delivery_line(target: str, view: InvocationView) -> str:
@@ -174,7 +250,7 @@ def delivery_line(target: str, view: InvocationView) -> str:
         applied = sum(1 for k, v in (result.get("steps") or {}).items()
                       if k.startswith("migrate-") and isinstance(v, dict) and v.get("applied"))
         detail = f"{applied} migration(s) applied; {verify.get('comparison')}"
-    return f"  {target:<24} {view.status}  {escape(detail)}"
+    return f"  {target:<24} {view.status}  {escape(' '.join(detail.splitlines()))}"  # one line per target
 
 
 @app.command()

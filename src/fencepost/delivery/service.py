@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from fencepost.catalog.lifecycle import not_allowed
 from fencepost.core.errors import InvalidInput, NotFound
-from fencepost.core.statuses import Disposition, InvocationStatus
+from fencepost.core.statuses import AdapterStatus, Disposition, InvocationStatus
 from fencepost.delivery.action import ACTION_ID, DELIVER, TargetAdapter
 from fencepost.delivery.lock import PublishedLock, published_lock
 from fencepost.delivery.targets import matches, target_json
@@ -56,6 +57,27 @@ def _params(lock: PublishedLock, target: TargetRecord) -> dict[str, Any]:
             "rehearsal": {"run_id": lock.run_id, **lock.rehearsal}}
 
 
+#: Submissions in flight at once by default (each is one control-store transaction).
+SUBMIT_CONCURRENCY = 8
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where one delivery is now (``DeliveryService.progress``).
+
+    Attributes:
+        status: the invocation's status. steps_total: ``check``, one per migration, ``verify``.
+        steps_done: steps that succeeded. step: the step being run (None before the first and after the last),
+            with its ``attempts`` so far (more than 1: the target was busy and the step is being retried).
+    """
+
+    status: InvocationStatus
+    steps_total: int
+    steps_done: int
+    step: str | None
+    attempts: int
+
+
 @dataclass(frozen=True)
 class Submitted:
     """The invocations of one ``install --target(s)``: one per target, in target name order."""
@@ -76,13 +98,17 @@ class DeliveryService:
         self.host = host or delivery_host(store)
 
     def submit(self, package: str, *, target: str | None = None, selector: Mapping[str, str] | None = None,
-               actor: str = "cli", redeliver: bool = False) -> Submitted:
+               actor: str = "cli", redeliver: bool = False, concurrency: int = SUBMIT_CONCURRENCY,
+               on_submitted: Callable[[TargetRecord, InvocationView], None] | None = None) -> Submitted:
         """Submit one dispatched ``fencepost.deliver`` invocation per target for the installed version.
 
         Args:
             target: one target by name; or ``selector``: every live target carrying those labels.
             redeliver: deliver again to a target whose newest delivery of this version ``failed`` (after the
                 target was fixed): a new invocation under the next key of the chain (``_current_key``).
+            concurrency: submissions in flight at once (1..64; each is one ``host.submit`` transaction).
+            on_submitted: called (from a submitting thread) with each target and its invocation as it is
+                submitted, for a progress display.
         Returns:
             the invocations (existing ones for a repeated command: same key, same params).
         Raises:
@@ -93,6 +119,8 @@ class DeliveryService:
         """
         if (target is None) == (selector is None):
             raise InvalidInput("give one target (--target NAME) or a label selector (--targets key=value)")
+        if not 1 <= concurrency <= 64:
+            raise InvalidInput(f"submission concurrency is 1 to 64, not {concurrency}")
 
         def read(tx: UnitOfWork) -> tuple[PublishedLock, list[TargetRecord]]:
             installation = tx.catalog.get_installation(package)
@@ -121,9 +149,44 @@ class DeliveryService:
         lock, chosen = self.store.read(read)
         version = lock.publication.version
         keys = self.store.read(lambda tx: [_current_key(tx, package, version, t, redeliver) for t in chosen])
-        views = [(t, self.host.submit(ACTION_ID, _params(lock, t), actor=actor, mode=Dispatch(), idempotency_key=key))
-                 for t, key in zip(chosen, keys, strict=True)]
-        return Submitted(lock, views)
+
+        def one(pair: tuple[TargetRecord, str]) -> tuple[TargetRecord, InvocationView]:
+            chosen_target, key = pair
+            view = self.host.submit(ACTION_ID, _params(lock, chosen_target), actor=actor, mode=Dispatch(),
+                                    idempotency_key=key)
+            if on_submitted is not None:
+                on_submitted(chosen_target, view)
+            return chosen_target, view
+
+        pairs = list(zip(chosen, keys, strict=True))
+        if concurrency == 1 or len(pairs) == 1:
+            return Submitted(lock, [one(p) for p in pairs])
+        with ThreadPoolExecutor(max_workers=min(concurrency, len(pairs)), thread_name_prefix="deliver-submit") as pool:
+            return Submitted(lock, list(pool.map(one, pairs)))  # in target name order, whatever finished first
+
+    def progress(self, invocation_ids: list[str]) -> dict[str, Progress]:
+        """Where each delivery is, read in one control-store read (the ``--wait`` display polls this).
+
+        Returns:
+            invocation id -> ``Progress``; an id naming no invocation is left out.
+        """
+
+        def read(tx: UnitOfWork) -> dict[str, Progress]:
+            found: dict[str, Progress] = {}
+            for invocation_id in invocation_ids:
+                record = tx.host.get_invocation(invocation_id)
+                if record is None:
+                    continue
+                total = len(record.params.get("migrations") or []) + 2
+                rows = [] if record.status is InvocationStatus.PENDING else tx.host.list_adapter_invocations(
+                    invocation_id)
+                done = sum(1 for r in rows if r.status is AdapterStatus.SUCCEEDED)
+                current = next((r for r in rows if r.status is AdapterStatus.RUNNING), None)
+                found[invocation_id] = Progress(record.status, total, done, current.step_name if current else None,
+                                                current.attempts if current else 0)
+            return found
+
+        return self.store.read(read)
 
     def deliveries(self, package: str) -> list[dict[str, Any]]:
         """Per target, the newest delivery of ``package``: version, verdict, steps with their ledger rows, the
