@@ -128,6 +128,9 @@ def test_deliveries_and_targets_pages(page: Page, browser: Browser, deployment: 
         queued = page.locator(f"#queue-{crashed.id}")
         expect(queued).to_be_visible()
         expect(queued).to_contain_text("fencepost.deliver")
+        expect(queued).to_have_class("attempt s-reconciliation_required targeted")  # the linked entry, outlined
+        expect(queued).to_be_in_viewport()
+        artifact(page, "reconciliation-queue-delivery")
 
         page.goto(deployment.url + "/targets")
         expect(page.locator("#targets tr[data-target]")).to_have_count(3)
