@@ -824,7 +824,8 @@ class DeliveryPort(Protocol):
         ...
 
     def list_targets(self) -> list[TargetRecord]:
-        """Every target, removed ones too, by name then when added (the operator page's Targets view)."""
+        """Every target, removed ones too: by name, a live one before the removed ones of its name, those newest
+        removed first (the operator page's Targets view)."""
         ...
 
     def remove_target(self, name: str) -> TargetRecord | None:
