@@ -858,13 +858,6 @@
       });
       const same = nodes.length === list.children.length && nodes.every((n, i) => list.children[i] === n);
       if (!same) list.replaceChildren(...nodes);
-      // A link to one entry (``#queue-<id>``, e.g. from a package's deliveries) scrolls to it once it is drawn.
-      const wanted = !linked && location.hash.startsWith("#queue-") ? document.getElementById(decodeURIComponent(location.hash.slice(1))) : null;
-      if (wanted) {
-        linked = true;
-        wanted.classList.add("targeted");
-        wanted.scrollIntoView({ block: "start" });
-      }
       if (known !== null) {
         const added = ids.filter((id) => !known.includes(id));
         if (added.length) say("New approval request" + (added.length === 1 ? ": " : "s: ") + added.join(", "));
