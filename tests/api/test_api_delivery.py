@@ -30,6 +30,9 @@ def test_targets_over_http(api: Api) -> None:
     removed = api.client.delete("/v1/targets/tenant-a", headers=AUTH)
     assert removed.status_code == 200 and removed.json()["removed_at"] is not None
     assert_problem(api.client.get("/v1/targets/tenant-a"), 404, "not-found")
+    assert api.client.get("/v1/targets").json()["items"] == []  # removed: hidden unless asked for
+    (shown,) = api.client.get("/v1/targets", params={"include_removed": "true"}).json()["items"]
+    assert (shown["name"], shown["last_deliveries"]) == ("tenant-a", []) and shown["removed_at"] is not None
 
 
 def test_package_deliveries_over_http(api: Api) -> None:
@@ -45,3 +48,14 @@ def test_package_deliveries_over_http(api: Api) -> None:
     assert all(s["ledger"]["state"] == "applied" for s in item["steps"] if s["migration"])
     assert item["evidence"]["comparison"] == "matches rehearsal"
     assert_problem(api.client.get("/v1/packages/nothing/deliveries"), 404, "not-found")
+    assert "ETag" in body.headers
+    unchanged = api.client.get("/v1/packages/shop/deliveries", headers={"If-None-Match": body.headers["ETag"]})
+    assert (unchanged.status_code, unchanged.content) == (304, b"")
+    (target,) = api.client.get("/v1/targets").json()["items"]
+    assert target["last_deliveries"] == [{"package": "shop", "version": "1.0.0", "status": "succeeded",
+                                          "invocation_id": view.id, "error": None,
+                                          "updated_at": item["updated_at"]}]
+    packages = api.client.get("/v1/packages")
+    assert packages.json()["items"] == [{"name": "shop", "versions": ["1.0.0"], "installed_version": "1.0.0",
+                                         "targets": 1}]
+    assert api.client.get("/v1/packages", headers={"If-None-Match": packages.headers["ETag"]}).status_code == 304

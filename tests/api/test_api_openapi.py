@@ -38,7 +38,7 @@ PATHS = {
     "/v1/host/invocations/{invocationId}/approve": {"post"}, "/v1/host/invocations/{invocationId}/reject": {"post"},
     "/v1/host/approvals": {"get"},
     "/v1/targets": {"get", "post"}, "/v1/targets/{name}": {"get", "delete"},
-    "/v1/packages/{name}/deliveries": {"get"},
+    "/v1/packages": {"get"}, "/v1/packages/{name}/deliveries": {"get"},
 }
 
 

@@ -119,6 +119,12 @@ def test_a_fixed_target_is_delivered_again_with_redeliver(shop: Store, tmp_path:
     assert [v.id for _, v in service.submit("shop", target="tenant-a").deliveries] == [again.id]
     (newest,) = service.deliveries("shop")
     assert (newest["invocation_id"], newest["status"]) == (again.id, "succeeded")
+    # the Targets page and the packages list pick the same newest delivery (never the failed one it follows)
+    (last,) = service.last_by_target()[newest["target_id"]]
+    assert (last["package"], last["version"], last["status"], last["invocation_id"]) == (
+        "shop", "1.0.0", "succeeded", again.id)
+    assert service.packages() == [{"name": "shop", "versions": ["1.0.0"], "installed_version": "1.0.0",
+                                   "targets": 1}]
 
 
 def test_tables_without_ledger_rows_and_a_target_ahead_are_drift(shop: Store, tmp_path: Path) -> None:

@@ -38,6 +38,10 @@ def test_add_list_show_remove(store: Store, tmp_path: Path) -> None:
     assert store.read(lambda tx: tx.delivery.get_target(a.id)) == removed  # kept, so past deliveries name it
     again = targets.add("tenant-a", f"sqlite://{tmp_path}/other.db")  # a removed name may be used again
     assert again.id != a.id and [t.name for t in targets.list()] == ["tenant-a", "tenant-b"]
+    # the operator page's "Show removed targets": the removed record too, after the live one of its name
+    assert [(t.id, t.removed_at is None) for t in targets.list(include_removed=True)] == [
+        (again.id, True), (a.id, False), (b.id, True)]
+    assert [t.id for t in targets.list({"env": "prod"}, include_removed=True)] == [a.id]  # labels still select
 
 
 @pytest.mark.parametrize(("url", "message"), [

@@ -262,6 +262,7 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
         target_id="tgt-dup", name="eq", url="sqlite:///tmp/eq.db", labels={})) is None
     assert store.read(lambda tx: tx.delivery.get_live_target("eq")) == added
     assert [t.id for t in store.read(lambda tx: tx.delivery.list_live_targets())] == ["tgt-every-query"]
+    assert [t.id for t in store.read(lambda tx: tx.delivery.list_targets())] == ["tgt-every-query"]
     start = DeliveryStartRecord(invocation_id="inv-every-query-delivery", package_name="inventory", version="1",
                                 publication_id="pub-x", installation_id="ins-x", lock_digest="sha256:x",
                                 target_id="tgt-every-query", started_at=datetime.now(UTC))
@@ -273,6 +274,7 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
     removed = store.transact(lambda tx: tx.delivery.remove_target("eq"))
     assert removed is not None and removed.removed_at is not None
     assert store.read(lambda tx: tx.delivery.get_target("tgt-every-query")) == removed
+    assert store.read(lambda tx: tx.delivery.list_targets()) == [removed]  # removed, still listed
     store.read(lambda tx: tx.run("store_now", {"now": tx.now()}))  # type: ignore[attr-defined]
 
 

@@ -32,6 +32,41 @@ class TargetList(_Model):
     items: list[Target]
 
 
+class LastDelivery(_Model):
+    """A target's newest delivery of one package (the Targets page's last column)."""
+
+    package: str
+    version: str | None
+    status: str
+    invocation_id: str
+    error: str | None
+    updated_at: str
+
+
+class TargetRow(Target):
+    """``GET /v1/targets``: a target with its newest delivery per package (by package name)."""
+
+    last_deliveries: list[LastDelivery]
+
+
+class TargetRows(_Model):
+    items: list[TargetRow]
+
+
+class PackageRow(_Model):
+    """``GET /v1/packages``: a published package, its published versions (oldest first), the installed one and
+    how many targets it has a delivery to."""
+
+    name: str
+    versions: list[str]
+    installed_version: str | None
+    targets: int
+
+
+class PackageList(_Model):
+    items: list[PackageRow]
+
+
 class DeliveryStep(_Model):
     step: str
     status: str

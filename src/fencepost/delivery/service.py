@@ -18,6 +18,7 @@ from fencepost.host import Dispatch, Host, HostConfig, InvocationView
 from fencepost.store.base import Store
 from fencepost.store.delivery_records import TargetRecord
 from fencepost.store.ports import UnitOfWork
+from fencepost.store.workflow_records import PublicationRecord
 
 
 def delivery_host(store: Store, config: HostConfig | None = None) -> Host:
@@ -188,28 +189,66 @@ class DeliveryService:
 
         return self.store.read(read)
 
+    def _newest(self, package: str | None = None) -> dict[tuple[str, str], InvocationView]:
+        """The newest delivery invocation per (package, target id), of ``package`` only when given (steps
+        omitted). A redelivery's key names the failed invocation it follows: that one is never the newest."""
+        mine = [v for v in self.host.list(action_id=ACTION_ID, limit=10000)
+                if package is None or v.params.get("package") == package]
+        followed = {v.idempotency_key.rsplit(":after:", 1)[1] for v in mine if ":after:" in v.idempotency_key}
+        newest: dict[tuple[str, str], InvocationView] = {}
+        for view in sorted((v for v in mine if v.id not in followed), key=lambda v: (v.created_at, v.id)):
+            newest[(str(view.params.get("package")), v_target(view))] = view
+        return newest
+
     def deliveries(self, package: str) -> list[dict[str, Any]]:
         """Per target, the newest delivery of ``package``: version, verdict, steps with their ledger rows, the
         evidence comparison and, when ``reconciliation_required``, the reconciliation queue entry.
 
+        Returns:
+            ``delivery_json`` items by target name (the shape of ``GET /v1/packages/{name}/deliveries``).
         Raises:
             NotFound: ``package`` was never published.
         """
         if not self.store.read(lambda tx: tx.catalog.list_publications(package)):
             raise NotFound(f"{package} has never been published")
-        records = self.host.list(limit=10000)
-        mine = [v for v in records if v.action_id == ACTION_ID and v.params.get("package") == package]
-        # A redelivery's key names the failed invocation it follows: that one is never the newest.
-        followed = {v.idempotency_key.rsplit(":after:", 1)[1] for v in mine if ":after:" in v.idempotency_key}
-        newest: dict[str, InvocationView] = {}
-        for view in sorted((v for v in mine if v.id not in followed), key=lambda v: (v.created_at, v.id)):
-            newest[v_target(view)] = view
-        newest = {key: self.host.get(view.id) for key, view in newest.items()}  # with their steps
+        newest = {target: self.host.get(view.id) for (_, target), view in self._newest(package).items()}
         queue = {e.invocation["id"]: e.as_json() for e in self.host.reconciliation_queue(limit=1000)}
         targets = {t.id: t for t in self.store.read(lambda tx: [tx.delivery.get_target(i) for i in {
             str(v.params.get("target_id")) for v in newest.values()}]) if t is not None}
+        ordered = sorted(newest.values(), key=lambda v: (str(v.params.get("target")), v_target(v)))
         return [delivery_json(view, targets.get(str(view.params.get("target_id"))), queue.get(view.id))
-                for _, view in sorted(newest.items())]
+                for view in ordered]
+
+    def last_by_target(self) -> dict[str, list[dict[str, Any]]]:
+        """Per target id, its newest delivery of each package, by package name: ``{"package", "version",
+        "status", "invocation_id", "error", "updated_at"}`` (ISO 8601 UTC). The Targets page's last column."""
+        found: dict[str, list[dict[str, Any]]] = {}
+        for (package, target), view in sorted(self._newest().items()):
+            found.setdefault(target, []).append({
+                "package": package, "version": view.params.get("version"), "status": str(view.status),
+                "invocation_id": view.id, "error": view.error, "updated_at": view.updated_at.isoformat()})
+        return found
+
+    def packages(self) -> list[dict[str, Any]]:
+        """Every published package by name: ``{"name", "versions"`` (published, oldest first)``,
+        "installed_version"`` (None when not installed)``, "targets"`` (how many targets it has a delivery
+        to)``}``. The operator page's list that links each package's deliveries."""
+
+        def read(tx: UnitOfWork) -> tuple[list[PublicationRecord], dict[str, str]]:
+            publications = tx.catalog.all_publications()
+            by_id = {p.id: p.version for p in publications}
+            installed = {i.package_name: by_id.get(i.publication_id, "?") for i in tx.catalog.all_installations()}
+            return publications, installed
+
+        publications, installed = self.store.read(read)
+        versions: dict[str, list[str]] = {}
+        for pub in sorted(publications, key=lambda p: (p.package_name, p.published_at, p.id)):
+            versions.setdefault(pub.package_name, []).append(pub.version)
+        delivered: dict[str, int] = {}
+        for package, _ in self._newest():
+            delivered[package] = delivered.get(package, 0) + 1
+        return [{"name": name, "versions": found, "installed_version": installed.get(name),
+                 "targets": delivered.get(name, 0)} for name, found in sorted(versions.items())]
 
 
 def v_target(view: InvocationView) -> str:

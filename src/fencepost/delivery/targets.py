@@ -93,9 +93,12 @@ class TargetService:
             raise NotFound(f"no target {name}")
         return found
 
-    def list(self, selector: Mapping[str, str] | None = None) -> list[TargetRecord]:
-        """Live targets by name, those carrying every label of ``selector`` when given."""
-        targets = self.store.read(lambda tx: tx.delivery.list_live_targets())
+    def list(self, selector: Mapping[str, str] | None = None, *, include_removed: bool = False
+             ) -> list[TargetRecord]:
+        """Live targets by name, those carrying every label of ``selector`` when given; with ``include_removed``
+        the removed ones too (a name reused after a removal is listed twice: the live one first)."""
+        targets = self.store.read(lambda tx: tx.delivery.list_targets() if include_removed
+                                  else tx.delivery.list_live_targets())
         return [t for t in targets if matches(t, selector or {})]
 
     def remove(self, name: str) -> TargetRecord:

@@ -823,6 +823,11 @@ class DeliveryPort(Protocol):
         """Live targets by name."""
         ...
 
+    def list_targets(self) -> list[TargetRecord]:
+        """Every target, removed ones too: by name, a live one before the removed ones of its name, those newest
+        removed first (the operator page's Targets view)."""
+        ...
+
     def remove_target(self, name: str) -> TargetRecord | None:
         """Mark the live target ``name`` removed (the row stays); None when there is none."""
         ...

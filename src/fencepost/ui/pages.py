@@ -153,6 +153,22 @@ def approvals(request: Request) -> HTMLResponse:
     return _host_page(request, "approvals.html")
 
 
+# ── delivery (issue 17; ADRs 0055-0058): drawn by app.js from /v1/targets and /v1/packages/... ──
+def targets(request: Request) -> HTMLResponse:
+    """The delivery targets (name, URL, labels, added, newest delivery per package); removed ones on request."""
+    return _host_page(request, "targets.html")
+
+
+def packages(request: Request) -> HTMLResponse:
+    """The published packages, each linking to its deliveries."""
+    return _host_page(request, "packages.html")
+
+
+def package_deliveries(request: Request, name: str) -> HTMLResponse:
+    """One package's deliveries: per target, version, verdict, steps with ledger rows, evidence, queue entry."""
+    return _host_page(request, "deliveries.html", package=name)
+
+
 def mount(app: FastAPI) -> None:
     """Add the pages and ``/static`` to ``app`` (left out of the OpenAPI document)."""
     app.add_api_route("/", index, methods=["GET"], response_class=HTMLResponse, include_in_schema=False)
@@ -164,5 +180,9 @@ def mount(app: FastAPI) -> None:
                       include_in_schema=False)
     app.add_api_route("/reconciliation-queue", reconciliation_queue, methods=["GET"], response_class=HTMLResponse,
                       include_in_schema=False)
+    app.add_api_route("/targets", targets, methods=["GET"], response_class=HTMLResponse, include_in_schema=False)
+    app.add_api_route("/packages", packages, methods=["GET"], response_class=HTMLResponse, include_in_schema=False)
+    app.add_api_route("/packages/{name}/deliveries", package_deliveries, methods=["GET"],
+                      response_class=HTMLResponse, include_in_schema=False)
     app.add_api_route("/approvals", approvals, methods=["GET"], response_class=HTMLResponse, include_in_schema=False)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")

@@ -32,6 +32,9 @@ class SqlDelivery:
     def list_live_targets(self) -> list[TargetRecord]:
         return [target_from_row(r) for r in self._unit.run("list_live_targets", {}).rows]
 
+    def list_targets(self) -> list[TargetRecord]:
+        return [target_from_row(r) for r in self._unit.run("list_targets", {}).rows]
+
     def remove_target(self, name: str) -> TargetRecord | None:
         rows = self._unit.run("remove_target", {"name": name, "now": self._unit.now()}).rows
         return target_from_row(rows[0]) if rows else None

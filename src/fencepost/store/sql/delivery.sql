@@ -24,6 +24,13 @@ SELECT id, name, url, labels, added_at, removed_at FROM delivery_targets WHERE i
 SELECT id, name, url, labels, added_at, removed_at FROM delivery_targets
 WHERE removed_at IS NULL ORDER BY name;
 
+-- name: list_targets
+-- instants: added_at, removed_at
+-- Every target, removed ones too (the operator page shows them on request): by name, a live one before the
+-- removed ones of its name, those newest removed first.
+SELECT id, name, url, labels, added_at, removed_at FROM delivery_targets
+ORDER BY name, removed_at IS NOT NULL, removed_at DESC, id;
+
 -- name: remove_target
 -- instants: added_at, removed_at
 UPDATE delivery_targets SET removed_at = :now WHERE name = :name AND removed_at IS NULL

@@ -760,7 +760,7 @@
   }
 
   function initQueue() {
-    let known = null;
+    let known = null, linked = false;
     const refresh = poller(async () => {
       const data = await call("GET", HOST + "/reconciliation-queue");
       const list = document.getElementById("queue");
@@ -770,6 +770,13 @@
       const nodes = data.items.map((e) => document.getElementById("queue-" + e.invocation.id) || queueItem(e));
       const same = nodes.length === list.children.length && nodes.every((n, i) => list.children[i] === n);
       if (!same) list.replaceChildren(...nodes);
+      // A link to one entry (``#queue-<id>``, e.g. from a package's deliveries) scrolls to it once it is drawn.
+      const wanted = !linked && location.hash.startsWith("#queue-") ? document.getElementById(decodeURIComponent(location.hash.slice(1))) : null;
+      if (wanted) {
+        linked = true;
+        wanted.classList.add("targeted");
+        wanted.scrollIntoView({ block: "start" });
+      }
       if (known !== null) {
         const added = ids.filter((id) => !known.includes(id));
         if (added.length) say("New in the reconciliation queue: " + added.join(", "));
@@ -881,10 +888,145 @@
     });
   }
 
+  // ── delivery (issue 17; ADRs 0055-0058): targets, packages, and one package's deliveries ──
+  const deliveriesHref = (name) => "/packages/" + encodeURIComponent(name) + "/deliveries";
+  const labelsText = (labels) => Object.entries(labels || {}).map(([k, v]) => k + "=" + v).join(", ");
+  // Draw ``items`` with ``draw`` only when they changed (a 304 poll returns the same data: nothing is redrawn).
+  function redrawn(state, items, draw) {
+    const key = JSON.stringify(items);
+    if (key === state.drawn) return false;
+    state.drawn = key;
+    draw();
+    return true;
+  }
+
+  function targetRow(t) {
+    const removed = Boolean(t.removed_at);
+    return h("tr", { "data-target": t.name, "data-removed": removed ? "true" : "false", className: removed ? "removed" : null },
+      h("th", { scope: "row" }, t.name, removed ? [" ", badge("removed", "s-removed")] : null),
+      h("td", {}, h("code", { className: "fp", title: t.url }, t.url)),
+      h("td", {}, labelsText(t.labels) || h("span", { className: "muted" }, "none")),
+      h("td", {}, h("time", { datetime: t.added_at || "" }, when(t.added_at)),
+        removed ? h("span", { className: "muted" }, " · removed " + when(t.removed_at)) : null),
+      h("td", {}, t.last_deliveries.length ? h("ul", { className: "last-deliveries" }, ...t.last_deliveries.map((d) =>
+        h("li", { "data-package": d.package }, h("a", { href: deliveriesHref(d.package) }, d.package), " " + (d.version || "?") + " ",
+          badge(d.status), " ", h("span", { className: "muted" }, when(d.updated_at)))))
+        : h("span", { className: "muted" }, "never delivered")));
+  }
+
+  function initTargets() {
+    const removed = document.getElementById("show-removed");
+    const state = { drawn: null };
+    const refresh = poller(async () => {
+      const url = "/v1/targets" + (removed.checked ? "?include_removed=true" : "");
+      const data = await poll(url);
+      redrawn(state, data.items, () => {
+        document.getElementById("targets").replaceChildren(...(data.items.length ? data.items.map(targetRow)
+          : [h("tr", {}, h("td", { colSpan: 5, className: "muted" }, "No target yet: add one with `fencepost target add NAME sqlite:///path.db`."))]));
+      });
+    });
+    removed.addEventListener("change", () => refresh());
+  }
+
+  function initPackages() {
+    const state = { drawn: null };
+    poller(async () => {
+      const data = await poll("/v1/packages");
+      redrawn(state, data.items, () => {
+        document.getElementById("packages").replaceChildren(...(data.items.length ? data.items.map((p) =>
+          h("tr", { "data-package": p.name }, h("th", { scope: "row" }, h("a", { href: deliveriesHref(p.name) }, p.name)),
+            h("td", {}, p.installed_version || h("span", { className: "muted" }, "not installed")),
+            h("td", {}, p.versions.join(", ")), h("td", {}, p.targets)))
+          : [h("tr", {}, h("td", { colSpan: 4, className: "muted" }, "No package is published yet."))]));
+      });
+    });
+  }
+
+  function ledgerText(row) {
+    return row.migration + " " + row.state + " (version " + row.version + ", applied " + when(row.applied_at) + ")";
+  }
+
+  // A step's error that is the delivery's own (already shown above the steps) is not printed twice.
+  function stepError(s, d) {
+    if (!s.error) return "";
+    if (d.error && d.error.includes(s.error)) return h("span", { className: "muted" }, "the delivery's error, above");
+    return s.error;
+  }
+
+  function deliveryStep(s, d) {
+    return h("tr", { "data-step": s.step },
+      h("th", { scope: "row" }, s.step), h("td", {}, s.migration || "—"), h("td", {}, badge(s.status)),
+      h("td", {}, s.attempts),
+      h("td", {}, s.applied === true ? "applied" : s.applied === false ? "already in the ledger" : "—"),
+      h("td", { className: "ledger" }, s.ledger ? [ledgerText(s.ledger), " ", h("code", { className: "fp", title: s.ledger.checksum }, s.ledger.checksum)]
+        : h("span", { className: "muted" }, s.migration ? "no ledger row recorded by this step" : "—")),
+      h("td", {}, h("code", { className: "fp", title: s.adapter_invocation_id }, s.adapter_invocation_id)),
+      h("td", { className: "attempt-error" }, stepError(s, d)));
+  }
+
+  function evidenceText(d) {
+    const e = d.evidence;
+    if (e && e.comparison) return e.comparison;
+    if (d.status === "succeeded") return "no evidence recorded";
+    return d.status === "failed" || d.status === "reconciliation_required" ? "not compared: the delivery did not finish"
+      : "not compared yet: the delivery is " + d.status;
+  }
+
+  function deliveryItem(d) {
+    const name = d.target || d.target_id;
+    const matched = d.evidence && d.evidence.matches_rehearsal === true;
+    const e = d.evidence;
+    const queueHref = "/reconciliation-queue#queue-" + encodeURIComponent(d.invocation_id);
+    return h("li", { className: "attempt s-" + d.status, id: "delivery-" + name, "data-target": name, "data-status": d.status },
+      h("article", { "aria-labelledby": "dh-" + name },
+        h("h2", { id: "dh-" + name }, name, " ", d.target_removed ? badge("removed", "s-removed") : null, " ",
+          h("span", { className: "version" }, d.version || "?"), " ", badge(d.status)),
+        h("p", {}, "Invocation ", invLink(d.invocation_id), " · submitted " + when(d.created_at) + " · last change " + when(d.updated_at),
+          d.target_info ? [" · ", h("code", { className: "fp", title: d.target_info.url }, d.target_info.url)] : null),
+        d.error ? h("p", { className: "attempt-error delivery-error" }, d.error) : null,
+        h("p", { className: "evidence" + (matched ? " ok" : e && e.comparison ? " bad" : ""), "data-matches": e ? String(e.matches_rehearsal) : "none" },
+          h("strong", {}, "Evidence: "), evidenceText(d),
+          e && e.scenario ? h("span", { className: "muted" }, " (" + e.scenario + (e.start_state ? ", from " + e.start_state : "") + ")") : null,
+          e && e.fingerprint ? [" · target ", h("code", { className: "fp", title: e.fingerprint }, e.fingerprint)] : null,
+          e && e.rehearsal ? [" · rehearsal ", h("code", { className: "fp", title: e.rehearsal }, e.rehearsal)] : null),
+        d.reconciliation ? h("p", { className: "reconciliation" }, h("strong", {}, "Reconciliation: "),
+          (d.reconciliation.kind || "reconciliation") + " since " + when(d.reconciliation.waiting_since) + ". ",
+          h("a", { href: queueHref, className: "queue-link" }, "Open its entry in the reconciliation queue"),
+          " to resolve it with what the target shows.") : null,
+        h("div", { className: "scroll" }, h("table", { className: "steps" },
+          h("caption", { className: "visually-hidden" }, "Steps of the delivery to " + name),
+          h("thead", {}, h("tr", {}, ...["Step", "Migration", "Status", "Attempts", "Applied", "Ledger row", "Provider key", "Error"]
+            .map((c) => h("th", { scope: "col" }, c)))),
+          h("tbody", {}, ...(d.steps.length ? d.steps.map((s) => deliveryStep(s, d))
+            : [h("tr", {}, h("td", { colSpan: 8, className: "muted" }, "No step has run yet."))]))))));
+  }
+
+  function initDeliveries() {
+    const name = main.dataset.package;
+    const state = { drawn: null };
+    let statuses = null;
+    poller(async () => {
+      const data = await poll("/v1/packages/" + encodeURIComponent(name) + "/deliveries");
+      document.getElementById("deliveries-empty").hidden = data.items.length > 0;
+      redrawn(state, data.items, () => {
+        document.getElementById("deliveries").replaceChildren(...data.items.map(deliveryItem));
+      });
+      const now = Object.fromEntries(data.items.map((d) => [d.target || d.target_id, d.status]));
+      if (statuses !== null) {
+        const changed = Object.entries(now).filter(([t, st]) => statuses[t] !== st).map(([t, st]) => t + ": " + st);
+        if (changed.length) say("Delivery " + changed.join(", "));
+      }
+      statuses = now;
+    });
+  }
+
   if (page === "index") initIndex();
   if (page === "rehearsal") initRehearsal();
   if (page === "invocations") initInvocations();
   if (page === "invocation") initInvocation();
   if (page === "queue") initQueue();
   if (page === "approvals") initApprovals();
+  if (page === "targets") initTargets();
+  if (page === "packages") initPackages();
+  if (page === "deliveries") initDeliveries();
 })();
