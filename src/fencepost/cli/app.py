@@ -416,6 +416,10 @@ def rehearse(
         w = build_worker(store, work_dir, config, limits=limits)
         w.serve_only([])  # this worker serves this rehearsal's Attempts only, never other queued work
         install_heap_limit(config.concurrency, limits)  # no log line: rehearse prints for people
+        # ... nor the in-process worker's: without a handler, Python's last resort would print each WARNING
+        # record's bare message on stderr ("scenario finished" per failed scenario, which the text above shows).
+        quiet = logging.NullHandler()
+        logging.getLogger("fencepost").addHandler(quiet)
         thread = threading.Thread(target=w.run, name="fencepost-worker", daemon=True)
         thread.start()
         finished = []
@@ -459,6 +463,7 @@ def rehearse(
             thread.join(timeout=lease_seconds + 5)
             signal.signal(signal.SIGINT, previous)
             signal.signal(signal.SIGTERM, previous_term)
+            logging.getLogger("fencepost").removeHandler(quiet)
         if interrupted.is_set():
             # Read after the worker stopped: a unit already committing when the signal came has committed.
             last = service.attempt(finished[-1]["id"]) if finished else None
