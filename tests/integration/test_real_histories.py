@@ -237,3 +237,6 @@ def test_rehearse_of_a_failing_down_prints_no_bare_log_lines(rig: Rig) -> None:
     assert "[6/6] uninstall_to_empty     FAILED" in done.stdout, done.stdout
     assert "down migration 0001_a failed" in done.stdout
     assert "scenario finished" not in done.stderr, done.describe()
+    rows = [line for line in done.stdout.splitlines() if line.startswith("  [") and line.endswith(" ms")]
+    assert len(rows) == 6 and "NOT_APPLICABLE" in rows[4], done.stdout
+    assert len({len(row) for row in rows}) == 1, "\n".join(rows)  # one duration column, NOT_APPLICABLE included

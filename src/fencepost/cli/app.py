@@ -345,6 +345,10 @@ def worker(
         raise typer.Exit(130)
 
 
+#: The widest scenario state ``_watch`` prints (``NOT_APPLICABLE``), so the duration column stays straight.
+STATE_WIDTH = len("NOT_APPLICABLE")
+
+
 def _watch(service: RehearsalService, attempt_id: str, timeout: float, stop: threading.Event) -> Any:
     """Print each scenario as it finishes; return the terminal Attempt view (or the last seen on timeout or
     ``stop``). A failed Attempt's cause is printed when no scenario's failure explains it."""
@@ -365,7 +369,9 @@ def _watch(service: RehearsalService, attempt_id: str, timeout: float, stop: thr
                 shown.add(key)
                 ms = ((r.get("evidence") or {}).get("execution") or {}).get("duration_ms")
                 took = f"{ms:>9.1f} ms" if isinstance(ms, (int, float)) else ""
-                render.console.print(f"  [{r['position']}/6] {r['scenario']:<22} {render.styled(r['state'])}{took}")
+                pad = " " * max(0, STATE_WIDTH - len(r["state"]))  # the durations line up under NOT_APPLICABLE too
+                state = render.styled(r["state"]) + pad
+                render.console.print(f"  [{r['position']}/6] {r['scenario']:<22} {state}{took}")
                 if r.get("not_applicable_reason"):
                     render.console.print(f"        not applicable: {r['not_applicable_reason']}")
                 elif r.get("partial"):
