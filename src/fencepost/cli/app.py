@@ -168,7 +168,10 @@ def require_work_dir(path: Path) -> None:
         with tempfile.NamedTemporaryFile(dir=path, prefix=".fencepost-probe-"):
             pass
     except OSError as error:
-        raise InvalidInput(f"the work directory {str(path)!r} is not usable ({error.strerror or error}): "
+        # mkdir's own "File exists" would leave a reader guessing: the path is there but is not a directory.
+        why = ("it exists and is not a directory" if isinstance(error, FileExistsError)
+               else error.strerror or str(error))
+        raise InvalidInput(f"the work directory {str(path)!r} is not usable ({why}): "
                            "give --work-dir a directory this worker can write") from None
 
 
