@@ -223,3 +223,20 @@ def test_rehearse_prints_not_applicable_with_its_reason(rig: Rig) -> None:
     assert "[5/6] upgrade_from_previous  NOT_APPLICABLE" in done.stdout, done.stdout
     assert "not applicable: the manifest declares no previous version" in done.stdout
     assert "scenarios exercised: 4 of 6" in done.stdout and "semantics were not compared" in done.stdout
+
+
+def test_rehearse_of_a_failing_down_prints_no_bare_log_lines(rig: Rig) -> None:
+    # A failed scenario is logged at WARNING by the in-process worker; rehearse configures no logging, so
+    # Python's last-resort handler used to print "scenario finished" alone on stderr, once per Attempt.
+    package = write_package(rig.tmp / "broken", {MANIFEST: _manifest(),
+                                                 "migrations/0001_a.up.sql": "CREATE TABLE a (x);",
+                                                 "migrations/0001_a.down.sql": "DROP TABLE a,,;"})
+    done = run_cli(["rehearse", str(package), "--database", f"sqlite:///{rig.db_path}", "--attempts", "1",
+                    "--work-dir", str(rig.tmp / "work")])
+    assert done.returncode == 1, done.describe()
+    assert "[6/6] uninstall_to_empty     FAILED" in done.stdout, done.stdout
+    assert "down migration 0001_a failed" in done.stdout
+    assert "scenario finished" not in done.stderr, done.describe()
+    rows = [line for line in done.stdout.splitlines() if line.startswith("  [") and line.endswith(" ms")]
+    assert len(rows) == 6 and "NOT_APPLICABLE" in rows[4], done.stdout
+    assert len({len(row) for row in rows}) == 1, "\n".join(rows)  # one duration column, NOT_APPLICABLE included

@@ -168,7 +168,10 @@ def require_work_dir(path: Path) -> None:
         with tempfile.NamedTemporaryFile(dir=path, prefix=".fencepost-probe-"):
             pass
     except OSError as error:
-        raise InvalidInput(f"the work directory {str(path)!r} is not usable ({error.strerror or error}): "
+        # mkdir's own "File exists" would leave a reader guessing: the path is there but is not a directory.
+        why = ("it exists and is not a directory" if isinstance(error, FileExistsError)
+               else error.strerror or str(error))
+        raise InvalidInput(f"the work directory {str(path)!r} is not usable ({why}): "
                            "give --work-dir a directory this worker can write") from None
 
 
@@ -345,6 +348,10 @@ def worker(
         raise typer.Exit(130)
 
 
+#: The widest scenario state ``_watch`` prints (``NOT_APPLICABLE``), so the duration column stays straight.
+STATE_WIDTH = len("NOT_APPLICABLE")
+
+
 def _watch(service: RehearsalService, attempt_id: str, timeout: float, stop: threading.Event) -> Any:
     """Print each scenario as it finishes; return the terminal Attempt view (or the last seen on timeout or
     ``stop``). A failed Attempt's cause is printed when no scenario's failure explains it."""
@@ -365,7 +372,9 @@ def _watch(service: RehearsalService, attempt_id: str, timeout: float, stop: thr
                 shown.add(key)
                 ms = ((r.get("evidence") or {}).get("execution") or {}).get("duration_ms")
                 took = f"{ms:>9.1f} ms" if isinstance(ms, (int, float)) else ""
-                render.console.print(f"  [{r['position']}/6] {r['scenario']:<22} {render.styled(r['state'])}{took}")
+                pad = " " * max(0, STATE_WIDTH - len(r["state"]))  # the durations line up under NOT_APPLICABLE too
+                state = render.styled(r["state"]) + pad
+                render.console.print(f"  [{r['position']}/6] {r['scenario']:<22} {state}{took}")
                 if r.get("not_applicable_reason"):
                     render.console.print(f"        not applicable: {r['not_applicable_reason']}")
                 elif r.get("partial"):
@@ -416,6 +425,10 @@ def rehearse(
         w = build_worker(store, work_dir, config, limits=limits)
         w.serve_only([])  # this worker serves this rehearsal's Attempts only, never other queued work
         install_heap_limit(config.concurrency, limits)  # no log line: rehearse prints for people
+        # ... nor the in-process worker's: without a handler, Python's last resort would print each WARNING
+        # record's bare message on stderr ("scenario finished" per failed scenario, which the text above shows).
+        quiet = logging.NullHandler()
+        logging.getLogger("fencepost").addHandler(quiet)
         thread = threading.Thread(target=w.run, name="fencepost-worker", daemon=True)
         thread.start()
         finished = []
@@ -459,6 +472,7 @@ def rehearse(
             thread.join(timeout=lease_seconds + 5)
             signal.signal(signal.SIGINT, previous)
             signal.signal(signal.SIGTERM, previous_term)
+            logging.getLogger("fencepost").removeHandler(quiet)
         if interrupted.is_set():
             # Read after the worker stopped: a unit already committing when the signal came has committed.
             last = service.attempt(finished[-1]["id"]) if finished else None

@@ -113,6 +113,8 @@ def gate(view: dict[str, Any]) -> None:
         console.print(f"  scenarios exercised: {scenarios['count']} of {scenarios['of']}")
         for other in scenarios["not_exercised"]:
             console.print(f"    not exercised: {other['scenario']} ({other['reason']})")
-    if view.get("latest_attempt_id") and not view.get("semantics_compared", True):
+    # Only a passing gate can rest on a single success; a blocked one says why in its checks (a gate with no
+    # successful Attempt at all must not claim "only one").
+    if view["passed"] and view.get("latest_attempt_id") and not view.get("semantics_compared", True):
         console.print("  [yellow]semantics were not compared[/yellow]: only one successful Attempt; "
                       "`package publish` needs a compared pair (or --allow-single-attempt)")
