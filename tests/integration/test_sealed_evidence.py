@@ -177,3 +177,19 @@ def test_seal_keys_show_and_rotate_on_the_command_line(tmp_path: Path) -> None:
     assert set(after["key_ids"]) == {before["active"], after["active"]}
     refused = _cli("seal-keys", "rotate", env={ENV_KEYS: "a=" + "11" * 16})
     assert refused.returncode == 2 and "FENCEPOST_SEAL_KEYS" in refused.stderr
+
+
+def test_seal_keys_show_reads_only(tmp_path: Path) -> None:
+    """``seal-keys show`` on a machine without a key file says so and invents no key (a fresh random key would
+    seal this machine's Receipts with a key no other machine has); after ``rotate`` it lists the key."""
+    key_file = tmp_path / "keys" / "seal-keys.json"
+    env = {ENV_KEY_FILE: str(key_file), ENV_KEYS: ""}
+    shown = _cli("seal-keys", "show", "--json", env=env)
+    assert shown.returncode == 0, shown.describe()
+    assert json.loads(shown.stdout) == {"source": str(key_file), "exists": False, "active": None, "key_ids": []}
+    assert not key_file.exists()
+    rotated = _cli("seal-keys", "rotate", "--json", env=env)
+    assert rotated.returncode == 0, rotated.describe()
+    active = json.loads(rotated.stdout)["active"]
+    listed = json.loads(_cli("seal-keys", "show", "--json", env=env).stdout)
+    assert listed["exists"] is True and listed["active"] == active and active in listed["key_ids"]

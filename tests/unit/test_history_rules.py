@@ -3,10 +3,14 @@ function resolution, NOT_APPLICABLE as its own state, scenario coverage and an u
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from fencepost.catalog.manifest import MANIFEST_NAME, load_package, package_from_run
 from fencepost.core.errors import InvalidInput
+from fencepost.core.statuses import ReceiptStatus
+from fencepost.evidence.coverage import coverage
 from fencepost.evidence.gate import evaluate_gate
 from fencepost.rehearsal.host_functions import ENV_VAR, resolve
 from fencepost.rehearsal.views import gate_view, receipt_view
@@ -86,6 +90,17 @@ def test_the_gate_states_how_many_scenarios_were_exercised() -> None:
                                      "reason": "not applicable: the manifest declares no previous version"}]
     view = gate_view(report)
     assert (view["scenarios"]["count"], view["scenarios"]["of"]) == (5, 6)
+
+
+def test_a_failed_scenario_counts_as_exercised() -> None:
+    """A scenario that ran and found a defect was exercised: the gate blocks on its failure, and does not also
+    list it among the scenarios it never tried (the new-user trial read "not exercised: ... (FAILED)")."""
+    receipts = receipts_for("att_1")
+    receipts[5] = replace(receipts[5], status=ReceiptStatus.FAILED)
+    exercised, others = coverage(receipts)
+    assert "uninstall_to_empty" in exercised and others == []
+    pending = [replace(r, status=ReceiptStatus.PENDING) if r.position == 4 else r for r in receipts]
+    assert coverage(pending)[1] == [{"scenario": "reapply_is_noop", "reason": "PENDING"}]
 
 
 # ── item 6: a single Attempt ──

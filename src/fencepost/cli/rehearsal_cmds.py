@@ -13,7 +13,7 @@ from fencepost.rehearsal import views
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store.url import DEFAULT_URL
 
-app = typer.Typer(help="Each step of a delivery rehearsal on its own (create, attempt, status, compare, gate, "
+app = typer.Typer(help="Each step of a delivery rehearsal on its own (create, list, attempt, status, compare, gate, "
                        "reconcile, abort).", no_args_is_help=True)
 
 RunArg = Annotated[str, typer.Argument(help="Rehearsal (Run) id, as printed by `fencepost rehearsal create`.")]

@@ -21,11 +21,17 @@ def _key_file() -> Path:
 
 @app.command()
 def show(json: JsonOpt = False) -> None:
-    """Print where the seal keys come from, the active key id and every key id (never a secret). Creates the
-    key file, mode 0600, when it does not exist yet."""
+    """Print where the seal keys come from, the active key id and every key id (never a secret). It only reads:
+    when the key file does not exist yet it says so and creates nothing (a worker creates it on first use)."""
+    path = None if os.environ.get(ENV_KEYS, "").strip() else _key_file()
+    if path is not None and not path.exists():
+        emit(json, {"source": str(path), "exists": False, "active": None, "key_ids": []},
+             lambda: typer.echo(f"seal keys: {path} (does not exist yet: a worker creates it on first use, "
+                                "or `fencepost seal-keys rotate` does now)"))
+        return
     with handled():
-        keys = load_seal_keys()
-    data = {"source": keys.source, "active": keys.active, "key_ids": sorted(keys.keys)}
+        keys = load_seal_keys(create=False)
+    data = {"source": keys.source, "exists": True, "active": keys.active, "key_ids": sorted(keys.keys)}
     emit(json, data, lambda: typer.echo(f"seal keys: {keys.source}\nactive: {keys.active}\n"
                                         f"keys: {', '.join(sorted(keys.keys))}"))
 

@@ -51,8 +51,9 @@ def coverage(receipts: list[ReceiptRecord]) -> tuple[list[str], list[dict[str, s
     """The scenarios an Attempt exercised, and the others.
 
     Returns:
-        ``(exercised, not_exercised)``: scenario codes that SUCCEEDED and applied (in position order), and
-        ``{"scenario", "reason"}`` for every other scenario (not applicable, failed, or never finished).
+        ``(exercised, not_exercised)``: scenario codes that ran to a verdict (SUCCEEDED and applied, or FAILED:
+        a failure is what the scenario found, so it was exercised), in position order, and
+        ``{"scenario", "reason"}`` for every other scenario (not applicable, or never finished).
     """
     exercised: list[str] = []
     others: list[dict[str, str]] = []
@@ -60,7 +61,7 @@ def coverage(receipts: list[ReceiptRecord]) -> tuple[list[str], list[dict[str, s
         reason = not_applicable_reason(r)
         if reason is not None:
             others.append({"scenario": r.scenario, "reason": f"not applicable: {reason}"})
-        elif r.status is ReceiptStatus.SUCCEEDED:
+        elif r.status in (ReceiptStatus.SUCCEEDED, ReceiptStatus.FAILED):
             exercised.append(r.scenario)
         else:
             others.append({"scenario": r.scenario, "reason": f"{r.status}"})
