@@ -109,13 +109,16 @@ def install(name: NameArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = 
     or had no verdict in time; 2: bad input, no such target; 6: a guard refuses (quarantine, disposition, no
     rehearsal evidence)."""
     with opened(database) as store, handled():
+        delivering = target is not None or bool(targets)
+        service = DeliveryService(store)
+        selector = parse_labels(targets) if targets else None
+        if delivering:  # a typo in a target or label is refused before the installation moves
+            service.choose_targets(target=target, selector=selector)
         inst = CatalogService(store, release_gate=release_gate).install(name, version)
-        if target is None and not targets:
+        if not delivering:
             emit(json, installation_view(inst), lambda: typer.echo(
                 f"installed {name}: installation {inst.id} at {inst.publication_id} (lock {inst.lock_digest[:23]}...)"))
             return
-        service = DeliveryService(store)
-        selector = parse_labels(targets) if targets else None
         submitted = service.submit(name, target=target, selector=selector, redeliver=redeliver)
         ids = [(t.name, v.id) for t, v in submitted.deliveries]
         if not json:

@@ -91,9 +91,6 @@ class DeliveryService:
                 delivery's start barrier): ``installation_active``, ``lifecycle_disposition``, ``quarantine``,
                 ``rehearsal_evidence``.
         """
-        if (target is None) == (selector is None):
-            raise InvalidInput("give one target (--target NAME) or a label selector (--targets key=value)")
-
         def read(tx: UnitOfWork) -> tuple[PublishedLock, list[TargetRecord]]:
             installation = tx.catalog.get_installation(package)
             if installation is None:
@@ -107,16 +104,7 @@ class DeliveryService:
             publication = tx.catalog.get_publication(installation.publication_id)
             assert publication is not None
             lock = published_lock(tx, package, publication.version)
-            if target is not None:
-                found = tx.delivery.get_live_target(target)
-                if found is None:
-                    raise NotFound(f"no target {target}")
-                return lock, [found]
-            chosen = [t for t in tx.delivery.list_live_targets() if matches(t, selector or {})]
-            if not chosen:
-                shown = ",".join(f"{k}={v}" for k, v in (selector or {}).items())
-                raise NotFound(f"no target carries the labels {shown}")
-            return lock, chosen
+            return lock, _choose(tx, target, selector)
 
         lock, chosen = self.store.read(read)
         version = lock.publication.version
@@ -125,9 +113,22 @@ class DeliveryService:
                  for t, key in zip(chosen, keys, strict=True)]
         return Submitted(lock, views)
 
+    def choose_targets(self, *, target: str | None = None,
+                       selector: Mapping[str, str] | None = None) -> list[TargetRecord]:
+        """The live targets a ``--target`` / ``--targets`` option names, read before anything is changed, so a
+        typo is refused before ``package install`` moves the installation (``submit`` checks them again).
+
+        Returns:
+            the targets in name order.
+        Raises:
+            InvalidInput: neither or both of target and selector. NotFound: no such target, no target matches.
+        """
+        return self.store.read(lambda tx: _choose(tx, target, selector))
+
     def deliveries(self, package: str) -> list[dict[str, Any]]:
-        """Per target, the newest delivery of ``package``: version, verdict, steps with their ledger rows, the
-        evidence comparison and, when ``reconciliation_required``, the reconciliation queue entry.
+        """Per target (in target name order), the newest delivery of ``package``: version, verdict, steps with
+        their ledger rows, the evidence comparison (with the rehearsal Run and Attempt it was held to) and, when
+        ``reconciliation_required``, the reconciliation queue entry.
 
         Raises:
             NotFound: ``package`` was never published.
@@ -145,8 +146,24 @@ class DeliveryService:
         queue = {e.invocation["id"]: e.as_json() for e in self.host.reconciliation_queue(limit=1000)}
         targets = {t.id: t for t in self.store.read(lambda tx: [tx.delivery.get_target(i) for i in {
             str(v.params.get("target_id")) for v in newest.values()}]) if t is not None}
+        in_name_order = sorted(newest.values(), key=lambda v: (str(v.params.get("target")), v_target(v)))
         return [delivery_json(view, targets.get(str(view.params.get("target_id"))), queue.get(view.id))
-                for _, view in sorted(newest.items())]
+                for view in in_name_order]
+
+
+def _choose(tx: UnitOfWork, target: str | None, selector: Mapping[str, str] | None) -> list[TargetRecord]:
+    if (target is None) == (selector is None):
+        raise InvalidInput("give one target (--target NAME) or a label selector (--targets key=value)")
+    if target is not None:
+        found = tx.delivery.get_live_target(target)
+        if found is None:
+            raise NotFound(f"no target {target}")
+        return [found]
+    chosen = [t for t in tx.delivery.list_live_targets() if matches(t, selector or {})]
+    if not chosen:
+        shown = ",".join(f"{k}={v}" for k, v in (selector or {}).items())
+        raise NotFound(f"no target carries the labels {shown}")
+    return chosen
 
 
 def v_target(view: InvocationView) -> str:
@@ -173,7 +190,9 @@ def delivery_json(view: InvocationView, target: TargetRecord | None,
     evidence = None
     if isinstance(verify, dict):
         evidence = {k: verify.get(k) for k in ("comparison", "matches_rehearsal", "fingerprint", "rehearsal",
-                                               "scenario", "start_state")}
+                                               "scenario", "start_state", "rehearsal_attempt_id")}
+        rehearsal = view.params.get("rehearsal")
+        evidence["rehearsal_run_id"] = rehearsal.get("run_id") if isinstance(rehearsal, dict) else None
     return {"target": view.params.get("target"), "target_id": view.params.get("target_id"),
             "target_removed": target is None or target.removed_at is not None,
             "target_info": target_json(target) if target is not None else None,
