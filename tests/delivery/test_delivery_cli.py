@@ -38,11 +38,14 @@ def test_install_to_a_target_waits_for_the_verdict_and_deliveries_show_it(tmp_pa
     assert done.exit_code == 0, done.output
     assert "1 delivery submitted" in done.output
     assert "tenant-a" in done.output and "succeeded  3 migration(s) applied; matches rehearsal" in done.output
+    assert "1 target: 1 succeeded" in done.output  # the fleet's summary line
     assert [r[2] for r in ledger(path)] == list(THREE)
     again = runner.invoke(cli, ["package", "install", "shop", "--target", "tenant-a", "-d", url, "--json"])
     assert again.exit_code == 0, again.output
     (delivery,) = json.loads(again.output)["deliveries"]
     assert delivery["status"] == "succeeded"  # the same command returns the existing invocation
+    repeated = runner.invoke(cli, ["package", "install", "shop", "--target", "tenant-a", "-d", url])
+    assert "0 deliveries submitted, 1 existing (submitted before; nothing runs twice)" in repeated.output
     shown = runner.invoke(cli, ["package", "deliveries", "shop", "-d", url])
     assert shown.exit_code == 0, shown.output
     assert "tenant-a: shop 1.0.0  succeeded" in shown.output

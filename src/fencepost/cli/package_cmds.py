@@ -4,6 +4,7 @@ disable/enable, quarantine, show."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Annotated, Any
 
 import typer
@@ -122,8 +123,11 @@ def install(name: NameArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = 
         submitted = service.submit(name, target=target, selector=selector, redeliver=redeliver)
         ids = [(t.name, v.id) for t, v in submitted.deliveries]
         if not json:
-            typer.echo(f"installed {name} {submitted.lock.publication.version}: {len(ids)} deliver"
-                       f"{'y' if len(ids) == 1 else 'ies'} submitted")
+            fresh = len(ids) - submitted.existing
+            already = (f", {submitted.existing} existing (submitted before; nothing runs twice)"
+                       if submitted.existing else "")
+            typer.echo(f"installed {name} {submitted.lock.publication.version}: {fresh} deliver"
+                       f"{'y' if fresh == 1 else 'ies'} submitted{already}")
         views = wait_for(service, ids, wait_timeout, quiet=json) if wait else [v for _, v in submitted.deliveries]
     data = {"installation": installation_view(inst), "deliveries": [
         {"target": t, "invocation_id": v.id, "status": str(v.status), "error": v.error}
@@ -165,6 +169,9 @@ def wait_for(service: DeliveryService, ids: list[tuple[str, str]], timeout: floa
             if invocation_id not in shown:
                 render.console.print(f"  {target:<24} {views[invocation_id].status}: no verdict within {timeout:g} s "
                                      "(is a `fencepost worker` running?)")
+        counts = Counter(str(views[i].status) for _, i in ids)
+        render.console.print(f"{len(ids)} target{'' if len(ids) == 1 else 's'}: "
+                             + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
     return [views[i] for _, i in ids]
 
 

@@ -62,6 +62,8 @@ class Submitted:
 
     lock: PublishedLock
     deliveries: list[tuple[TargetRecord, InvocationView]]
+    #: How many of them existed before this command (a repeated command submits nothing new).
+    existing: int = 0
 
 
 class DeliveryService:
@@ -109,9 +111,11 @@ class DeliveryService:
         lock, chosen = self.store.read(read)
         version = lock.publication.version
         keys = self.store.read(lambda tx: [_current_key(tx, package, version, t, redeliver) for t in chosen])
+        existing = self.store.read(lambda tx: sum(1 for key in keys if tx.host.find_invocation(
+            tenant_id="default", space_id="default", action_id=ACTION_ID, idempotency_key=key) is not None))
         views = [(t, self.host.submit(ACTION_ID, _params(lock, t), actor=actor, mode=Dispatch(), idempotency_key=key))
                  for t, key in zip(chosen, keys, strict=True)]
-        return Submitted(lock, views)
+        return Submitted(lock, views, existing)
 
     def choose_targets(self, *, target: str | None = None,
                        selector: Mapping[str, str] | None = None) -> list[TargetRecord]:
