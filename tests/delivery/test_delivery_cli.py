@@ -4,6 +4,7 @@ with a real ``fencepost worker`` process running the delivery (ADR 0055)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -28,17 +29,24 @@ def test_install_to_a_target_waits_for_the_verdict_and_deliveries_show_it(tmp_pa
                                "-d", url]).exit_code == 0
     missing = runner.invoke(cli, ["package", "install", "shop", "--target", "nobody", "-d", url])
     assert missing.exit_code == 2 and "no target nobody" in missing.output
+    alone = runner.invoke(cli, ["package", "install", "shop", "--target", "tenant-a", "--wait", "--wait-timeout", "0.5",
+                                "-d", url])
+    assert alone.exit_code == 1 and "no live `fencepost worker` serves deliveries" in alone.output, alone.output
     worker = start(worker_args(url, tmp_path / "worker-work", lease_seconds=5, poll_interval=0.05),
                    name="worker", stdout_path=tmp_path / "worker.log", cwd=tmp_path)
     try:
+        deadline = time.monotonic() + 30
+        while not store.read(lambda tx: tx.workers.list_workers()) and time.monotonic() < deadline:
+            time.sleep(0.05)  # registered: the install below must not warn that no worker serves deliveries
         done = runner.invoke(cli, ["package", "install", "shop", "--targets", "env=prod", "--wait",
                                    "--wait-timeout", "60", "-d", url])
     finally:
         kill_all([worker])
     assert done.exit_code == 0, done.output
-    assert "1 delivery submitted" in done.output
+    assert "0 deliveries submitted, 1 existing" in done.output  # the one the worker-less --wait submitted
     assert "tenant-a" in done.output and "succeeded  3 migration(s) applied; matches rehearsal" in done.output
     assert "1 target: 1 succeeded" in done.output  # the fleet's summary line
+    assert "no live `fencepost worker`" not in done.output
     assert [r[2] for r in ledger(path)] == list(THREE)
     again = runner.invoke(cli, ["package", "install", "shop", "--target", "tenant-a", "-d", url, "--json"])
     assert again.exit_code == 0, again.output

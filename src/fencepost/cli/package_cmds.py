@@ -15,11 +15,12 @@ from fencepost.catalog.lifecycle import CatalogService, PackageState
 from fencepost.cli import render
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
 from fencepost.core.statuses import InvocationStatus
-from fencepost.delivery.service import DeliveryService
+from fencepost.delivery.service import DeliveryService, Submitted
 from fencepost.delivery.targets import parse_labels
-from fencepost.host import InvocationView
+from fencepost.host import InvocationView, kind_of
 from fencepost.rehearsal.service import release_gate
 from fencepost.rehearsal.views import iso
+from fencepost.store.base import Store
 from fencepost.store.url import DEFAULT_URL
 from fencepost.store.workflow_records import InstallationRecord, PublicationRecord
 
@@ -128,6 +129,8 @@ def install(name: NameArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = 
                        if submitted.existing else "")
             typer.echo(f"installed {name} {submitted.lock.publication.version}: {fresh} deliver"
                        f"{'y' if fresh == 1 else 'ies'} submitted{already}")
+        if wait and not json and not any(v.status.terminal for _, v in submitted.deliveries):
+            warn_without_worker(store, submitted)
         views = wait_for(service, ids, wait_timeout, quiet=json) if wait else [v for _, v in submitted.deliveries]
     data = {"installation": installation_view(inst), "deliveries": [
         {"target": t, "invocation_id": v.id, "status": str(v.status), "error": v.error}
@@ -141,6 +144,16 @@ def install(name: NameArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = 
     emit(json, data, text)
     if wait and any(v.status is not InvocationStatus.SUCCEEDED for v in views):
         raise typer.Exit(1)
+
+
+def warn_without_worker(store: Store, submitted: Submitted) -> None:
+    """Say at once, rather than after ``--wait-timeout``, that no live ``fencepost worker`` in the registry
+    serves the delivery action (ADR 0019): the deliveries stay ``pending`` until one is started."""
+    kinds = {kind_of(v.action_id, v.action_version) for _, v in submitted.deliveries}
+    workers, now = store.read(lambda tx: (tx.workers.list_workers(), tx.now()))
+    if not any(w.is_live(now) and any(w.serves(k) for k in kinds) for w in workers):
+        render.console.print("  no live `fencepost worker` serves deliveries on this control database: they stay "
+                             "pending until one is started (`fencepost worker`, with the same --database)")
 
 
 def wait_for(service: DeliveryService, ids: list[tuple[str, str]], timeout: float, *,
