@@ -4,13 +4,17 @@ with a real ``fencepost worker`` process running the delivery (ADR 0055)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from typer.testing import CliRunner
 
-from delivery.kit import THREE, ledger, release, target_file, write_package
+from delivery.kit import THREE, add_target, drain, ledger, release, target_file, write_package
+from fencepost.catalog.lifecycle import CatalogService
 from fencepost.cli.app import app as cli
+from fencepost.rehearsal.service import RehearsalService, release_gate
 from fencepost.store import open_store
+from fencepost.store.base import Store
 from helpers.processes import kill_all, start, worker_args
 
 
@@ -25,21 +29,31 @@ def test_install_to_a_target_waits_for_the_verdict_and_deliveries_show_it(tmp_pa
                                "-d", url]).exit_code == 0
     missing = runner.invoke(cli, ["package", "install", "shop", "--target", "nobody", "-d", url])
     assert missing.exit_code == 2 and "no target nobody" in missing.output
+    alone = runner.invoke(cli, ["package", "install", "shop", "--target", "tenant-a", "--wait", "--wait-timeout", "0.5",
+                                "-d", url])
+    assert alone.exit_code == 1 and "no live `fencepost worker` serves deliveries" in alone.output, alone.output
     worker = start(worker_args(url, tmp_path / "worker-work", lease_seconds=5, poll_interval=0.05),
                    name="worker", stdout_path=tmp_path / "worker.log", cwd=tmp_path)
     try:
+        deadline = time.monotonic() + 30
+        while not store.read(lambda tx: tx.workers.list_workers()) and time.monotonic() < deadline:
+            time.sleep(0.05)  # registered: the install below must not warn that no worker serves deliveries
         done = runner.invoke(cli, ["package", "install", "shop", "--targets", "env=prod", "--wait",
                                    "--wait-timeout", "60", "-d", url])
     finally:
         kill_all([worker])
     assert done.exit_code == 0, done.output
-    assert "1 delivery submitted" in done.output
+    assert "0 deliveries submitted, 1 existing" in done.output  # the one the worker-less --wait submitted
     assert "tenant-a" in done.output and "succeeded  3 migration(s) applied; matches rehearsal" in done.output
+    assert "1 target: 1 succeeded" in done.output  # the fleet's summary line
+    assert "no live `fencepost worker`" not in done.output
     assert [r[2] for r in ledger(path)] == list(THREE)
     again = runner.invoke(cli, ["package", "install", "shop", "--target", "tenant-a", "-d", url, "--json"])
     assert again.exit_code == 0, again.output
     (delivery,) = json.loads(again.output)["deliveries"]
     assert delivery["status"] == "succeeded"  # the same command returns the existing invocation
+    repeated = runner.invoke(cli, ["package", "install", "shop", "--target", "tenant-a", "-d", url])
+    assert "0 deliveries submitted, 1 existing (submitted before; nothing runs twice)" in repeated.output
     shown = runner.invoke(cli, ["package", "deliveries", "shop", "-d", url])
     assert shown.exit_code == 0, shown.output
     assert "tenant-a: shop 1.0.0  succeeded" in shown.output
@@ -47,3 +61,51 @@ def test_install_to_a_target_waits_for_the_verdict_and_deliveries_show_it(tmp_pa
     assert "evidence: matches rehearsal (deliver_and_install, from fresh)" in shown.output
     as_json = json.loads(runner.invoke(cli, ["package", "deliveries", "shop", "-d", url, "--json"]).output)
     assert [d["target"] for d in as_json] == ["tenant-a"] and as_json[0]["evidence"]["matches_rehearsal"] is True
+    assert as_json[0]["evidence"]["rehearsal_attempt_id"].startswith("att_")  # what it was held to, for an audit
+    assert as_json[0]["evidence"]["rehearsal_run_id"].startswith("run_")
+
+
+def _published_not_installed(store: Store, package: Path, work_dir: Path) -> None:
+    service = RehearsalService(store)
+    run = service.create_run(package)
+    for _ in range(2):
+        service.enqueue_attempt(run.id)
+        drain(store, work_dir)
+    CatalogService(store, release_gate=release_gate).publish(package)
+
+
+def test_a_target_typo_is_refused_before_the_installation_moves(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'control.db'}"
+    store = open_store(url, create=True)
+    store.migrate()
+    release(store, write_package(tmp_path, "shop", "1.0.0", THREE), tmp_path / "work")
+    newer = write_package(tmp_path, "shop", "1.1.0", {**THREE, "0004_more": "CREATE TABLE more (id INTEGER);\n"},
+                          previous=("1.0.0", "0003_audit"))
+    _published_not_installed(store, newer, tmp_path / "work")
+    add_target(store, tmp_path, "tenant-a", {"env": "prod"})
+    installed = store.read(lambda tx: tx.catalog.get_installation("shop"))
+    runner = CliRunner()
+    for option in (["--target", "tenant-typo"], ["--targets", "env=prdo"], ["--targets", "env"]):
+        refused = runner.invoke(cli, ["package", "install", "shop", *option, "-d", url])
+        assert refused.exit_code == 2, refused.output
+        now = store.read(lambda tx: tx.catalog.get_installation("shop"))
+        assert now is not None and installed is not None and now.publication_id == installed.publication_id, option
+    moved = runner.invoke(cli, ["package", "install", "shop", "--target", "tenant-a", "-d", url])
+    assert moved.exit_code == 0 and "installed shop 1.1.0: 1 delivery submitted" in moved.output, moved.output
+
+
+def test_deliveries_are_listed_in_target_name_order(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'control.db'}"
+    store = open_store(url, create=True)
+    store.migrate()
+    release(store, write_package(tmp_path, "shop", "1.0.0", THREE), tmp_path / "work")
+    names = ["tenant-f", "tenant-b", "tenant-e", "tenant-a", "tenant-d", "tenant-c"]
+    for name in names:
+        add_target(store, tmp_path, name, {"env": "prod"})
+    runner = CliRunner()
+    submitted = runner.invoke(cli, ["package", "install", "shop", "--targets", "env=prod", "-d", url])
+    assert submitted.exit_code == 0, submitted.output
+    shown = json.loads(runner.invoke(cli, ["package", "deliveries", "shop", "-d", url, "--json"]).output)
+    assert [d["target"] for d in shown] == sorted(names)
+    text = runner.invoke(cli, ["package", "deliveries", "shop", "-d", url]).output
+    assert [line.split(":")[0] for line in text.splitlines() if line.startswith("tenant-")] == sorted(names)

@@ -85,6 +85,8 @@ class DeliveryEvidence(_Model):
     rehearsal: str | None
     scenario: str | None
     start_state: str | None
+    rehearsal_run_id: str | None = None
+    rehearsal_attempt_id: str | None = None
 
 
 class Delivery(_Model):

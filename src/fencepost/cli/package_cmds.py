@@ -19,9 +19,10 @@ from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
 from fencepost.core.statuses import InvocationStatus
 from fencepost.delivery.service import SUBMIT_CONCURRENCY, DeliveryService, Progress, Submitted
 from fencepost.delivery.targets import parse_labels
-from fencepost.host import InvocationView
+from fencepost.host import InvocationView, kind_of
 from fencepost.rehearsal.service import release_gate
 from fencepost.rehearsal.views import iso
+from fencepost.store.base import Store
 from fencepost.store.delivery_records import TargetRecord
 from fencepost.store.url import DEFAULT_URL
 from fencepost.store.workflow_records import InstallationRecord, PublicationRecord
@@ -115,19 +116,27 @@ def install(name: NameArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = 
     or had no verdict in time; 2: bad input, no such target; 6: a guard refuses (quarantine, disposition, no
     rehearsal evidence)."""
     with opened(database) as store, handled():
+        delivering = target is not None or bool(targets)
+        service = DeliveryService(store)
+        selector = parse_labels(targets) if targets else None
+        if delivering:  # a typo in a target or label is refused before the installation moves
+            service.choose_targets(target=target, selector=selector)
         inst = CatalogService(store, release_gate=release_gate).install(name, version)
-        if target is None and not targets:
+        if not delivering:
             emit(json, installation_view(inst), lambda: typer.echo(
                 f"installed {name}: installation {inst.id} at {inst.publication_id} (lock {inst.lock_digest[:23]}...)"))
             return
-        service = DeliveryService(store)
-        selector = parse_labels(targets) if targets else None
         submitted = _submit(service, name, target=target, selector=selector, redeliver=redeliver,
                             concurrency=concurrency, quiet=json)
         ids = [(t.name, v.id) for t, v in submitted.deliveries]
         if not json:
-            typer.echo(f"installed {name} {submitted.lock.publication.version}: {len(ids)} deliver"
-                       f"{'y' if len(ids) == 1 else 'ies'} submitted")
+            fresh = len(ids) - submitted.existing
+            already = (f", {submitted.existing} existing (submitted before; nothing runs twice)"
+                       if submitted.existing else "")
+            typer.echo(f"installed {name} {submitted.lock.publication.version}: {fresh} deliver"
+                       f"{'y' if fresh == 1 else 'ies'} submitted{already}")
+        if wait and not json and not any(v.status.terminal for _, v in submitted.deliveries):
+            warn_without_worker(store, submitted)
         views = wait_for(service, ids, wait_timeout, quiet=json) if wait else [v for _, v in submitted.deliveries]
     data = {"installation": installation_view(inst), "deliveries": [
         {"target": t, "invocation_id": v.id, "status": str(v.status), "error": v.error}
@@ -141,6 +150,16 @@ def install(name: NameArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = 
     emit(json, data, text)
     if wait and any(v.status is not InvocationStatus.SUCCEEDED for v in views):
         raise typer.Exit(1)
+
+
+def warn_without_worker(store: Store, submitted: Submitted) -> None:
+    """Say at once, rather than after ``--wait-timeout``, that no live ``fencepost worker`` in the registry
+    serves the delivery action (ADR 0019): the deliveries stay ``pending`` until one is started."""
+    kinds = {kind_of(v.action_id, v.action_version) for _, v in submitted.deliveries}
+    workers, now = store.read(lambda tx: (tx.workers.list_workers(), tx.now()))
+    if not any(w.is_live(now) and any(w.serves(k) for k in kinds) for w in workers):
+        render.console.print("  no live `fencepost worker` serves deliveries on this control database: they stay "
+                             "pending until one is started (`fencepost worker`, with the same --database)")
 
 
 def _submit(service: DeliveryService, name: str, *, target: str | None, selector: dict[str, str] | None,

@@ -85,6 +85,8 @@ class Submitted:
 
     lock: PublishedLock
     deliveries: list[tuple[TargetRecord, InvocationView]]
+    #: How many of them existed before this command (a repeated command submits nothing new).
+    existing: int = 0
 
 
 class DeliveryService:
@@ -118,8 +120,6 @@ class DeliveryService:
                 delivery's start barrier): ``installation_active``, ``lifecycle_disposition``, ``quarantine``,
                 ``rehearsal_evidence``.
         """
-        if (target is None) == (selector is None):
-            raise InvalidInput("give one target (--target NAME) or a label selector (--targets key=value)")
         if not 1 <= concurrency <= 64:
             raise InvalidInput(f"submission concurrency is 1 to 64, not {concurrency}")
 
@@ -136,20 +136,13 @@ class DeliveryService:
             publication = tx.catalog.get_publication(installation.publication_id)
             assert publication is not None
             lock = published_lock(tx, package, publication.version)
-            if target is not None:
-                found = tx.delivery.get_live_target(target)
-                if found is None:
-                    raise NotFound(f"no target {target}")
-                return lock, [found]
-            chosen = [t for t in tx.delivery.list_live_targets() if matches(t, selector or {})]
-            if not chosen:
-                shown = ",".join(f"{k}={v}" for k, v in (selector or {}).items())
-                raise NotFound(f"no target carries the labels {shown}")
-            return lock, chosen
+            return lock, _choose(tx, target, selector)
 
         lock, chosen = self.store.read(read)
         version = lock.publication.version
         keys = self.store.read(lambda tx: [_current_key(tx, package, version, t, redeliver) for t in chosen])
+        existing = self.store.read(lambda tx: sum(1 for key in keys if tx.host.find_invocation(
+            tenant_id="default", space_id="default", action_id=ACTION_ID, idempotency_key=key) is not None))
 
         def one(pair: tuple[TargetRecord, str]) -> tuple[TargetRecord, InvocationView]:
             chosen_target, key = pair
@@ -161,9 +154,9 @@ class DeliveryService:
 
         pairs = list(zip(chosen, keys, strict=True))
         if concurrency == 1 or len(pairs) == 1:
-            return Submitted(lock, [one(p) for p in pairs])
+            return Submitted(lock, [one(p) for p in pairs], existing)
         with ThreadPoolExecutor(max_workers=min(concurrency, len(pairs)), thread_name_prefix="deliver-submit") as pool:
-            return Submitted(lock, list(pool.map(one, pairs)))  # in target name order, whatever finished first
+            return Submitted(lock, list(pool.map(one, pairs)), existing)  # target name order
 
     def progress(self, invocation_ids: list[str]) -> dict[str, Progress]:
         """Where each delivery is, read in one control-store read (the ``--wait`` display polls this).
@@ -200,9 +193,22 @@ class DeliveryService:
             newest[(str(view.params.get("package")), v_target(view))] = view
         return newest
 
+    def choose_targets(self, *, target: str | None = None,
+                       selector: Mapping[str, str] | None = None) -> list[TargetRecord]:
+        """The live targets a ``--target`` / ``--targets`` option names, read before anything is changed, so a
+        typo is refused before ``package install`` moves the installation (``submit`` checks them again).
+
+        Returns:
+            the targets in name order.
+        Raises:
+            InvalidInput: neither or both of target and selector. NotFound: no such target, no target matches.
+        """
+        return self.store.read(lambda tx: _choose(tx, target, selector))
+
     def deliveries(self, package: str) -> list[dict[str, Any]]:
-        """Per target, the newest delivery of ``package``: version, verdict, steps with their ledger rows, the
-        evidence comparison and, when ``reconciliation_required``, the reconciliation queue entry.
+        """Per target (in target name order), the newest delivery of ``package``: version, verdict, steps with
+        their ledger rows, the evidence comparison (with the rehearsal Run and Attempt it was held to) and, when
+        ``reconciliation_required``, the reconciliation queue entry.
 
         Returns:
             ``delivery_json`` items by target name (the shape of ``GET /v1/packages/{name}/deliveries``).
@@ -251,6 +257,21 @@ class DeliveryService:
                  "targets": delivered.get(name, 0)} for name, found in sorted(versions.items())]
 
 
+def _choose(tx: UnitOfWork, target: str | None, selector: Mapping[str, str] | None) -> list[TargetRecord]:
+    if (target is None) == (selector is None):
+        raise InvalidInput("give one target (--target NAME) or a label selector (--targets key=value)")
+    if target is not None:
+        found = tx.delivery.get_live_target(target)
+        if found is None:
+            raise NotFound(f"no target {target}")
+        return [found]
+    chosen = [t for t in tx.delivery.list_live_targets() if matches(t, selector or {})]
+    if not chosen:
+        shown = ",".join(f"{k}={v}" for k, v in (selector or {}).items())
+        raise NotFound(f"no target carries the labels {shown}")
+    return chosen
+
+
 def v_target(view: InvocationView) -> str:
     """The target id a delivery invocation is for."""
     return str(view.params.get("target_id"))
@@ -275,7 +296,9 @@ def delivery_json(view: InvocationView, target: TargetRecord | None,
     evidence = None
     if isinstance(verify, dict):
         evidence = {k: verify.get(k) for k in ("comparison", "matches_rehearsal", "fingerprint", "rehearsal",
-                                               "scenario", "start_state")}
+                                               "scenario", "start_state", "rehearsal_attempt_id")}
+        rehearsal = view.params.get("rehearsal")
+        evidence["rehearsal_run_id"] = rehearsal.get("run_id") if isinstance(rehearsal, dict) else None
     return {"target": view.params.get("target"), "target_id": view.params.get("target_id"),
             "target_removed": target is None or target.removed_at is not None,
             "target_info": target_json(target) if target is not None else None,
