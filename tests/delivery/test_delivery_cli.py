@@ -45,7 +45,7 @@ def test_install_to_a_target_waits_for_the_verdict_and_deliveries_show_it(tmp_pa
     assert done.exit_code == 0, done.output
     assert "0 deliveries submitted, 1 existing" in done.output  # the one the worker-less --wait submitted
     assert "tenant-a" in done.output and "succeeded  3 migration(s) applied; matches rehearsal" in done.output
-    assert "1 target: 1 succeeded" in done.output  # the fleet's summary line
+    assert "deliveries: 1/1 settled: 1 succeeded" in done.output  # the fleet's summary line
     assert "no live `fencepost worker`" not in done.output
     assert [r[2] for r in ledger(path)] == list(THREE)
     again = runner.invoke(cli, ["package", "install", "shop", "--target", "tenant-a", "-d", url, "--json"])

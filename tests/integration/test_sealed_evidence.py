@@ -165,6 +165,7 @@ def test_a_worker_without_a_usable_key_refuses_to_start(tmp_path: Path) -> None:
 def test_seal_keys_show_and_rotate_on_the_command_line(tmp_path: Path) -> None:
     key_file = tmp_path / "seal-keys.json"
     env = {ENV_KEY_FILE: str(key_file)}
+    load_seal_keys(env)  # what a worker's first use does: creates the file with one key
     shown = _cli("seal-keys", "show", "--json", env=env)
     assert shown.returncode == 0, shown.describe()
     before = json.loads(shown.stdout)
