@@ -386,7 +386,7 @@ def _run_own(conn: sqlite3.Connection, sql: str, tail: str) -> None:
         conn.execute("PRAGMA foreign_keys = OFF")
     if failure is not None and not isinstance(failure, SandboxError):
         raise failure  # the machine's failure: judged as such, whatever the script did
-    if applied(conn) != ledger_before:
+    if _ledger_after(conn) != ledger_before:
         raise SandboxError("the script changed fencepost's ledger table (_fencepost_ledger)")
     if failure is not None:
         if _objects(conn) != schema_before:
@@ -402,6 +402,18 @@ def _run_own(conn: sqlite3.Connection, sql: str, tail: str) -> None:
             with contextlib.suppress(sqlite3.Error, MemoryError):
                 conn.execute("ROLLBACK")
         raise judged(conn, error) from None
+
+
+def _ledger_after(conn: sqlite3.Connection) -> list[str] | None:
+    # The ledger as a script left it; None when the script dropped or broke the table (a package's doing, not
+    # an internal error). The machine's failures are still judged as such.
+    try:
+        return applied(conn)
+    except (sqlite3.Error, MemoryError) as error:
+        verdict = judged(conn, error)
+        if not isinstance(verdict, SandboxError):
+            raise verdict from None
+        return None
 
 
 def judged(conn: sqlite3.Connection, error: sqlite3.Error | MemoryError) -> Exception:
