@@ -12,7 +12,8 @@ Chosen so that a release engineer can trust a passing Attempt:
    clean install's schema (not applicable without a previous version);
 6. ``uninstall_to_empty``: the uninstall script leaves no object behind; without one, every down script that
    exists runs, newest first, as far as the chain goes, each verified against the schema from before its up
-   (not applicable when the newest migration has no down; ADR 0062).
+   (not applicable when the newest migration has no down; ADR 0062); either way the file must still pass
+   ``PRAGMA integrity_check`` (a script that edits ``sqlite_master`` under ``writable_schema`` orphans pages).
 
 Each scenario returns its semantic result, or raises ``ScenarioFailed`` with the database error text.
 """
@@ -32,6 +33,7 @@ from fencepost.rehearsal.sandbox import (
     SandboxLimitExceeded,
     applied,
     check_integrity,
+    judged,
     run_script,
     schema_shape,
     schema_summary,
@@ -190,6 +192,30 @@ def _leftover(conn: sqlite3.Connection) -> list[str]:
 
 
 def uninstall_to_empty(env: ScenarioEnv) -> dict[str, Any]:
+    """Uninstall (the package's script, or its downs as far as they go), then check the database file is sound.
+
+    A script may empty ``sqlite_master`` under ``PRAGMA writable_schema`` instead of dropping: the schema
+    then looks as before the up, but the pages of what it "removed" are orphaned and the file is corrupt, so
+    ``PRAGMA integrity_check`` must still answer ``ok`` after the uninstall.
+    """
+    result = _uninstall(env)
+    # A new connection: the script's own still holds the schema it read before editing sqlite_master, and
+    # checks against that one (every page still looks in use).
+    try:
+        fresh = env.sandbox.connect("main")
+        integrity = [str(r[0]) for r in fresh.execute("PRAGMA integrity_check")]
+    except (sqlite3.Error, MemoryError) as error:
+        verdict = judged(env.main, error)
+        if not isinstance(verdict, SandboxError):
+            raise verdict from None
+        integrity = [str(verdict)]
+    if integrity != ["ok"]:
+        raise ScenarioFailed(f"after the uninstall the database fails SQLite's integrity check: {integrity[0]}",
+                             {**result, "integrity_check": integrity[:10]})
+    return result
+
+
+def _uninstall(env: ScenarioEnv) -> dict[str, Any]:
     pkg = env.package
     if pkg.uninstall is not None:
         try:
