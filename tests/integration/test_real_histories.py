@@ -100,6 +100,18 @@ def test_a_down_that_corrupts_the_file_through_writable_schema_fails(rig: Rig, u
     assert not rig.service.gate(run.id).passed
 
 
+def test_an_up_that_corrupts_the_file_through_writable_schema_fails_the_integrity_check(rig: Rig) -> None:
+    # checked on the package's own connection, which still held the schema from before the edit: was SUCCEEDED
+    package = write_package(rig.tmp / "corrupting-up", {
+        MANIFEST: _manifest(), "migrations/0001_a.up.sql": "CREATE TABLE a (x);",
+        "migrations/0002_b.up.sql": "CREATE TABLE b (x); INSERT INTO b VALUES (1);\n"
+                                    "PRAGMA writable_schema=ON;\nDELETE FROM sqlite_master WHERE name = 'b';\n"})
+    _, [attempt] = rig.rehearse(package, attempts=1)
+    receipt = rig.receipts(attempt.id)[1]
+    assert (receipt.scenario, receipt.status) == ("integrity_check", ReceiptStatus.FAILED)
+    assert "never used" in str(rig.evidence(receipt)["result"]["integrity_check"])
+
+
 def test_own_transaction_scripts_and_an_odd_name_rehearse_as_written(rig: Rig) -> None:
     package = write_package(rig.tmp / "golang", {
         MANIFEST: _manifest(),
