@@ -43,7 +43,7 @@ def test_a_nul_byte_in_package_sql_is_refused_at_create_naming_file_and_offset(a
     body = assert_problem(api.client.post("/delivery-rehearsals", json={"package_path": str(package)},
                                           headers=AUTH), 422, "invalid-input")
     assert f"{rel!r} contains a NUL byte at offset {offset}" in body["detail"]
-    assert api.client.get("/delivery-rehearsals").json() == {"items": []}
+    assert api.client.get("/delivery-rehearsals").json() == {"items": [], "next_cursor": None}
 
 
 def test_an_encrypted_zip_upload_is_422(api: Api, tmp_path: Path) -> None:
@@ -55,7 +55,7 @@ def test_an_encrypted_zip_upload_is_422(api: Api, tmp_path: Path) -> None:
                                files={"archive": ("secret.zip", archive.read_bytes(), "application/zip")})
     body = assert_problem(response, 422, "invalid-input")
     assert "is encrypted" in body["detail"]
-    assert api.client.get("/delivery-rehearsals").json() == {"items": []}
+    assert api.client.get("/delivery-rehearsals").json() == {"items": [], "next_cursor": None}
 
 
 # ── a real server on loopback ──

@@ -108,3 +108,15 @@ def test_the_access_log_has_a_line_per_request_and_never_the_token(api_with_log:
     assert lines[1].path.endswith("?api_token=[redacted]")  # type: ignore[attr-defined]
     assert all(r.bytes > 0 and r.duration_ms >= 0 for r in lines)  # type: ignore[attr-defined]
     assert TOKEN not in caplog.text and not any(TOKEN in str(vars(r)) for r in lines)
+
+
+def test_a_path_with_control_characters_cannot_write_a_line_into_the_access_log(
+        api_with_log: Api, caplog: pytest.LogCaptureFixture) -> None:
+    # the server decodes %0a in a path to a newline: written as is, a client forged a whole access log line
+    forged = "x%0a22:49:36 info    POST /delivery-rehearsals 201%1b[2K%e2%80%a8"
+    with caplog.at_level(logging.INFO, logger="fencepost.access"):
+        api_with_log.client.get(f"/delivery-rehearsals/{forged}")
+    (line,) = [r for r in caplog.records if r.name == "fencepost.access"]
+    assert line.getMessage() == ("GET /delivery-rehearsals/x%0A22:49:36 info    POST /delivery-rehearsals "
+                                 "201%1B[2K%E2%80%A8 404")
+    assert line.path == line.getMessage()[4:-4]  # type: ignore[attr-defined]

@@ -94,6 +94,28 @@ def test_backup_refuses_an_existing_file_and_postgresql(tmp_path: Path) -> None:
     assert not (tmp_path / "pg.dump").exists()
 
 
+def test_a_database_path_with_uri_characters_is_the_file_backed_up_and_opened(tmp_path: Path) -> None:
+    # '#' ends a URI's path (the rest, ?mode= included, is a fragment SQLite ignores) and '?' starts its query:
+    # written into a file: URI as is, SQLite opened, and for want of the mode created, another, empty file, and
+    # the backup of it was reported as a success of one page.
+    folder = tmp_path / "ops#2 ?50%"
+    folder.mkdir()
+    db = folder / "control.db"
+    store = open_store(str(db))  # a bare path: every character is the file's
+    try:
+        store.migrate()
+        run = RehearsalService(store).create_run(copy_example(tmp_path / "inventory"))
+    finally:
+        store.close()
+    backup = tmp_path / "backup.db"
+    done = run_cli(["backup", str(backup), "--database", str(db), "--json"])
+    assert done.returncode == 0, done.describe()
+    assert _runs(backup) == [run.id]
+    listed = run_cli(["rehearsal", "status", run.id, "--database", str(db), "--json"])  # opened without create
+    assert listed.returncode == 0, listed.describe()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["backup.db", "inventory", "ops#2 ?50%"]  # no stray file
+
+
 def test_backup_reports_progress_step_by_step(tmp_path: Path) -> None:
     db = tmp_path / "big.db"
     conn = sqlite3.connect(db)

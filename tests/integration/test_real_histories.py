@@ -79,6 +79,39 @@ def test_a_down_that_does_not_restore_the_schema_fails_naming_what_differs(rig: 
     assert evidence["result"]["schema_differences"] == {"missing": [], "unexpected": [], "changed": ["table a"]}
 
 
+@pytest.mark.parametrize("uninstall_script", [False, True])
+def test_a_down_that_corrupts_the_file_through_writable_schema_fails(rig: Rig, uninstall_script: bool) -> None:
+    # deleting the rows of sqlite_master instead of dropping leaves the schema as before the up, but the
+    # table's pages orphaned (integrity_check: "never used"): was gate PASS
+    corrupting = "PRAGMA writable_schema=ON;\nDELETE FROM sqlite_master WHERE name = 'b';\n"
+    files = {MANIFEST: _manifest(extra='uninstall = "uninstall.sql"\n' if uninstall_script else ""),
+             "migrations/0001_a.up.sql": "CREATE TABLE a (x);", "migrations/0001_a.down.sql": "DROP TABLE a;",
+             "migrations/0002_b.up.sql": "CREATE TABLE b (x); INSERT INTO b VALUES (1);"}
+    if uninstall_script:
+        files["uninstall.sql"] = corrupting + "DROP TABLE a;\n"
+    else:
+        files["migrations/0002_b.down.sql"] = corrupting
+    run, [attempt] = rig.rehearse(write_package(rig.tmp / "corrupting", files), attempts=1)
+    receipt = rig.receipts(attempt.id)[5]
+    assert (receipt.scenario, receipt.status) == ("uninstall_to_empty", ReceiptStatus.FAILED)
+    evidence = rig.evidence(receipt)
+    assert evidence["error"]["message"].startswith("after the uninstall the database fails SQLite's integrity check")
+    assert evidence["result"]["integrity_check"] != ["ok"]
+    assert not rig.service.gate(run.id).passed
+
+
+def test_an_up_that_corrupts_the_file_through_writable_schema_fails_the_integrity_check(rig: Rig) -> None:
+    # checked on the package's own connection, which still held the schema from before the edit: was SUCCEEDED
+    package = write_package(rig.tmp / "corrupting-up", {
+        MANIFEST: _manifest(), "migrations/0001_a.up.sql": "CREATE TABLE a (x);",
+        "migrations/0002_b.up.sql": "CREATE TABLE b (x); INSERT INTO b VALUES (1);\n"
+                                    "PRAGMA writable_schema=ON;\nDELETE FROM sqlite_master WHERE name = 'b';\n"})
+    _, [attempt] = rig.rehearse(package, attempts=1)
+    receipt = rig.receipts(attempt.id)[1]
+    assert (receipt.scenario, receipt.status) == ("integrity_check", ReceiptStatus.FAILED)
+    assert "never used" in str(rig.evidence(receipt)["result"]["integrity_check"])
+
+
 def test_own_transaction_scripts_and_an_odd_name_rehearse_as_written(rig: Rig) -> None:
     package = write_package(rig.tmp / "golang", {
         MANIFEST: _manifest(),

@@ -131,6 +131,20 @@ def test_a_key_file_others_can_read_is_refused(tmp_path: Path) -> None:
         load_seal_keys({ENV_KEY_FILE: str(key_file)})
 
 
+@pytest.mark.parametrize("body", [b"\xff\xfe not text", b"[" * 100_000])
+def test_a_key_file_that_is_not_text_or_too_deep_is_refused_in_one_line(tmp_path: Path, body: bytes) -> None:
+    # a UnicodeDecodeError (and the parser's RecursionError) escaped as a traceback from every command that
+    # loads the keys, and from the verification behind audit, gate and every Receipt view
+    key_file = tmp_path / "seal-keys.json"
+    key_file.write_bytes(body)
+    key_file.chmod(0o600)
+    with pytest.raises(InvalidInput, match="is not a seal key file"):
+        load_seal_keys({ENV_KEY_FILE: str(key_file)})
+    shown = _cli("seal-keys", "show", env={ENV_KEY_FILE: str(key_file)})
+    assert shown.returncode == 2 and "Traceback" not in shown.stderr, shown.stderr
+    assert "is not a seal key file" in shown.error_line
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("k1", "has no '='"),
     ("k1=zz", "not hexadecimal"),

@@ -260,6 +260,15 @@ class TestInvalidPackages:
                               "migrations/0001_a.up.sql": UP})
         assert "'1x' is not a valid SQL function name" in _error(root)
 
+    @pytest.mark.parametrize("name", ["like", "LIKE", "Coalesce", "count"])
+    def test_a_sql_function_fenceposts_checks_call_cannot_be_replaced(self, write_package: PackageWriter,
+                                                                      name: str) -> None:
+        # registered on the sandbox connection, a two-argument host function named like answered every
+        # `name NOT LIKE 'sqlite_%'` of fencepost's checks: no object was seen, the uninstall was "empty"
+        root = write_package({MANIFEST_NAME: _manifest(extra=f'[sqlite]\nfunctions = {{ {name} = "pair" }}\n'),
+                              "migrations/0001_a.up.sql": UP})
+        assert f"SQL function {name!r} cannot be replaced by a host function" in _error(root)
+
     def test_no_migrations_found(self, write_package: PackageWriter) -> None:
         root = write_package({MANIFEST_NAME: _manifest(), "migrations/readme.txt": "nothing"})
         assert "no migrations found in 'migrations'" in _error(root)

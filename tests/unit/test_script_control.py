@@ -90,6 +90,26 @@ def test_a_script_may_not_touch_the_ledger(conn: sqlite3.Connection) -> None:
         run_script(conn, "BEGIN; INSERT INTO _fencepost_ledger VALUES ('forged'); COMMIT;", ledger_add="0001")
 
 
+@pytest.mark.parametrize("sql", ["BEGIN; DROP TABLE _fencepost_ledger; COMMIT;",
+                                 "BEGIN; ALTER TABLE _fencepost_ledger RENAME TO kept; COMMIT;",
+                                 "BEGIN; ALTER TABLE _fencepost_ledger RENAME COLUMN id TO x; COMMIT;"])
+def test_a_script_that_drops_the_ledger_is_the_packages_failure(conn: sqlite3.Connection, sql: str) -> None:
+    # the check read the ledger it had dropped: a raw sqlite3.OperationalError failed the whole Attempt's
+    # command, with no Receipt evidence, instead of a scenario failure naming what the package did
+    with pytest.raises(SandboxError, match="changed fencepost's ledger"):
+        run_script(conn, sql, ledger_add="0001")
+
+
+@pytest.mark.parametrize("sql", ["INSERT INTO _fencepost_ledger VALUES ('0009_later');",
+                                 "DELETE FROM _fencepost_ledger;", "DROP TABLE _fencepost_ledger;"])
+def test_a_wrapped_script_may_not_touch_the_ledger_either(conn: sqlite3.Connection, sql: str) -> None:
+    # a forged row made a later install skip that migration (it looked applied): accepted when wrapped
+    assert run_script(conn, "CREATE TABLE a (x);", ledger_add="0001") == WRAPPED
+    with pytest.raises(SandboxError, match="changed fencepost's ledger"):
+        run_script(conn, "CREATE TABLE b (x);\n" + sql, ledger_add="0002")
+    assert applied(conn) == ["0001"] and _tables(conn) == ["a"] and not conn.in_transaction
+
+
 def test_an_unterminated_string_does_not_make_splitting_quadratic() -> None:
     # every later ';' would re-read the text from the open quote: the scan stops at its budget instead
     sql = "INSERT INTO t VALUES ('never closed);\n" + "SELECT 1;\n" * 200_000 + "BEGIN;\n"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -19,6 +19,17 @@ LOGGER = logging.getLogger("fencepost.access")
 #: A query parameter whose name matches is logged as ``name=[redacted]``.
 SECRET_NAME = re.compile(r"token|secret|key|password|signature|auth", re.IGNORECASE)
 REDACTED = "[redacted]"
+
+
+#: Characters a decoded request path may hold that would break a log line: C0 and C1 controls (a newline
+#: starts a forged line, an escape sequence rewrites the terminal) and the Unicode line and paragraph separators.
+_UNSAFE_IN_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def loggable_path(path: str) -> str:
+    """``path`` (already percent-decoded by the server) with each control character percent-encoded again, so
+    that a client cannot write a line of its own, or terminal escapes, into the access log."""
+    return _UNSAFE_IN_LINE.sub(lambda m: quote(m.group(), safe=""), path)
 
 
 def loggable_query(query: str) -> str:
@@ -56,7 +67,7 @@ class AccessLog:
             await self.app(scope, receive, counting)
         finally:
             query = loggable_query(scope.get("query_string", b"").decode("latin-1"))
-            path = scope.get("path", "") + (f"?{query}" if query else "")
+            path = loggable_path(scope.get("path", "")) + (f"?{query}" if query else "")
             client = scope.get("client")
             self.logger.info("%s %s %d", scope.get("method", ""), path, status,
                              extra={"method": scope.get("method", ""), "path": path, "status": status,

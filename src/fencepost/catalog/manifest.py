@@ -63,6 +63,11 @@ _VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}$")
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _SQL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _IMPLEMENTATION_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,99}$")
+#: SQLite functions that fencepost's own checks call on the package's connection (``NOT LIKE 'sqlite_%'`` and
+#: ``coalesce(sql, '')`` reading ``sqlite_master``, ``count(*)``): a host function registered under one of these
+#: names replaces SQLite's on that connection, and one taking two arguments as ``like`` hid every object from
+#: the schema checks, the content digests and the uninstall's emptiness check (ADR 0063).
+RESERVED_SQL_FUNCTIONS = frozenset({"like", "coalesce", "count"})
 
 
 class _Strict(BaseModel):
@@ -125,6 +130,9 @@ class SqliteSection(_Strict):
         for name, implementation in v.items():
             if not _SQL_NAME_RE.fullmatch(name):
                 raise ValueError(f"{name!r} is not a valid SQL function name")
+            if name.lower() in RESERVED_SQL_FUNCTIONS:
+                raise ValueError(f"SQL function {name!r} cannot be replaced by a host function: fencepost's own "
+                                 "checks call SQLite's in the sandbox")
             if not _IMPLEMENTATION_RE.fullmatch(implementation):
                 raise ValueError(f"{implementation!r} is not a valid host function name (letters, digits, '_', "
                                  "'.' or '-', at most 100 characters)")

@@ -133,16 +133,20 @@ class SealKeys:
         if not path.exists() and create:
             _create_key_file(path)
         try:
-            raw = path.read_text(encoding="utf-8")
+            raw_bytes = path.read_bytes()
             mode = path.stat().st_mode
         except OSError as error:
             raise InvalidInput(f"the seal key file {str(path)!r} cannot be read ({error.strerror or error})") from None
+        try:
+            raw = raw_bytes.decode("utf-8")
+        except UnicodeDecodeError:
+            raw = ""  # not text at all: refused below as not a key file (after the mode check)
         if mode & 0o077:
             raise InvalidInput(f"the seal key file {str(path)!r} is readable by other users (mode "
                                f"{mode & 0o777:o}); make it 0600: chmod 600 {path}")
         try:
             data = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
             data = None
         if not isinstance(data, dict) or not isinstance(data.get("keys"), dict) or not data["keys"] \
                 or not isinstance(data.get("active"), str):

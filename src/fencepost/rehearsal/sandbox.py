@@ -340,6 +340,7 @@ def run_script(conn: sqlite3.Connection, sql: str, *, ledger_add: str | None = N
                ledger_remove: str | None = None) -> str:
     """Run ``sql`` with a ledger change, in one transaction unless the script manages its own.
 
+    A wrapped script may not touch the ledger either: its rows are checked before the transaction commits.
     A script with transaction control of its own (``catalog.script_control.manages_own_transaction``) runs as
     written, then is verified: no transaction may be left open, the ledger must be as it was (the script must
     not touch it), and a script that fails must leave the schema as it found it (nothing half-applied without
@@ -360,13 +361,19 @@ def run_script(conn: sqlite3.Connection, sql: str, *, ledger_add: str | None = N
     if manages_own_transaction(sql):
         _run_own(conn, sql, tail)
         return OWN_TRANSACTION
+    ledger_before = applied(conn)
     try:
-        conn.executescript(f"BEGIN;\n{sql}\n;\n{tail}\nCOMMIT;")
-    except (sqlite3.Error, MemoryError) as error:
+        conn.executescript(f"BEGIN;\n{sql}\n;")
+        if _ledger_after(conn) != ledger_before:
+            raise SandboxError("the script changed fencepost's ledger table (_fencepost_ledger)")
+        if tail:  # execute, not executescript: that would commit the open transaction first
+            conn.execute(tail)
+        conn.execute("COMMIT")
+    except (sqlite3.Error, MemoryError, SandboxError) as error:
         if conn.in_transaction:
             with contextlib.suppress(sqlite3.Error, MemoryError):
                 conn.execute("ROLLBACK")
-        raise judged(conn, error) from None
+        raise (error if isinstance(error, SandboxError) else judged(conn, error)) from None
     return WRAPPED
 
 
@@ -386,7 +393,7 @@ def _run_own(conn: sqlite3.Connection, sql: str, tail: str) -> None:
         conn.execute("PRAGMA foreign_keys = OFF")
     if failure is not None and not isinstance(failure, SandboxError):
         raise failure  # the machine's failure: judged as such, whatever the script did
-    if applied(conn) != ledger_before:
+    if _ledger_after(conn) != ledger_before:
         raise SandboxError("the script changed fencepost's ledger table (_fencepost_ledger)")
     if failure is not None:
         if _objects(conn) != schema_before:
@@ -402,6 +409,18 @@ def _run_own(conn: sqlite3.Connection, sql: str, tail: str) -> None:
             with contextlib.suppress(sqlite3.Error, MemoryError):
                 conn.execute("ROLLBACK")
         raise judged(conn, error) from None
+
+
+def _ledger_after(conn: sqlite3.Connection) -> list[str] | None:
+    # The ledger as a script left it; None when the script dropped or broke the table (a package's doing, not
+    # an internal error). The machine's failures are still judged as such.
+    try:
+        return applied(conn)
+    except (sqlite3.Error, MemoryError) as error:
+        verdict = judged(conn, error)
+        if not isinstance(verdict, SandboxError):
+            raise verdict from None
+        return None
 
 
 def judged(conn: sqlite3.Connection, error: sqlite3.Error | MemoryError) -> Exception:

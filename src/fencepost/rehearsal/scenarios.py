@@ -12,7 +12,8 @@ Chosen so that a release engineer can trust a passing Attempt:
    clean install's schema (not applicable without a previous version);
 6. ``uninstall_to_empty``: the uninstall script leaves no object behind; without one, every down script that
    exists runs, newest first, as far as the chain goes, each verified against the schema from before its up
-   (not applicable when the newest migration has no down; ADR 0062).
+   (not applicable when the newest migration has no down; ADR 0062); either way the file must still pass
+   ``PRAGMA integrity_check`` (a script that edits ``sqlite_master`` under ``writable_schema`` orphans pages).
 
 Each scenario returns its semantic result, or raises ``ScenarioFailed`` with the database error text.
 """
@@ -32,6 +33,7 @@ from fencepost.rehearsal.sandbox import (
     SandboxLimitExceeded,
     applied,
     check_integrity,
+    judged,
     run_script,
     schema_shape,
     schema_summary,
@@ -129,8 +131,28 @@ def deliver_and_install(env: ScenarioEnv) -> dict[str, Any]:
     return result
 
 
+def _checked_afresh(env: ScenarioEnv, after: str) -> dict[str, Any]:
+    """``check_integrity`` of the sandbox's main database read on a new connection.
+
+    The package's connection still holds the schema it read before a script edited ``sqlite_master`` under
+    ``PRAGMA writable_schema``, and checks against that one (every page still looks in use); a new connection
+    reads the file as it is.
+
+    Raises:
+        ScenarioFailed: the file cannot even be read (SQLite's error, e.g. a malformed schema).
+    """
+    try:
+        return check_integrity(env.sandbox.connect("main"))
+    except (sqlite3.Error, MemoryError) as error:
+        verdict = judged(env.main, error)
+        if not isinstance(verdict, SandboxError):
+            raise verdict from None
+        raise ScenarioFailed(f"the database cannot be checked after {after}: {verdict}",
+                             {"integrity_check": [str(verdict)]}) from None
+
+
 def integrity_check(env: ScenarioEnv) -> dict[str, Any]:
-    result = check_integrity(env.main)
+    result = _checked_afresh(env, "install")
     if result["integrity_check"] != "ok" or result["foreign_key_violations"]:
         raise ScenarioFailed("integrity or foreign-key check failed after install", result)
     return result
@@ -144,7 +166,7 @@ def seed_and_verify(env: ScenarioEnv) -> dict[str, Any]:
             run_script(env.main, env.package.sql(path))
         except SandboxError as error:
             raise ScenarioFailed(f"seed {path} failed: {error}", {"failed_seed": path}, _limit(error)) from None
-    checks = check_integrity(env.main)
+    checks = _checked_afresh(env, "seeding")
     tables = table_digests(env.main, env.package.volatile_columns, env.sandbox.should_interrupt)
     result = {"seed_files": list(env.package.seed), "checks": checks, "tables": tables}
     if checks["integrity_check"] != "ok" or checks["foreign_key_violations"]:
@@ -190,6 +212,22 @@ def _leftover(conn: sqlite3.Connection) -> list[str]:
 
 
 def uninstall_to_empty(env: ScenarioEnv) -> dict[str, Any]:
+    """Uninstall (the package's script, or its downs as far as they go), then check the database file is sound.
+
+    A script may empty ``sqlite_master`` under ``PRAGMA writable_schema`` instead of dropping: the schema
+    then looks as before the up, but the pages of what it "removed" are orphaned and the file is corrupt, so
+    ``PRAGMA integrity_check`` must still answer ``ok`` after the uninstall.
+    """
+    result = _uninstall(env)
+    integrity = _checked_afresh(env, "the uninstall")["integrity_check"]
+    if integrity != "ok":
+        first = next((line for line in integrity if not line.startswith("***")), integrity[0])
+        raise ScenarioFailed(f"after the uninstall the database fails SQLite's integrity check: {first}",
+                             {**result, "integrity_check": integrity[:10]})
+    return result
+
+
+def _uninstall(env: ScenarioEnv) -> dict[str, Any]:
     pkg = env.package
     if pkg.uninstall is not None:
         try:

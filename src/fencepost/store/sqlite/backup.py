@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fencepost.core.errors import InvalidInput, StoreUnavailable
+from fencepost.store.sqlite.file_uri import file_uri
 
 #: Pages copied per step (with 4 KiB pages, 16 MiB): between steps other connections may write.
 PAGES_PER_STEP = 4096
@@ -55,7 +56,7 @@ def backup_sqlite(source: str, dest: Path, *, progress: Callable[[int, int], Non
         raise InvalidInput(f"the directory of {str(dest)!r} does not exist")
     partial = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
     try:
-        src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+        src = sqlite3.connect(file_uri(source, "ro"), uri=True)
     except sqlite3.Error as error:
         raise StoreUnavailable(f"the control database cannot be opened for the backup: {error}") from None
     try:

@@ -28,6 +28,7 @@ from fencepost.store.migrations import load_migrations
 from fencepost.store.sql.executor import Result
 from fencepost.store.sql.queries import Query, dialect_queries
 from fencepost.store.sql.unit import SqlUnitOfWork
+from fencepost.store.sqlite.file_uri import file_uri
 from fencepost.store.sqlite.migrate import applied_versions, apply_migrations
 from fencepost.store.sqlite.migrate import split_statements as split_statements  # re-exported for callers
 
@@ -195,7 +196,7 @@ class SQLiteStore(Store):
                 conn = sqlite3.connect(self.path, timeout=self.busy_timeout_seconds, isolation_level=None,
                                        check_same_thread=False)
             else:
-                conn = sqlite3.connect(f"file:{self.path}?mode=rw", uri=True, timeout=self.busy_timeout_seconds,
+                conn = sqlite3.connect(file_uri(self.path, "rw"), uri=True, timeout=self.busy_timeout_seconds,
                                        isolation_level=None, check_same_thread=False)
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_seconds * 1000)}")
             mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
