@@ -194,6 +194,7 @@ def test_authelia_as_a_golang_migrate_history(rig: Rig, monkeypatch: pytest.Monk
     uninstall = _result(rig, attempts[0], 6)
     assert uninstall["verified_downs"] == list(reversed(ids[1:])) and uninstall["chain_stops_at"] == ids[0]
     assert uninstall["reached_empty"] is False
+    assert uninstall["migrations_without_down"] == [ids[0]] and uninstall["segments_below_gaps"] == []
     report = rig.service.gate(run.id)
     assert report.semantics_compared
     assert report.not_exercised == [{"scenario": "upgrade_from_previous",

@@ -7,6 +7,7 @@ The real histories from ../shared/datasets are in test_datasets.py."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -273,3 +274,71 @@ def test_rehearse_of_a_failing_down_prints_no_bare_log_lines(rig: Rig) -> None:
     rows = [line for line in done.stdout.splitlines() if line.startswith("  [") and line.endswith(" ms")]
     assert len(rows) == 6 and "NOT_APPLICABLE" in rows[4], done.stdout
     assert len({len(row) for row in rows}) == 1, "\n".join(rows)  # one duration column, NOT_APPLICABLE included
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "inventory"
+
+
+def test_issue_reproduction_a_broken_down_below_a_gap_blocks_the_gate(rig: Rig) -> None:
+    # the inventory example with 0002's down removed and `DROP TABLE c,,;` as 0001's down: was gate PASS,
+    # "6 of 6 exercised", because the chain stopped at 0002 and 0001's down never ran
+    package = rig.tmp / "inventory"
+    shutil.copytree(EXAMPLE, package)
+    [down_2] = (package / "migrations").glob("0002_*.down.sql")
+    down_2.unlink()
+    [down_1] = (package / "migrations").glob("0001_*.down.sql")
+    down_1.write_text("DROP TABLE c,,;\n", encoding="utf-8")
+    run, [attempt] = rig.rehearse(package, attempts=1)
+    assert attempt.status is AttemptStatus.FAILED
+    receipt = rig.receipts(attempt.id)[5]
+    assert (receipt.scenario, receipt.status) == ("uninstall_to_empty", ReceiptStatus.FAILED)
+    evidence = rig.evidence(receipt)
+    assert evidence["error"]["message"].startswith("down migration 0001_items failed: near \",\": syntax error")
+    result = evidence["result"]
+    assert result["failed_down"] == "0001_items" and result["failed_segment"] == "0001_items"
+    assert result["verified_downs"] == ["0003_stock_movements"] and result["chain_stops_at"] == "0002_suppliers"
+    assert result["migrations_without_down"] == ["0002_suppliers"]
+    report = rig.service.gate(run.id)
+    assert not report.passed and "latest_attempt_succeeded" in {c.name for c in report.blocking}
+
+
+def test_good_downs_below_gaps_are_verified_in_fresh_databases(rig: Rig) -> None:
+    package = write_package(rig.tmp / "gaps", {
+        MANIFEST: _manifest(),
+        "migrations/0001_a.up.sql": "CREATE TABLE a (id INTEGER PRIMARY KEY);",
+        "migrations/0001_a.down.sql": "DROP TABLE a;",
+        "migrations/0002_b.up.sql": "CREATE TABLE b (x REFERENCES a (id));",
+        "migrations/0002_b.down.sql": "DROP TABLE b;",
+        "migrations/0003_c.up.sql": "CREATE TABLE c (x);",
+        "migrations/0004_d.up.sql": "ALTER TABLE c ADD COLUMN y INTEGER DEFAULT 1;",
+        "migrations/0004_d.down.sql": "ALTER TABLE c DROP COLUMN y;",
+        "migrations/0005_e.up.sql": "CREATE TABLE e (x);",
+        "migrations/0006_f.up.sql": "CREATE INDEX e_x ON e (x);", "migrations/0006_f.down.sql": "DROP INDEX e_x;"})
+    run, attempts = rig.rehearse(package)
+    assert all(a.status is AttemptStatus.SUCCEEDED for a in attempts), [a.error for a in attempts]
+    result = _result(rig, attempts[0].id, 6)
+    assert result["verified_downs"] == ["0006_f"] and result["chain_stops_at"] == "0005_e"
+    assert result["reached_empty"] is False
+    assert result["migrations_without_down"] == ["0003_c", "0005_e"]
+    segments = result["segments_below_gaps"]
+    assert isinstance(segments, list)
+    assert [(s["top"], s["verified_downs"], s["stops_at"], s["reached_empty"]) for s in segments] == [
+        ("0004_d", ["0004_d"], "0003_c", False), ("0002_b", ["0002_b", "0001_a"], None, True)]
+    assert "3 down(s) below it verified in 2 run(s)" in str(result["reason"])
+    report = rig.service.gate(run.id)
+    assert report.passed and "uninstall_to_empty" in report.exercised
+
+
+def test_a_lossy_down_below_a_gap_fails_naming_what_differs(rig: Rig) -> None:
+    # the newest migration has no down: the main chain runs nothing, the run below it still must restore
+    package = write_package(rig.tmp / "lossy-below", {
+        MANIFEST: _manifest(),
+        "migrations/0001_a.up.sql": "CREATE TABLE a (x);", "migrations/0001_a.down.sql": "DROP TABLE a;",
+        "migrations/0002_b.up.sql": "CREATE INDEX a_x ON a (x);", "migrations/0002_b.down.sql": "SELECT 1;",
+        "migrations/0003_c.up.sql": "CREATE TABLE c (x);"})
+    run, [attempt] = rig.rehearse(package, attempts=1)
+    evidence = rig.evidence(rig.receipts(attempt.id)[5])
+    assert evidence["result"]["failed_down"] == "0002_b" and evidence["result"]["verified_downs"] == []
+    assert evidence["result"]["schema_differences"]["unexpected"] == ["index a_x"]
+    assert "down migration 0002_b does not restore the schema" in evidence["error"]["message"]
+    assert not rig.service.gate(run.id).passed

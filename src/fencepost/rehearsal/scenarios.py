@@ -11,9 +11,11 @@ Chosen so that a release engineer can trust a passing Attempt:
 5. ``upgrade_from_previous``: a database at the previous version upgraded to this one has exactly the
    clean install's schema (not applicable without a previous version);
 6. ``uninstall_to_empty``: the uninstall script leaves no object behind; without one, every down script that
-   exists runs, newest first, as far as the chain goes, each verified against the schema from before its up
-   (not applicable when the newest migration has no down; ADR 0062); either way the file must still pass
-   ``PRAGMA integrity_check`` (a script that edits ``sqlite_master`` under ``writable_schema`` orphans pages).
+   exists runs, newest first, as far as the chain goes, each verified against the schema from before its up,
+   then each run of downs below a migration without one, in a fresh database holding the ups up to that
+   run's top (not applicable only when no down exists; ADR 0062 and its amendment); either way the file must
+   still pass ``PRAGMA integrity_check`` (a script that edits ``sqlite_master`` under ``writable_schema``
+   orphans pages).
 
 Each scenario returns its semantic result, or raises ``ScenarioFailed`` with the database error text.
 """
@@ -246,56 +248,149 @@ def _uninstall(env: ScenarioEnv) -> dict[str, Any]:
 
 
 def _roll_back(env: ScenarioEnv) -> dict[str, Any]:
-    """Run every down script that exists, newest first, as far as the chain goes (issue 11 item 4, ADR 0062).
+    """Run every down script that exists, newest first, as far as the chain goes, then each run of downs below
+    a gap in a fresh database of the sandbox (issue 11 item 4, ADR 0062 and its amendment).
 
     Each down must bring the schema back to what it was right before its up ran; the first migration
-    without a down file ends the chain (older downs cannot run on a schema that still holds it).
+    without a down file ends the main chain (older downs cannot run on a schema that still holds it). Below
+    it, each further run of consecutive downs is exercised in its own database (``_run_below_gap``), so a
+    broken down under a gap still fails the scenario. ``verified_downs``, ``chain_stops_at`` and
+    ``reached_empty`` describe the main chain; ``segments_below_gaps`` the runs below it and
+    ``migrations_without_down`` every migration that has no down file.
     """
     pkg = env.package
     before_up: dict[str, Any] = env.state.get("schema_before_up", {})
     verified: list[str] = []
     modes: dict[str, str] = {}
     stops_at: str | None = None
-    for migration in reversed(pkg.migrations):
+    stop_index = -1
+    without_down = [m.id for m in pkg.migrations if m.down is None]
+    for index in range(len(pkg.migrations) - 1, -1, -1):
+        migration = pkg.migrations[index]
         if migration.down is None:
-            stops_at = migration.id
+            stops_at, stop_index = migration.id, index
             break
-        if env.sandbox.should_interrupt():
-            raise ScenarioFailed("interrupted: the lease was lost")
         progress = {"applicable": True, "method": "down_migrations", "verified_downs": list(verified),
                     "failed_down": migration.id}
-        try:
-            modes[migration.id] = run_script(env.main, pkg.sql(migration.down), ledger_remove=migration.id)
-        except SandboxError as error:
-            raise ScenarioFailed(f"down migration {migration.id} failed: {error}", progress,
-                                 _limit(error)) from None
-        expected = before_up.get(migration.id)
-        if expected is None:
-            raise ScenarioFailed(f"no schema was recorded before migration {migration.id}'s up", progress)
-        diff = shape_differences(expected, schema_shape(env.main))
-        if any(diff.values()):
-            progress["schema_differences"] = diff
-            shown = "; ".join(f"{k}: {', '.join(v)}" for k, v in diff.items() if v)
-            raise ScenarioFailed(f"down migration {migration.id} does not restore the schema from before its up "
-                                 f"({shown})", progress)
+        _roll_back_one(env, env.main, index, before_up, progress, modes)
         verified.append(migration.id)
-    if not verified:
+    segments: list[dict[str, Any]] = []
+    if stops_at is not None:
+        base = {"applicable": True, "method": "down_migrations", "verified_downs": verified,
+                "chain_stops_at": stops_at, "migrations_without_down": without_down}
+        segments = _segments_below(env, stop_index, base)
+    below = sum(len(seg["verified_downs"]) for seg in segments)
+    if not verified and not segments:
         return {"applicable": False, "method": "down_migrations", "verified_downs": [], "chain_stops_at": stops_at,
+                "segments_below_gaps": [], "migrations_without_down": without_down,
                 "reason": f"the package has no uninstall script and migration {stops_at} (the newest) has no "
-                          "down file: no down migration can run"}
+                          "down file, nor has any older one: no down migration can run"}
     remaining = user_object_count(env.main)
     result: dict[str, Any] = {"applicable": True, "method": "down_migrations", "verified_downs": verified,
                               "transaction_modes": modes, "chain_stops_at": stops_at,
                               "reached_empty": stops_at is None, "remaining_objects": remaining,
-                              "leftover": _leftover(env.main)}
+                              "leftover": _leftover(env.main), "segments_below_gaps": segments,
+                              "migrations_without_down": without_down}
     if stops_at is not None:
-        result["reason"] = (f"rolled back {len(verified)} of {len(pkg.migrations)} migrations; migration "
-                            f"{stops_at} has no down file, so the chain stops there and an empty database is "
-                            "not reached")
+        reason = (f"rolled back {len(verified)} of {len(pkg.migrations)} migrations; migration "
+                  f"{stops_at} has no down file, so the chain stops there and an empty database is not reached")
+        if segments:
+            reason += (f"; {below} down(s) below it verified in {len(segments)} run(s) from fresh databases "
+                       f"(no down: {', '.join(without_down)})")
+        result["reason"] = reason
         return result
     if remaining:
         raise ScenarioFailed(f"uninstall left {remaining} object(s) behind", result)
     return result
+
+
+def _roll_back_one(env: ScenarioEnv, conn: sqlite3.Connection, index: int, before_up: dict[str, Any],
+                   progress: dict[str, Any], modes: dict[str, str]) -> None:
+    """Run migration ``index``'s down on ``conn`` and verify the schema against the one from before its up.
+
+    Raises:
+        ScenarioFailed: interrupted, the down failed (``progress`` as the result, with the cap if one was hit),
+            or the schema differs (``progress`` gains ``schema_differences``).
+    """
+    migration = env.package.migrations[index]
+    if migration.down is None:
+        raise ScenarioFailed(f"migration {migration.id} has no down file to run", progress)
+    if env.sandbox.should_interrupt():
+        raise ScenarioFailed("interrupted: the lease was lost")
+    try:
+        modes[migration.id] = run_script(conn, env.package.sql(migration.down), ledger_remove=migration.id)
+    except SandboxError as error:
+        raise ScenarioFailed(f"down migration {migration.id} failed: {error}", progress, _limit(error)) from None
+    expected = before_up.get(migration.id)
+    if expected is None:
+        raise ScenarioFailed(f"no schema was recorded before migration {migration.id}'s up", progress)
+    diff = shape_differences(expected, schema_shape(conn))
+    if any(diff.values()):
+        progress["schema_differences"] = diff
+        shown = "; ".join(f"{k}: {', '.join(v)}" for k, v in diff.items() if v)
+        raise ScenarioFailed(f"down migration {migration.id} does not restore the schema from before its up "
+                             f"({shown})", progress)
+
+
+def _segments_below(env: ScenarioEnv, stop_index: int, base: dict[str, Any]) -> list[dict[str, Any]]:
+    """Exercise each run of consecutive downs below the migration at ``stop_index`` (which has none).
+
+    A run's top is the newest migration of the run; for each, a fresh database of the same sandbox (same caps,
+    confinement and host functions) gets the ups up to that top (the ups of migrations without a down too),
+    then the run rolls back newest first, each down verified as in the main chain, and the file must pass
+    ``PRAGMA integrity_check``.
+
+    Returns:
+        ``[{"top", "verified_downs", "stops_at", "reached_empty", "transaction_modes"}]``, newest run first.
+    Raises:
+        ScenarioFailed: a down of a run failed or did not restore the schema; the result is ``base`` with the
+            runs so far in ``segments_below_gaps`` and ``failed_down``, ``failed_segment`` (the run's top).
+    """
+    migrations = env.package.migrations
+    segments: list[dict[str, Any]] = []
+    top = stop_index - 1
+    while top >= 0:
+        if migrations[top].down is None:
+            top -= 1
+            continue
+        low = top
+        while low - 1 >= 0 and migrations[low - 1].down is not None:
+            low -= 1
+        segments.append(_run_below_gap(env, top, low, base, segments))
+        top = low - 1
+    return segments
+
+
+def _run_below_gap(env: ScenarioEnv, top: int, low: int, base: dict[str, Any],
+                   done: list[dict[str, Any]]) -> dict[str, Any]:
+    pkg = env.package
+    name = f"below_gap_{top}"
+    conn = env.sandbox.connect(name)
+    before_up: dict[str, Any] = {}
+    install(conn, pkg, upto=top + 1, schemas=before_up)
+    segment: dict[str, Any] = {"top": pkg.migrations[top].id, "verified_downs": [],
+                               "stops_at": pkg.migrations[low - 1].id if low > 0 else None,
+                               "reached_empty": low == 0, "transaction_modes": {}}
+    for index in range(top, low - 1, -1):
+        progress = {**base, "segments_below_gaps": [*done, segment], "failed_down": pkg.migrations[index].id,
+                    "failed_segment": segment["top"]}
+        _roll_back_one(env, conn, index, before_up, progress, segment["transaction_modes"])
+        segment["verified_downs"].append(pkg.migrations[index].id)
+    conn.close()
+    try:
+        integrity = check_integrity(env.sandbox.connect(name))["integrity_check"]
+    except (sqlite3.Error, MemoryError) as error:
+        verdict = judged(conn, error)
+        if not isinstance(verdict, SandboxError):
+            raise verdict from None
+        integrity = [str(verdict)]
+    if integrity != "ok":
+        first = next((line for line in integrity if not line.startswith("***")), integrity[0])
+        raise ScenarioFailed(f"after rolling back the downs from {segment['top']} in a fresh database, it fails "
+                             f"SQLite's integrity check: {first}",
+                             {**base, "segments_below_gaps": [*done, segment], "failed_segment": segment["top"],
+                              "integrity_check": integrity[:10]})
+    return segment
 
 
 SCENARIOS: tuple[tuple[str, Callable[[ScenarioEnv], dict[str, Any]]], ...] = (
