@@ -342,3 +342,19 @@ def test_a_lossy_down_below_a_gap_fails_naming_what_differs(rig: Rig) -> None:
     assert evidence["result"]["schema_differences"]["unexpected"] == ["index a_x"]
     assert "down migration 0002_b does not restore the schema" in evidence["error"]["message"]
     assert not rig.service.gate(run.id).passed
+
+
+def test_a_down_below_a_gap_that_corrupts_the_file_fails_the_integrity_check(rig: Rig) -> None:
+    corrupting = "PRAGMA writable_schema=ON;\nDELETE FROM sqlite_master WHERE name = 'b';\n"
+    package = write_package(rig.tmp / "corrupting-below", {
+        MANIFEST: _manifest(),
+        "migrations/0001_a.up.sql": "CREATE TABLE a (x);", "migrations/0001_a.down.sql": "DROP TABLE a;",
+        "migrations/0002_b.up.sql": "CREATE TABLE b (x); INSERT INTO b VALUES (1);",
+        "migrations/0002_b.down.sql": corrupting, "migrations/0003_c.up.sql": "CREATE TABLE c (x);"})
+    run, [attempt] = rig.rehearse(package, attempts=1)
+    evidence = rig.evidence(rig.receipts(attempt.id)[5])
+    assert evidence["error"]["message"].startswith("after rolling back the downs from 0002_b in a fresh database, "
+                                                   "it fails SQLite's integrity check")
+    assert evidence["result"]["failed_segment"] == "0002_b"
+    assert evidence["result"]["segments_below_gaps"][0]["verified_downs"] == ["0002_b", "0001_a"]
+    assert not rig.service.gate(run.id).passed

@@ -377,19 +377,28 @@ def _run_below_gap(env: ScenarioEnv, top: int, low: int, base: dict[str, Any],
         _roll_back_one(env, conn, index, before_up, progress, segment["transaction_modes"])
         segment["verified_downs"].append(pkg.migrations[index].id)
     conn.close()
+    checker: sqlite3.Connection | None = None
     try:
-        integrity = check_integrity(env.sandbox.connect(name))["integrity_check"]
+        checker = env.sandbox.connect(name)
+        integrity = check_integrity(checker)["integrity_check"]
     except (sqlite3.Error, MemoryError) as error:
         verdict = judged(conn, error)
         if not isinstance(verdict, SandboxError):
             raise verdict from None
         integrity = [str(verdict)]
+    finally:
+        if checker is not None:
+            checker.close()
     if integrity != "ok":
         first = next((line for line in integrity if not line.startswith("***")), integrity[0])
         raise ScenarioFailed(f"after rolling back the downs from {segment['top']} in a fresh database, it fails "
                              f"SQLite's integrity check: {first}",
                              {**base, "segments_below_gaps": [*done, segment], "failed_segment": segment["top"],
                               "integrity_check": integrity[:10]})
+    # A verified run's database is done with: it no longer takes disk beside the next run's (a failed one
+    # stays, for the sandbox's own clean-up).
+    for leftover in (env.sandbox.root / f"{name}.db", env.sandbox.root / f"{name}.db-journal"):
+        leftover.unlink(missing_ok=True)
     return segment
 
 
