@@ -209,3 +209,21 @@ def test_a_deleted_target_fails_naming_it_and_is_not_created(sqlite_store: Store
     assert view.status is InvocationStatus.FAILED
     assert f"target tenant-gone: database file {path} does not exist" in (view.error or "")
     assert not path.exists()
+
+
+def test_a_waived_gate_is_still_compared_with_the_fresh_install_the_rehearsal_proved(control: Store,
+                                                                                     tmp_path: Path) -> None:
+    """A broken down script fails every Attempt, and the publication waives the gate; the fresh-install
+    scenario still SUCCEEDED with sealed evidence of the installed schema, so the delivery is compared with
+    it, naming that Attempt (it used to say "no rehearsal evidence" and compare nothing: new-user trial)."""
+    package = write_package(tmp_path, "shop", "1.0.0", THREE)
+    (package / "migrations" / "0003_audit.down.sql").write_text("DROP TABLE c,,;\n", encoding="utf-8")
+    release(control, package, tmp_path / "work", ungated=True)
+    attempts = control.read(lambda tx: tx.rehearsal.list_attempts(tx.rehearsal.list_runs()[0].id))
+    assert {str(a.status) for a in attempts} == {"FAILED"}
+    add_target(control, tmp_path, "tenant-a")
+    view = deliver(control, "shop", "tenant-a", tmp_path / "work")
+    assert view.status is InvocationStatus.SUCCEEDED, view.error
+    verify = view.result["steps"]["verify"]
+    assert verify["comparison"] == "matches rehearsal" and verify["matches_rehearsal"] is True
+    assert verify["rehearsal_attempt_id"] == attempts[-1].id

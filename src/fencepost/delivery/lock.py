@@ -17,7 +17,7 @@ from fencepost.catalog.script_control import manages_own_transaction
 from fencepost.core.canonical import parse_json
 from fencepost.core.errors import NotAllowed, NotFound
 from fencepost.core.fingerprint import sha256_bytes
-from fencepost.core.statuses import AttemptStatus
+from fencepost.core.statuses import AttemptStatus, ReceiptStatus
 from fencepost.store.ports import UnitOfWork
 from fencepost.store.records import RunRecord
 from fencepost.store.workflow_records import PublicationRecord
@@ -83,22 +83,30 @@ def package_of(tx: UnitOfWork, run_id: str) -> PackageSpec:
 
 
 def _fingerprints(tx: UnitOfWork, run_id: str) -> dict[str, Any]:
+    """The rehearsal's fingerprints a delivery is compared with (ADR 0058): from the newest SUCCEEDED Attempt,
+    else (a publication whose gate was waived) from the newest Attempt whose fresh-install scenario itself
+    SUCCEEDED: that Receipt is evidence of the installed schema even when a later scenario (a broken down
+    script, say) failed the Attempt. ``attempt_id`` names the Attempt used; all None when no Attempt qualifies."""
     found: dict[str, Any] = {"attempt_id": None, "fresh": None, "upgrade": None}
-    succeeded = [a for a in tx.rehearsal.list_attempts(run_id) if a.status is AttemptStatus.SUCCEEDED]
-    if not succeeded:
-        return found
-    attempt = succeeded[-1]
-    found["attempt_id"] = attempt.id
-    for receipt in tx.rehearsal.attempt_receipts(attempt.id):
-        if receipt.evidence is None:
+    attempts = list(reversed(tx.rehearsal.list_attempts(run_id)))   # newest first
+    ordered = ([a for a in attempts if a.status is AttemptStatus.SUCCEEDED]
+               + [a for a in attempts if a.status is not AttemptStatus.SUCCEEDED])
+    for attempt in ordered:
+        receipts = {r.scenario: r for r in tx.rehearsal.attempt_receipts(attempt.id)
+                    if r.status is ReceiptStatus.SUCCEEDED and r.evidence is not None}
+        if FRESH_SCENARIO not in receipts:
             continue
-        result = parse_json(receipt.evidence).get("result") or {}
-        schema = result.get("schema") if isinstance(result, dict) else None
-        fingerprint = schema.get("fingerprint") if isinstance(schema, dict) else None
-        if receipt.scenario == FRESH_SCENARIO:
-            found["fresh"] = fingerprint
-        elif receipt.scenario == UPGRADE_SCENARIO and result.get("applicable"):
-            found["upgrade"] = fingerprint
+        found["attempt_id"] = attempt.id
+        for scenario, key in ((FRESH_SCENARIO, "fresh"), (UPGRADE_SCENARIO, "upgrade")):
+            receipt = receipts.get(scenario)
+            evidence = parse_json(receipt.evidence) if receipt is not None and receipt.evidence else {}
+            result = evidence.get("result") if isinstance(evidence, dict) else None
+            result = result if isinstance(result, dict) else {}
+            schema = result.get("schema")
+            fingerprint = schema.get("fingerprint") if isinstance(schema, dict) else None
+            if scenario == FRESH_SCENARIO or result.get("applicable"):
+                found[key] = fingerprint
+        return found
     return found
 
 
