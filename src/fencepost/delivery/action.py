@@ -34,9 +34,9 @@ from fencepost.catalog.lifecycle import not_allowed
 from fencepost.catalog.manifest import PackageSpec
 from fencepost.core.statuses import Disposition, InstallationStatus, PublicationStatus
 from fencepost.delivery import target_db
-from fencepost.delivery.drift import check_drift
+from fencepost.delivery.drift import DriftCheck, check_drift
 from fencepost.delivery.lock import LockedMigration, package_of
-from fencepost.delivery.target_db import Applied, MigrationFailed, TargetBusy, TargetMissing
+from fencepost.delivery.target_db import Applied, MigrationFailed, NotApplied, TargetBusy, TargetMissing
 from fencepost.delivery.urls import target_path
 from fencepost.host.action import Action, AdapterStep, HandlerContext, RetryPolicy, StepInputContext
 from fencepost.host.adapter import AdapterCall, Ambiguous, PermanentFailure, Succeeded, TransientFailure
@@ -150,7 +150,9 @@ def _migration_input(index: int) -> Any:
     def build(ctx: StepInputContext, params: DeliverParams) -> dict[str, Any]:
         migration = params.migrations[index - 1]
         return {**_base(params), "migration": migration.id, "checksum": migration.checksum,
-                "fenced": migration.fenced, "idempotent": migration.fenced, "index": index}
+                "fenced": migration.fenced, "idempotent": migration.fenced, "index": index,
+                "migrations": [m.model_dump() for m in params.migrations],
+                "previous_through": params.previous_through, "invocation_id": ctx.invocation_id}
     return build
 
 
@@ -180,6 +182,40 @@ def _evidence(conn: sqlite3.Connection, package: str) -> dict[str, Any]:
     """What the target shows now: its ledger rows of ``package``, its objects and its fingerprint."""
     return {"ledger": [r.as_json() for r in target_db.ledger_rows(conn, package)],
             "objects": target_db.user_objects(conn), "fingerprint": target_db.fingerprint(conn)["fingerprint"]}
+
+
+def _drift(conn: sqlite3.Connection, data: dict[str, Any], ledger: list[target_db.LedgerRow]) -> DriftCheck:
+    """The drift check of the step input ``data`` (its ``migrations``, ``previous_through``, ``invocation_id``)."""
+    migrations = [LockedMigration(m["id"], m["checksum"], m["fenced"]) for m in data["migrations"]]
+    own = frozenset(adapter_invocation_id(str(data["invocation_id"]), i, migration_step(i))
+                    for i in range(1, len(migrations) + 1))
+    return check_drift(migrations, ledger, target_db.user_objects(conn),
+                       previous_through=data.get("previous_through"), own_ids=own)
+
+
+def _ledger_guard(data: dict[str, Any]) -> target_db.Guard:
+    """The ledger guard of the migration step ``data``, run in the migration's own target transaction (ADR 0056).
+
+    The ``check`` step ran in an earlier transaction; the target may have been changed or replaced by another
+    file since (a recovery can come hours after a crash). Before the ``index``-th migration is applied, the
+    target must still pass the drift check and hold exactly the migrations before it. Returns the difference in
+    one sentence, or None.
+    """
+    index, package = int(data["index"]), str(data["package"])
+    expected = [str(m["id"]) for m in data["migrations"][:index - 1]]
+
+    def guard(conn: sqlite3.Connection) -> str | None:
+        result = _drift(conn, data, target_db.ledger_rows(conn, package))
+        if result.drifted:
+            return "; ".join(result.differences)
+        if result.applied != expected:
+            held = ", ".join(result.applied) or "none"
+            wanted = ", ".join(expected) or "none"
+            return (f"its ledger holds migrations {held} of {package}, the step expects {wanted} "
+                    "(the target was changed or replaced after the drift check)")
+        return None
+
+    return guard
 
 
 class TargetAdapter:
@@ -222,7 +258,7 @@ class TargetAdapter:
                 if call.operation == "fingerprint":
                     return self._verify(conn, data)
                 return PermanentFailure(f"unknown delivery operation {call.operation!r}")
-        except TargetMissing as error:
+        except (TargetMissing, NotApplied) as error:
             return PermanentFailure(str(error))
         except TargetBusy as error:
             return TransientFailure(str(error), retry_after=None)
@@ -235,12 +271,8 @@ class TargetAdapter:
             return PermanentFailure(f"target {name}: {error}")
 
     def _check(self, conn: sqlite3.Connection, data: dict[str, Any]) -> object:
-        migrations = [LockedMigration(m["id"], m["checksum"], m["fenced"]) for m in data["migrations"]]
-        own = frozenset(adapter_invocation_id(str(data["invocation_id"]), i, migration_step(i))
-                        for i in range(1, len(migrations) + 1))
         ledger = target_db.ledger_rows(conn, str(data["package"]))
-        result = check_drift(migrations, ledger, target_db.user_objects(conn),
-                             previous_through=data.get("previous_through"), own_ids=own)
+        result = _drift(conn, data, ledger)
         if result.drifted:
             return PermanentFailure(f"target {data['target']} has drifted from {data['package']} {data['version']}, "
                                     f"nothing was applied: {'; '.join(result.differences)}")
@@ -255,12 +287,14 @@ class TargetAdapter:
         if entry is None:
             return PermanentFailure(f"migration {migration} is not in the rehearsed package")
         apply = target_db.apply_fenced if fenced else target_db.apply_unfenced
+        guard = _ledger_guard(data) if "migrations" in data else None
         register_host_functions(conn, resolve(package.functions))
         deny_escapes(conn)
         try:
             done: Applied = apply(conn, name, package=str(data["package"]), version=str(data["version"]),
                                   migration=migration, checksum=checksum,
-                                  adapter_invocation_id=call.adapter_invocation_id, sql=package.sql(entry.up))
+                                  adapter_invocation_id=call.adapter_invocation_id, sql=package.sql(entry.up),
+                                  guard=guard)
         except MigrationFailed as error:
             if fenced:
                 return PermanentFailure(str(error))

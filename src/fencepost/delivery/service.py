@@ -141,13 +141,18 @@ class DeliveryService:
         lock, chosen = self.store.read(read)
         version = lock.publication.version
         keys = self.store.read(lambda tx: [_current_key(tx, package, version, t, redeliver) for t in chosen])
-        existing = self.store.read(lambda tx: sum(1 for key in keys if tx.host.find_invocation(
-            tenant_id="default", space_id="default", action_id=ACTION_ID, idempotency_key=key) is not None))
+        found = self.store.read(lambda tx: {key: f.id for key in keys if (f := tx.host.find_invocation(
+            tenant_id="default", space_id="default", action_id=ACTION_ID, idempotency_key=key)) is not None})
+        existing = len(found)
 
         def one(pair: tuple[TargetRecord, str]) -> tuple[TargetRecord, InvocationView]:
             chosen_target, key = pair
-            view = self.host.submit(ACTION_ID, _params(lock, chosen_target), actor=actor, mode=Dispatch(),
-                                    idempotency_key=key)
+            # A delivery already submitted under its key is returned as it is: its params were fixed when it
+            # was submitted, and params derived again now may differ (a later rehearsal Attempt of the same
+            # content changes the evidence they carry), which the host would refuse as an idempotency conflict.
+            view = (self.host.get(found[key]) if key in found else
+                    self.host.submit(ACTION_ID, _params(lock, chosen_target), actor=actor, mode=Dispatch(),
+                                     idempotency_key=key))
             if on_submitted is not None:
                 on_submitted(chosen_target, view)
             return chosen_target, view

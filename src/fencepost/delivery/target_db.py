@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -29,6 +29,10 @@ from fencepost.catalog.script_control import split_statements
 from fencepost.core.crashpoints import crashpoint
 from fencepost.rehearsal.sandbox import LEDGER as REHEARSAL_LEDGER
 from fencepost.rehearsal.sandbox import schema_summary
+
+#: Called inside the migration's target transaction before anything is applied: a sentence naming why the target
+#: is not where the step expects it, or None (see ``fencepost.delivery.action``'s ledger guard).
+Guard = Callable[[sqlite3.Connection], "str | None"]
 
 #: The target's own ledger table.
 LEDGER_TABLE = "fencepost_delivery"
@@ -53,6 +57,13 @@ class TargetBusy(Exception):
 
 class MigrationFailed(Exception):
     """The migration's SQL failed inside the fenced transaction, which was rolled back: nothing was applied."""
+
+
+class NotApplied(Exception):
+    """The step stopped before it applied anything: the ledger guard found the target is not where the step
+    expects it (the target was changed or replaced after the drift check), or, for an unfenced migration, its
+    ``started`` row could not be written (a read-only or broken target). Nothing was applied; the script never
+    ran."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +167,15 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
 
 
+def _check_guard(conn: sqlite3.Connection, name: str, migration: str, guard: Guard | None) -> None:
+    if guard is None:
+        return
+    problem = guard(conn)
+    if problem is not None:
+        raise NotApplied(f"target {name} is not where migration {migration} expects it: {problem}; nothing was "
+                         "applied")
+
+
 @dataclass(frozen=True)
 class Applied:
     """What one apply did: ``applied`` is False when the ledger already had the row (``row`` is that row)."""
@@ -165,7 +185,7 @@ class Applied:
 
 
 def apply_fenced(conn: sqlite3.Connection, name: str, *, package: str, version: str, migration: str,
-                 checksum: str, adapter_invocation_id: str, sql: str) -> Applied:
+                 checksum: str, adapter_invocation_id: str, sql: str, guard: Guard | None = None) -> Applied:
     """Apply ``sql`` and its ledger row in one target transaction, unless the row is there already.
 
     Returns:
@@ -173,7 +193,8 @@ def apply_fenced(conn: sqlite3.Connection, name: str, *, package: str, version: 
         ``Applied(True, new row)``.
     Raises:
         TargetBusy: the write lock (``BEGIN IMMEDIATE`` or the COMMIT) waited past the busy timeout.
-        MigrationFailed: a statement failed; rolled back. Both: nothing applied.
+        MigrationFailed: a statement failed; rolled back. NotApplied: ``guard`` (run in the same transaction,
+            before the script, when the row is not there) named a difference. All: nothing applied.
     """
     _begin(conn, name)
     try:
@@ -182,6 +203,7 @@ def apply_fenced(conn: sqlite3.Connection, name: str, *, package: str, version: 
         if found is not None:
             conn.execute("ROLLBACK")
             return Applied(False, found)
+        _check_guard(conn, name, migration, guard)
         for _, statement in split_statements(sql):
             try:
                 conn.execute(statement)
@@ -210,7 +232,7 @@ def apply_fenced(conn: sqlite3.Connection, name: str, *, package: str, version: 
 
 
 def apply_unfenced(conn: sqlite3.Connection, name: str, *, package: str, version: str, migration: str,
-                   checksum: str, adapter_invocation_id: str, sql: str) -> Applied:
+                   checksum: str, adapter_invocation_id: str, sql: str, guard: Guard | None = None) -> Applied:
     """Run a script that manages its own transaction, bracketed by a ``started`` then ``applied`` ledger row.
 
     Returns:
@@ -218,20 +240,29 @@ def apply_unfenced(conn: sqlite3.Connection, name: str, *, package: str, version
         applied part of the script; the caller must not run it again). Else ``Applied(True, applied row)``.
     Raises:
         TargetBusy: before the ``started`` row committed (nothing applied).
+        NotApplied: ``guard`` named a difference, or another error before the ``started`` row committed (a
+            read-only target, say): the script never ran.
         MigrationFailed: the script failed after it started: its row stays ``started`` (outcome unknown).
     """
-    _begin(conn, name)
     try:
+        _begin(conn, name)
         conn.execute(_LEDGER_DDL)
         found = _find(conn, package, migration)
         if found is not None:
             conn.execute("ROLLBACK")
             return Applied(False, found)
+        _check_guard(conn, name, migration, guard)
         started = LedgerRow(package, version, migration, checksum, adapter_invocation_id, "started", _now())
         conn.execute(f'INSERT INTO "{LEDGER_TABLE}" ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)',
                      (started.package, started.version, started.migration, started.checksum,
                       started.adapter_invocation_id, started.state, started.applied_at))
         conn.execute("COMMIT")
+    except sqlite3.Error as error:  # before the started row is durable the script has not run: a definite no
+        if _busy(error):
+            raise TargetBusy(f"target {name} was locked before unfenced migration {migration} started; nothing "
+                             "was applied") from None
+        raise NotApplied(f"target {name}: the started row of unfenced migration {migration} could not be "
+                         f"written: {error}; the script did not run, nothing was applied") from None
     finally:
         _rollback(conn)
     crashpoint(f"delivery.target:{migration}:after-intent")
