@@ -91,3 +91,17 @@ def test_the_ledger_guard_refuses_a_target_changed_after_the_check(sqlite_store:
         conn.execute("CREATE TABLE customers (id INTEGER)")
         problem = _ledger_guard({**data, "index": 1})(conn)
     assert problem is not None and "tables present without ledger rows: table customers" in problem
+
+
+def test_a_target_path_that_is_a_directory_fails_saying_so(sqlite_store: Store, tmp_path: Path) -> None:
+    from fencepost.delivery.targets import TargetService
+
+    store = sqlite_store
+    release(store, write_package(tmp_path, "shop", "1.0.0", THREE), tmp_path / "work")
+    folder = tmp_path / "tenant-dir.db"
+    folder.mkdir()
+    TargetService(store).add("tenant-dir", f"sqlite://{folder}")
+    view = deliver(store, "shop", "tenant-dir", tmp_path / "work")
+    assert view.status is InvocationStatus.FAILED
+    assert f"target tenant-dir: {folder} is not a regular file" in (view.error or ""), view.error
+    assert list(folder.iterdir()) == []

@@ -52,6 +52,9 @@ def test_add_list_show_remove(store: Store, tmp_path: Path) -> None:
     ("sqlite:///", "absolute file path"),
     ("sqlite:///a/../b.db", "'..'"),
     ("sqlite:///a.db?mode=rwc", "no query"),
+    ("sqlite:///tmp/c.db\n", "control characters"),
+    ("sqlite:///tmp/a%0Ab.db", "control characters"),
+    ("sqlite:///tmp/a%00.db", "control characters"),
 ])
 def test_target_urls_are_refused_with_the_reason(url: str, message: str) -> None:
     with pytest.raises(InvalidInput, match=message.replace("(", r"\(").replace(")", r"\)")):

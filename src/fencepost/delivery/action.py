@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fencepost.catalog.lifecycle import not_allowed
 from fencepost.catalog.manifest import PackageSpec
+from fencepost.core.errors import InvalidInput
 from fencepost.core.statuses import Disposition, InstallationStatus, PublicationStatus
 from fencepost.delivery import target_db
 from fencepost.delivery.drift import DriftCheck, check_drift
@@ -250,6 +251,9 @@ class TargetAdapter:
         name = str(data["target"])
         try:
             path = target_path(str(data["target_url"]))
+        except InvalidInput as error:  # a URL stored before a rule was added: nothing was tried
+            return PermanentFailure(f"target {name}: {error}; nothing was applied")
+        try:
             with target_db.connect(name, path, busy_timeout=self.busy_timeout) as conn:
                 if call.operation == "drift_check":
                     return self._check(conn, data)

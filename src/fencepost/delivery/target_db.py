@@ -103,6 +103,9 @@ def connect(name: str, path: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT)
     Raises:
         TargetMissing: no file at ``path``, or it cannot be opened for writing (the message names the target).
     """
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise TargetMissing(f"target {name}: {path} is not a regular file (a directory or a device); nothing was "
+                            "applied")
     if not os.path.isfile(path):
         raise TargetMissing(f"target {name}: database file {path} does not exist (deleted or never created); "
                             "nothing was applied")

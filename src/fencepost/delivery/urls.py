@@ -22,7 +22,8 @@ def target_path(url: str) -> str:
     Returns:
         ``/abs/path.db`` (percent-escapes decoded).
     Raises:
-        InvalidInput: another scheme (named), a host part, a relative or empty path, a query or fragment.
+        InvalidInput: another scheme (named), a host part, a relative or empty path, a query or fragment, a
+            control character (a NUL, a newline) in the URL or its decoded path.
     """
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
@@ -37,7 +38,9 @@ def target_path(url: str) -> str:
     path = unquote(parts.path)
     if path.startswith("//"):  # sqlite:////abs/path.db: an absolute path pasted after the three slashes
         path = "/" + path.lstrip("/")
-    if not path.startswith("/") or path == "/" or "\x00" in path:
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in url + path):
+        raise InvalidInput(f"a sqlite target URL may not contain control characters (a newline, a tab): {url!r}")
+    if not path.startswith("/") or path == "/":
         raise InvalidInput(f"a sqlite target URL needs an absolute file path (sqlite:///absolute/path.db): {url!r}")
     if any(part == ".." for part in PurePosixPath(path).parts):
         raise InvalidInput(f"a sqlite target path may not contain '..': {url!r}")
