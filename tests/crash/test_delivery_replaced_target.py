@@ -2,13 +2,14 @@
 a ``fencepost worker`` SIGKILLed right after the ``check`` step's checkpoint, the target file swapped for a
 foreign database, then a fresh worker. The recovered migration step must not apply the package on top of the
 foreign schema: its ledger guard, in the migration's own target transaction, fails the delivery with the
-difference named, and the foreign database is unchanged."""
+difference named, and the foreign database is unchanged. Default run: SQLite WAL; PostgreSQL is soak."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
 
+import pytest
 from crash_flows import require_backend
 from crash_harness import Workers, assert_cli_audit_clean, crash_db, wait_until
 from delivery_flow import prepare
@@ -17,9 +18,11 @@ from fencepost.core.statuses import InvocationStatus
 from fencepost.delivery.service import DeliveryService
 
 
-def test_a_target_replaced_after_the_check_is_refused_and_unchanged(tmp_path: Path) -> None:
-    require_backend("sqlite-wal")
-    with crash_db("sqlite-wal", tmp_path) as db:
+@pytest.mark.parametrize("backend", ["sqlite-wal", pytest.param("postgres", marks=[pytest.mark.soak,
+                                                                                  pytest.mark.postgres])])
+def test_a_target_replaced_after_the_check_is_refused_and_unchanged(backend: str, tmp_path: Path) -> None:
+    require_backend(backend)
+    with crash_db(backend, tmp_path) as db:
         invocation_id, path = prepare(db)
         workers = Workers(db)
         try:
