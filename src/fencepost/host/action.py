@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from fencepost.core.errors import InvalidInput, NotFound
 from fencepost.host.governance import check_policies
+from fencepost.host.private_fields import check_private_fields
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,79}$")  # with the version, the command kind fits 100 chars
 _STEP = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
@@ -139,7 +140,8 @@ class Action:
     Attributes:
         id: ``[a-z0-9._-]``, 1..80 chars. version: 1..999999; a changed definition is a new version.
         params: the pydantic model that validates submitted params (validated params are what is digested and
-            stored, B6). result: an optional model the final result must satisfy.
+            stored, B6). result: an optional model the final result must satisfy; a field marked
+            ``Field(json_schema_extra={"private": True})`` (with a default) is never stored (A16, ADR 0070).
         handler: ``handler(ctx, params) -> mapping | model | None``; raise ``DecisionRequired`` to ask an operator.
         steps: adapter steps in the order they run. idempotent: whether recovery may call a provider again with
             the same ``adapter_invocation_id`` (G14); False (the default) settles an interrupted step as unknown.
@@ -200,6 +202,8 @@ class Action:
             raise InvalidInput(f"action {self.id}: params must be a pydantic model class")
         if self.result is not None and not (isinstance(self.result, type) and issubclass(self.result, BaseModel)):
             raise InvalidInput(f"action {self.id}: result must be a pydantic model class")
+        if self.result is not None:
+            check_private_fields(self.result, owner=f"action {self.id}")
         object.__setattr__(self, "steps", tuple(self.steps))
         names = [s.name for s in self.steps]
         if len(set(names)) != len(names):

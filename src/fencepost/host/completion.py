@@ -24,6 +24,9 @@ Redaction (N28, N29; ADR 0042): once matched, and before anything is digested or
 passes through ``redact_external_completion_result`` and a supplied error through ``redact_error_text``
 (``source="external_completion"``); the record, the digest, the adapter row, the events and the verdict all use
 the redacted values. A missing error is Host's ``FIXED_FAILURE``, which no hook sees.
+
+Private result fields (A16; ADR 0070): after redaction, the fields the action's result schema marks private are
+stripped from the supplied result, so they are in no digest, record, row, event or merge.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from fencepost.host.lifecycle import (
     reconciliation_id,
     step_event,
 )
+from fencepost.host.private_fields import strip_private
 from fencepost.host.redaction import ErrorSource, Redaction, error_context, redact_completion_result, redact_error
 from fencepost.store.host_records import (
     AdapterScope,
@@ -212,6 +216,7 @@ def apply_completion(tx: UnitOfWork, actions: ActionRegistry, completion: Comple
         raise NotFound("the matched invocation vanished")
     if redaction is not None:
         completion = _redacted(tx, redaction, invocation, completion)
+    completion = _without_private(actions, invocation, completion)
     digest = completion.digest
     disposition = decide(invocation, digest)
     if disposition is CompletionDisposition.STILL_EXECUTING:
@@ -225,6 +230,19 @@ def apply_completion(tx: UnitOfWork, actions: ActionRegistry, completion: Comple
     if disposition is CompletionDisposition.SETTLED:
         return _settle(tx, actions, invocation, completion, received_at)
     return _evidence_only(tx, invocation, completion, received_at)
+
+
+def _without_private(actions: ActionRegistry, invocation: InvocationRecord, completion: Completion) -> Completion:
+    """A16: the supplied result without the action's private result fields, before it is digested, merged,
+    validated or recorded anywhere (row, adapter output, event). An action that no longer resolves has no schema
+    to name them: its completion settles nothing (``completion_result_invalid``) and is recorded as received."""
+    if completion.result is None:
+        return completion
+    try:
+        action = actions.resolve(invocation.action_id, invocation.action_version)
+    except NotFound:
+        return completion
+    return replace(completion, result=strip_private(action.result, completion.result))
 
 
 def _redacted(tx: UnitOfWork, redaction: Redaction, invocation: InvocationRecord,
@@ -287,7 +305,8 @@ def _settle(tx: UnitOfWork, actions: ActionRegistry, invocation: InvocationRecor
         try:
             action = actions.resolve(invocation.action_id, invocation.action_version)
             if action.result is not None:  # N9: validated before any write
-                merged = action.result.model_validate(merged).model_dump(mode="json")
+                merged = strip_private(action.result,
+                                       action.result.model_validate(merged).model_dump(mode="json")) or {}
         except NotFound:
             status, kind = InvocationStatus.RECONCILIATION_REQUIRED, ReconciliationKind.COMPLETION_RESULT_INVALID
             error = "the completion settles an action this host no longer defines; an operator decides"

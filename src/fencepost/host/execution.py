@@ -81,6 +81,7 @@ from fencepost.host.lifecycle import (
     step_event,
 )
 from fencepost.host.outcome import StepOutcome, StepVerdict, classify_error, describe_error, interpret_reply
+from fencepost.host.private_fields import strip_private
 from fencepost.host.recovery import Proceed, Settle, applied_evidence, applied_summary, scan
 from fencepost.host.redaction import (
     WITHHELD,
@@ -893,13 +894,15 @@ class Execution:
     def _finalize(self, invocation: InvocationRecord, action: Action, handler_output: dict[str, Any],
                   outputs: dict[str, dict[str, Any]], declared: list[tuple[str, dict[str, Any]]],
                   repaired: list[AdapterRecord], applied: list[AdapterRecord]) -> InvocationStatus:
-        result: dict[str, Any] = {**handler_output, "steps": outputs}
+        # A16: private result fields are stripped before the result is parked, validated or stored
+        result: dict[str, Any] = strip_private(action.result, {**handler_output, "steps": outputs}) or {}
         parked = self.handoff or (invocation.pending_completion if invocation.handoff_reference else None)
         if parked is not None:  # the result is validated when the completion settles it, merged (N9)
             return self._park(invocation, result, self._final_events(invocation, repaired, declared), parked)
         if action.result is not None:
             try:
-                result = action.result.model_validate(result).model_dump(mode="json")
+                result = strip_private(action.result,
+                                       action.result.model_validate(result).model_dump(mode="json")) or {}
             except ValidationError as error:
                 text = f"the result does not match the action's result schema ({error.error_count()} error(s))"
                 if applied:
