@@ -91,8 +91,15 @@ def pg(pg_backend: StoreBackend) -> Store:
 
 
 @pytest.fixture
-def waiter(pg: Store) -> Iterator[PostgresWorkWaiter]:
-    w = pg.work_waiter([KIND], listen=True, name="contract-waiter")
+def waiter_name(pg_backend: StoreBackend) -> str:
+    """The waiter's name, unique to this test: its LISTEN connection is found in ``pg_stat_activity`` by it, and
+    tests running beside this one (pytest-xdist, ADR 0054) have waiters of their own on the same server."""
+    return f"waiter-{pg_backend.schema}"
+
+
+@pytest.fixture
+def waiter(pg: Store, waiter_name: str) -> Iterator[PostgresWorkWaiter]:
+    w = pg.work_waiter([KIND], listen=True, name=waiter_name)
     assert isinstance(w, PostgresWorkWaiter)
     try:
         assert w.wait_until_listening(10), "the waiter never started listening"
@@ -111,9 +118,9 @@ def _listeners(application_name: str) -> list[tuple[int, str]]:
 
 @pytest.mark.postgres
 def test_an_enqueue_wakes_the_listening_waiter_at_commit(pg: Store, pg_backend: StoreBackend,
-                                                         waiter: PostgresWorkWaiter) -> None:
+                                                         waiter: PostgresWorkWaiter, waiter_name: str) -> None:
     assert waiter.mode == "notify" and waiter.listening
-    assert _listeners("fencepost-listen contract-waiter")[0][1] == "LISTEN fencepost_commands"
+    assert _listeners(f"fencepost-listen {waiter_name}")[0][1] == "LISTEN fencepost_commands"
     producer = pg_backend.open()
     _later(0.2, lambda: insert(producer, "c1"))
     announced, took = _timed_wait(waiter, LONG)
@@ -167,14 +174,14 @@ def test_release_and_reconcile_wake_the_waiter(pg: Store, pg_backend: StoreBacke
 
 @pytest.mark.postgres
 def test_a_terminated_listening_connection_is_replaced(pg: Store, pg_backend: StoreBackend,
-                                                       waiter: PostgresWorkWaiter) -> None:
-    [(pid, _)] = _listeners("fencepost-listen contract-waiter")
+                                                       waiter: PostgresWorkWaiter, waiter_name: str) -> None:
+    [(pid, _)] = _listeners(f"fencepost-listen {waiter_name}")
     with psycopg.connect(postgres_url(), autocommit=True) as conn:
         assert conn.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
     # It reconnects on its own, and announces that it may have missed work meanwhile.
     wait_until(lambda: waiter.connections >= 2 and waiter.listening, what="the waiter to listen again")
     assert waiter.wait_for_work(LONG) is True
-    [(new_pid, query)] = _listeners("fencepost-listen contract-waiter")
+    [(new_pid, query)] = _listeners(f"fencepost-listen {waiter_name}")
     assert new_pid != pid and query == "LISTEN fencepost_commands"
     _later(0.1, lambda: insert(pg_backend.open(), "c-after"))
     announced, took = _timed_wait(waiter, LONG)
