@@ -94,28 +94,89 @@ class Disposition(StrEnum):
 
 
 class WorkflowRunStatus(StrEnum):
+    """A workflow Run: ``running`` from admission until the frontier aggregates its steps (ADR 0072)."""
+
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+    @property
+    def terminal(self) -> bool:
+        return self is not WorkflowRunStatus.RUNNING
 
 
 class StepRunStatus(StrEnum):
+    """A StepRun (ADR-0156 family, ADR 0072): ``waiting`` on its needs, ``ready`` (a projection, not a claim),
+    ``running`` once past its start barrier, ``lost`` when the host could not tell what its task did (an operator
+    resolves it), and the terminal states. Terminal states never change."""
+
     WAITING = "waiting"
     READY = "ready"
     RUNNING = "running"
+    LOST = "lost"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    SKIPPED = "skipped"
     CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+    @property
+    def terminal(self) -> bool:
+        return self in _STEP_TERMINAL
+
+
+_STEP_TERMINAL = frozenset({StepRunStatus.SUCCEEDED, StepRunStatus.FAILED, StepRunStatus.SKIPPED,
+                            StepRunStatus.CANCELLED, StepRunStatus.TIMED_OUT})
 
 
 class WorkflowEventType(StrEnum):
+    """Run events: ``workflow.*`` for the Run, ``step.*`` for one StepRun (``step.<status>`` after admission)."""
+
     ADMITTED = "workflow.admitted"
     STEP_CREATED = "step.created"
+    CANCEL_REQUESTED = "workflow.cancel_requested"
+    RUN_SUCCEEDED = "workflow.succeeded"
+    RUN_FAILED = "workflow.failed"
+    RUN_CANCELLED = "workflow.cancelled"
+    RUN_TIMED_OUT = "workflow.timed_out"
+    STEP_READY = "step.ready"
+    STEP_RUNNING = "step.running"
+    STEP_LOST = "step.lost"
+    STEP_SUCCEEDED = "step.succeeded"
+    STEP_FAILED = "step.failed"
+    STEP_SKIPPED = "step.skipped"
+    STEP_CANCELLED = "step.cancelled"
+    STEP_TIMED_OUT = "step.timed_out"
+
+    @classmethod
+    def of_step(cls, status: StepRunStatus) -> WorkflowEventType:
+        """The event of a StepRun entering ``status`` (``step.<status>``)."""
+        return cls(f"step.{status}")
+
+    @classmethod
+    def of_run(cls, status: WorkflowRunStatus) -> WorkflowEventType:
+        """The event of a Run settling at the terminal ``status`` (``workflow.<status>``)."""
+        return cls(f"workflow.{status}")
 
 
 class StepMutationKind(StrEnum):
+    """Why a StepRun changed: admission, a frontier pass, its start barrier, its task's verdict, a cancel."""
+
     CREATE = "create"
+    ADVANCE = "advance"      # waiting -> ready | skipped (the frontier)
+    START = "start"          # ready -> running (the start barrier)
+    SETTLE = "settle"        # running | lost -> a verdict of its task's invocation
+    CANCEL = "cancel"        # waiting | ready -> cancelled (the Run's cancel intent)
+    REFUSE = "refuse"        # ready -> failed: a start guard is false (quarantine, disable, target removed)
+
+
+class RunMutationKind(StrEnum):
+    """Why a Run changed other than through a StepRun mutation (the run-level ledger, ADR 0072)."""
+
+    CANCEL_REQUEST = "cancel_request"
+    SETTLE = "settle"
 
 
 # ── the action host (seed: platform-host-8.1-readme-excerpt.md; ../shared/host-spec.md §0.4, §1.Y-1) ──
