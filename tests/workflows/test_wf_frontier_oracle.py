@@ -348,3 +348,21 @@ def test_ignored_verdicts_change_nothing() -> None:
                   verdicts={"a": Verdict(S.LOST), "b": Verdict(S.SUCCEEDED), "c": Verdict(S.FAILED),
                             "nope": Verdict(S.FAILED)})
     assert (res.outcome, res.transitions, res.run_fence, res.ready) == ("unchanged", (), 4, ("b",))
+
+
+@pytest.mark.parametrize(("steps", "message"), [
+    ([step("a", S.WAITING, "zz")], "unknown steps"),
+    ([step("a", S.WAITING, "b"), step("b", S.WAITING, "a")], "cycle"),
+    ([step("a", S.WAITING, "a")], "cycle"),
+    ([step("a", S.READY), step("a", S.READY)], "duplicate step key"),
+])
+def test_malformed_steps_raise_value_error(steps: list[StepState], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        resolve(steps, run_status=W.RUNNING, run_fence=1)
+
+
+def test_a_need_named_twice_counts_once() -> None:
+    # Plans exclude duplicate needs; the resolver must still not mistake one for a cycle (it released the
+    # dependent twice, so the order held it twice and failed the length check).
+    steps = [step("a", S.WAITING, "b", "b"), step("b", S.SUCCEEDED)]
+    assert table(resolve(steps, run_status=W.RUNNING, run_fence=1)) == [("a", "waiting", "ready", None, 2, 2)]

@@ -102,13 +102,21 @@ def aggregate(statuses: Iterable[StepRunStatus]) -> WorkflowRunStatus | None:
 
 
 def _topological(steps: Mapping[str, StepState]) -> list[str]:
-    """Keys with every need before its dependents; ties in key order (Kahn's algorithm)."""
+    """Keys with every need before its dependents; ties in key order (Kahn's algorithm).
+
+    Raises:
+        ValueError: a need names no step, or the needs form a cycle.
+    """
     pending = {k: set(s.needs) for k, s in steps.items()}
+    unknown = sorted({n for needs in pending.values() for n in needs} - steps.keys())
+    if unknown:
+        raise ValueError(f"the steps' needs name unknown steps: {unknown!r}")
     order: list[str] = []
     free = sorted(k for k, needs in pending.items() if not needs)
     dependents: dict[str, list[str]] = {k: [] for k in steps}
-    for key, state in steps.items():
-        for need in state.needs:
+    # Over the de-duplicated needs: a need named twice must not release its dependent twice.
+    for key, needs in pending.items():
+        for need in needs:
             dependents[need].append(key)
     while free:
         key = free.pop(0)
