@@ -179,7 +179,7 @@ def resolve(steps: Iterable[StepState], *, run_status: WorkflowRunStatus, run_fe
             continue
         fence += 1
         transitions.append(Transition(key, before.status, status[key], reason.get(key), before.fence + 1, fence))
-    verdict = aggregate(status.values())
-    outcome = "advanced" if transitions or verdict is not None else "unchanged"
+    run_verdict = aggregate(status.values())
+    outcome = "advanced" if transitions or run_verdict is not None else "unchanged"
     ready = tuple(sorted(k for k, s in status.items() if s is StepRunStatus.READY))
-    return Resolution(outcome, tuple(transitions), verdict, fence, ready)
+    return Resolution(outcome, tuple(transitions), run_verdict, fence, ready)
