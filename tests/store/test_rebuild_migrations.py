@@ -330,12 +330,13 @@ def test_malformed_migrations_are_refused_before_anything_is_applied(
     assert sqlite_schema(store) == schema_before
 
 
-def test_the_marker_is_the_exact_first_line_and_only_0004_of_the_shipped_migrations_rebuilds() -> None:
+def test_the_marker_is_the_exact_first_line_and_only_0004_and_0010_of_the_shipped_migrations_rebuild() -> None:
     assert rebuilds(step(WIDEN))
     assert rebuilds(step("\ufeff" + WIDEN))
     assert not rebuilds(step(WIDEN_BODY))
-    # 0004 rebuilds ``commands`` to admit an inline caller's lease at delivery 0 (ADR 0022).
-    assert {s.version for s in load_migrations("fencepost.store.sqlite") if rebuilds(s)} == {4}
+    # 0004 rebuilds ``commands`` to admit an inline caller's lease at delivery 0 (ADR 0022); 0010 rebuilds the
+    # workflow tables to widen their status, type and kind lists (ADR 0072).
+    assert {s.version for s in load_migrations("fencepost.store.sqlite") if rebuilds(s)} == {4, 10}
 
 
 # ── PostgreSQL: an ordinary migration ──

@@ -27,6 +27,7 @@ from fencepost.core.statuses import (
     ReceiptStatus,
     ReconciliationKind,
     ReconciliationLog,
+    RunMutationKind,
     RunStatus,
     StepMutationKind,
     StepRunStatus,
@@ -50,6 +51,9 @@ VOCABULARIES: dict[tuple[str, str], type[StrEnum]] = {
     ("workflow_step_runs", "status"): StepRunStatus,
     ("workflow_events", "type"): WorkflowEventType,
     ("workflow_step_mutations", "kind"): StepMutationKind,
+    ("workflow_step_mutations", "to_status"): StepRunStatus,
+    ("workflow_run_mutations", "kind"): RunMutationKind,
+    ("workflow_run_mutations", "to_status"): WorkflowRunStatus,
     ("invocations", "status"): InvocationStatus,
     ("invocations", "mode"): InvocationMode,
     ("adapter_invocations", "status"): AdapterStatus,
@@ -58,8 +62,9 @@ VOCABULARIES: dict[tuple[str, str], type[StrEnum]] = {
     ("host_reconciliations", "kind"): ReconciliationKind,
     ("host_governance_records", "kind"): GovernanceRecordKind,
 }
-# A mutation records a transition into one of the StepRun statuses; admission writes only these two so far.
-NARROWER = {("workflow_step_mutations", "to_status"): (StepRunStatus, {"waiting", "ready"}),
+# A mutation leaves only a non-terminal status (terminal ones never change), and a Run only running.
+NARROWER = {("workflow_step_mutations", "from_status"): (StepRunStatus, {"waiting", "ready", "running", "lost"}),
+            ("workflow_run_mutations", "from_status"): (WorkflowRunStatus, {"running"}),
             # an operator resolves to one of the two definite verdicts only (ADR 0048)
             ("host_resolutions", "outcome"): (InvocationStatus, {"succeeded", "failed"}),
             ("host_resolutions", "prior_status"): (InvocationStatus, {"reconciliation_required"})}

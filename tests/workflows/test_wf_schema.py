@@ -24,9 +24,10 @@ NOW = "'2026-01-01T00:00:00.000000Z'"
 ILLEGAL = {
     # statuses and kinds
     "run-status": "UPDATE workflow_runs SET status = 'paused'",
-    "step-status": "UPDATE workflow_step_runs SET status = 'skipped'",
+    "step-status": "UPDATE workflow_step_runs SET status = 'paused'",
     "mutation-kind": "UPDATE workflow_step_mutations SET kind = 'delete'",
-    "mutation-to-status": "UPDATE workflow_step_mutations SET to_status = 'running'",
+    "mutation-to-status": "UPDATE workflow_step_mutations SET to_status = 'paused'",
+    "create-mutation-with-run-fence": "UPDATE workflow_step_mutations SET run_fence = 2",
     "event-type": "UPDATE workflow_events SET type = 'workflow.finished'",
     "event-type-vs-step": "UPDATE workflow_events SET type = 'workflow.admitted' WHERE step_run_id IS NOT NULL",
     "publication-status": "UPDATE package_publications SET status = 'gone'",

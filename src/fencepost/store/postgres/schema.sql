@@ -223,10 +223,16 @@ CREATE TABLE workflow_runs (
     installation_id TEXT NOT NULL REFERENCES package_installations (id),
     publication_id  TEXT NOT NULL REFERENCES package_publications (id),
     workflow_id     TEXT NOT NULL,
-    status          TEXT NOT NULL CHECK (status IN ('running', 'succeeded', 'failed', 'cancelled')),
+    status          TEXT NOT NULL CHECK (status IN ('running', 'succeeded', 'failed', 'cancelled', 'timed_out')),
     fence           INTEGER NOT NULL CHECK (fence >= 1),
-    created_at      TIMESTAMPTZ NOT NULL
+    created_at      TIMESTAMPTZ NOT NULL,
+    cancel_requested_at TIMESTAMPTZ,
+    cancel_reason   TEXT CHECK (length(cancel_reason) BETWEEN 1 AND 1000),
+    settled_at      TIMESTAMPTZ,
+    CONSTRAINT workflow_runs_cancel_pair CHECK ((cancel_requested_at IS NULL) = (cancel_reason IS NULL)),
+    CONSTRAINT workflow_runs_settled CHECK ((status = 'running') = (settled_at IS NULL))
 );
+CREATE INDEX workflow_runs_cancelling ON workflow_runs (id) WHERE status = 'running' AND cancel_requested_at IS NOT NULL;
 
 CREATE TABLE workflow_step_runs (
     id          TEXT PRIMARY KEY,
@@ -235,22 +241,24 @@ CREATE TABLE workflow_step_runs (
     task_id     TEXT NOT NULL,
     task_digest TEXT NOT NULL CHECK (task_digest ~ '^sha256:[0-9a-f]{64}$'),
     needs       TEXT NOT NULL CHECK (fencepost_json_array_length(needs, '{}') IS NOT NULL),
-    status      TEXT NOT NULL CHECK (status IN ('waiting', 'ready', 'running', 'succeeded', 'failed', 'cancelled')),
+    status      TEXT NOT NULL CHECK (status IN ('waiting', 'ready', 'running', 'lost', 'succeeded', 'failed', 'skipped', 'cancelled', 'timed_out')),
     fence       INTEGER NOT NULL CHECK (fence >= 1),
     created_at  TIMESTAMPTZ NOT NULL,
     UNIQUE (run_id, step_key)
 );
+-- The coordinator's candidate pages: Runs with a step to start, or a step whose task may have a verdict.
+CREATE INDEX workflow_step_runs_active ON workflow_step_runs (status, run_id) WHERE status IN ('ready', 'running', 'lost');
 
 CREATE TABLE workflow_events (
     id          TEXT PRIMARY KEY,
     run_id      TEXT NOT NULL REFERENCES workflow_runs (id),
     step_run_id TEXT REFERENCES workflow_step_runs (id),
     seq         INTEGER NOT NULL CHECK (seq >= 1),
-    type        TEXT NOT NULL CHECK (type IN ('workflow.admitted', 'step.created')),
+    type        TEXT NOT NULL CHECK (type IN ('workflow.admitted', 'workflow.cancel_requested', 'workflow.succeeded', 'workflow.failed', 'workflow.cancelled', 'workflow.timed_out', 'step.created', 'step.ready', 'step.running', 'step.lost', 'step.succeeded', 'step.failed', 'step.skipped', 'step.cancelled', 'step.timed_out')),
     payload     TEXT NOT NULL CHECK (fencepost_is_json(payload) AND length(payload) <= 65536),
     created_at  TIMESTAMPTZ NOT NULL,
     UNIQUE (run_id, seq),
-    CHECK ((type = 'step.created') = (step_run_id IS NOT NULL)),
+    CHECK ((substr(type, 1, 5) = 'step.') = (step_run_id IS NOT NULL)),
     CHECK (fencepost_json_field(payload, '{run_id}') IS NOT DISTINCT FROM run_id)
 );
 
@@ -259,11 +267,23 @@ CREATE TABLE workflow_step_mutations (
     step_run_id TEXT NOT NULL REFERENCES workflow_step_runs (id),
     run_id      TEXT NOT NULL REFERENCES workflow_runs (id),
     fence       INTEGER NOT NULL CHECK (fence >= 1),
-    kind        TEXT NOT NULL CHECK (kind IN ('create')),
-    to_status   TEXT NOT NULL CHECK (to_status IN ('waiting', 'ready')),
+    kind        TEXT NOT NULL CHECK (kind IN ('create', 'advance', 'start', 'settle', 'cancel', 'refuse')),
+    to_status   TEXT NOT NULL CHECK (to_status IN ('waiting', 'ready', 'running', 'lost', 'succeeded', 'failed', 'skipped', 'cancelled', 'timed_out')),
     created_at  TIMESTAMPTZ NOT NULL,
-    UNIQUE (step_run_id, fence)
+    from_status TEXT CHECK (from_status IN ('waiting', 'ready', 'running', 'lost')),
+    run_fence   INTEGER CHECK (run_fence >= 2),
+    reason      TEXT CHECK (length(reason) BETWEEN 1 AND 1000),
+    invocation_id TEXT,
+    event_id    TEXT UNIQUE REFERENCES workflow_events (id),
+    UNIQUE (step_run_id, fence),
+    -- Admission's mutations create; every later one names the status it left, its Run fence and its event.
+    CONSTRAINT workflow_step_mutations_created CHECK ((kind = 'create') = (from_status IS NULL)),
+    CONSTRAINT workflow_step_mutations_run_fenced CHECK ((kind = 'create') = (run_fence IS NULL)),
+    CONSTRAINT workflow_step_mutations_evented CHECK ((kind = 'create') = (event_id IS NULL)),
+    CONSTRAINT workflow_step_mutations_advance CHECK (kind = 'create' OR to_status IN ('ready', 'skipped') OR kind <> 'advance'),
+    CONSTRAINT workflow_step_mutations_invoked CHECK ((kind IN ('start', 'settle')) = (invocation_id IS NOT NULL))
 );
+CREATE UNIQUE INDEX workflow_step_mutations_run_fence ON workflow_step_mutations (run_id, run_fence) WHERE run_fence IS NOT NULL;
 
 -- The admission ledger: one row per admitted plan ...
 CREATE TABLE workflow_admissions (
@@ -587,3 +607,40 @@ CREATE TABLE delivery_starts (
 );
 
 CREATE INDEX delivery_starts_by_package ON delivery_starts (package_name, target_id, started_at);
+
+-- The run-level ledger: every change of a Run's status or fence that is not a StepRun mutation (its cancel
+-- intent, its terminal verdict), on the same counter as the StepRun mutations' run_fence.
+CREATE TABLE workflow_run_mutations (
+    id          TEXT PRIMARY KEY,
+    run_id      TEXT NOT NULL REFERENCES workflow_runs (id),
+    fence       INTEGER NOT NULL CHECK (fence >= 2),
+    kind        TEXT NOT NULL CHECK (kind IN ('cancel_request', 'settle')),
+    from_status TEXT NOT NULL CHECK (from_status IN ('running')),
+    to_status   TEXT NOT NULL CHECK (to_status IN ('running', 'succeeded', 'failed', 'cancelled', 'timed_out')),
+    reason      TEXT CHECK (length(reason) BETWEEN 1 AND 1000),
+    actor       TEXT CHECK (length(actor) BETWEEN 1 AND 200),
+    event_id    TEXT NOT NULL UNIQUE REFERENCES workflow_events (id),
+    created_at  TIMESTAMPTZ NOT NULL,
+    UNIQUE (run_id, fence),
+    CHECK ((kind = 'cancel_request') = (to_status = 'running'))
+);
+-- At most one cancel intent and one verdict per Run.
+CREATE UNIQUE INDEX workflow_run_mutations_once ON workflow_run_mutations (run_id, kind);
+
+-- The start barrier of each step attempt: written with the StepRun's ready -> running mutation, in the
+-- transaction that re-checked the guards and submitted the step's task invocation.
+CREATE TABLE workflow_step_starts (
+    id              TEXT PRIMARY KEY,
+    run_id          TEXT NOT NULL REFERENCES workflow_runs (id),
+    step_run_id     TEXT NOT NULL REFERENCES workflow_step_runs (id),
+    step_fence      INTEGER NOT NULL CHECK (step_fence >= 2),
+    attempt         INTEGER NOT NULL CHECK (attempt BETWEEN 1 AND 64),
+    invocation_id   TEXT NOT NULL UNIQUE CHECK (length(invocation_id) BETWEEN 1 AND 200),
+    target_id       TEXT NOT NULL REFERENCES delivery_targets (id),
+    timeout_seconds INTEGER NOT NULL CHECK (timeout_seconds BETWEEN 1 AND 86400),
+    deadline_at     TIMESTAMPTZ NOT NULL,
+    started_at      TIMESTAMPTZ NOT NULL,
+    UNIQUE (step_run_id, step_fence),
+    UNIQUE (step_run_id, attempt)
+);
+CREATE INDEX workflow_step_starts_by_run ON workflow_step_starts (run_id);
