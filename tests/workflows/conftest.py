@@ -37,3 +37,11 @@ def lean_world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World
     on the SQLite journal (the journal modes are covered by ``world`` and the crash matrix)."""
     with opened_backend(str(request.param), tmp_path) as backend:
         yield World(backend, backend.migrated(), tmp_path / "packages")
+
+
+@pytest.fixture(params=backend_params(["sqlite-wal", "postgres"]))
+def control(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A migrated control store on SQLite WAL and PostgreSQL, for the execution tests (their targets are SQLite
+    files either way; the journal mode of the control store changes nothing they check)."""
+    with opened_backend(str(request.param), tmp_path) as backend:
+        yield backend.migrated()

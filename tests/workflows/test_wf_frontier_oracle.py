@@ -88,7 +88,7 @@ def oracle(steps: list[StepState], run_status: W, run_fence: int, cancel: bool,
     now = {k: s.status for k, s in before.items()}
     why: dict[str, str | None] = {}
     # 1. verdicts: running -> succeeded/failed/timed_out/lost; lost -> succeeded/failed; anything else ignored.
-    allowed = {S.RUNNING: {S.SUCCEEDED, S.FAILED, S.TIMED_OUT, S.LOST}, S.LOST: {S.SUCCEEDED, S.FAILED}}
+    allowed = {S.RUNNING: {S.SUCCEEDED, S.FAILED, S.TIMED_OUT, S.CANCELLED, S.LOST}, S.LOST: {S.SUCCEEDED, S.FAILED}}
     for key in before:
         v = verdicts.get(key)
         if v is not None and v.status in allowed.get(now[key], set()):
@@ -191,7 +191,7 @@ def build_run(rnd: random.Random, size: int) -> Run:
     return Run(keyed, ancestors(keyed), status, {k: 1 for k in keyed})
 
 
-JUNK = [S.WAITING, S.READY, S.SKIPPED, S.CANCELLED, S.RUNNING]
+JUNK = [S.WAITING, S.READY, S.SKIPPED, S.RUNNING]
 
 
 def play(rnd: random.Random, run: Run, max_rounds: int) -> None:
@@ -216,7 +216,9 @@ def play(rnd: random.Random, run: Run, max_rounds: int) -> None:
             if rnd.random() < 0.6:
                 roll = rnd.random()
                 to = (S.FAILED if roll < fail else S.TIMED_OUT if roll < fail + timeout
-                      else S.LOST if roll < fail + timeout + lose else S.SUCCEEDED)
+                      else S.LOST if roll < fail + timeout + lose
+                      # a task refused at its own start check because the Run was cancelled
+                      else S.CANCELLED if run.cancel and roll < fail + timeout + lose + 0.2 else S.SUCCEEDED)
                 run.verdicts[key] = Verdict(to, f"host:{to}")
         for key in lost:
             if rnd.random() < 0.5:

@@ -16,15 +16,20 @@ LOCK_DOMAIN = "installation-lock/v1"
 
 
 def publication_definition(*, package: str, version: str, content_digest: str, tasks: dict[str, str],
-                           workflows: dict[str, tuple[str, list[dict[str, Any]]]]) -> dict[str, Any]:
+                           workflows: dict[str, tuple[str, list[dict[str, Any]]]],
+                           timeouts: dict[str, int] | None = None) -> dict[str, Any]:
     """The immutable definition a publication stores.
 
     Args:
         tasks: task id -> source digest.
         workflows: workflow id -> (definition digest, normalized steps).
+        timeouts: task id -> declared ``timeout_seconds`` (ADR 0074); a task without one has no such key, so
+            the definition of a package that declares none is what it always was.
     """
+    timeouts = timeouts or {}
     return {"package": package, "version": version, "content_digest": content_digest,
-            "tasks": {tid: {"digest": digest} for tid, digest in sorted(tasks.items())},
+            "tasks": {tid: {"digest": digest, **({"timeout_seconds": timeouts[tid]} if tid in timeouts else {})}
+                      for tid, digest in sorted(tasks.items())},
             "workflows": {wid: {"digest": digest, "steps": steps}
                           for wid, (digest, steps) in sorted(workflows.items())}}
 

@@ -113,6 +113,7 @@ class CatalogService:
         definition = publication_definition(
             package=spec.name, version=spec.version, content_digest=spec.content_digest,
             tasks={t.id: t.digest for t in spec.tasks},
+            timeouts={t.id: t.timeout_seconds for t in spec.tasks if t.timeout_seconds is not None},
             workflows={w.id: (w.digest, list(w.steps)) for w in spec.workflows})
         text = canonical_json(definition)
         digest = definition_digest(definition)

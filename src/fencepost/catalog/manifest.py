@@ -146,6 +146,8 @@ class VerifySection(_Strict):
 class TaskEntry(_Strict):
     id: str
     source: str
+    #: seconds a workflow step running this task may take from its start barrier (ADR 0074); default 300
+    timeout_seconds: int | None = Field(default=None, ge=1, le=86400)
 
 
 class WorkflowStepEntry(_Strict):
@@ -173,6 +175,13 @@ class TaskDef:
     id: str
     source: str        # package-relative path
     digest: str        # sha256 of the source bytes
+    timeout_seconds: int | None = None   # declared deadline of a step running it (None: the default)
+
+    def as_json(self) -> dict[str, Any]:
+        """The task as the normalized manifest lists it (``timeout_seconds`` only when declared, so the content
+        digest of a package that declares none is what it always was)."""
+        return {"id": self.id, "source": self.source, "digest": self.digest,
+                **({} if self.timeout_seconds is None else {"timeout_seconds": self.timeout_seconds})}
 
 
 @dataclass(frozen=True)
@@ -225,7 +234,7 @@ class PackageSpec:
                            for m in self.migrations],
             "seed": list(self.seed), "uninstall": self.uninstall, "functions": dict(sorted(self.functions.items())),
             "volatile_columns": list(self.volatile_columns),
-            "tasks": [{"id": t.id, "source": t.source, "digest": t.digest} for t in self.tasks],
+            "tasks": [t.as_json() for t in self.tasks],
             "workflows": [{"id": w.id, "digest": w.digest, "steps": list(w.steps)} for w in self.workflows],
         }
 
@@ -458,7 +467,7 @@ def _definitions(root: Path, model: ManifestModel,
                 raise InvalidInput(f"{MANIFEST_NAME}: duplicate task id {task.id!r}")
             source = _safe_relative(task.source, f"task {task.id}")
             _read(root, source, f"task {task.id}", files)
-            tasks[task.id] = TaskDef(task.id, source, sha256_bytes(files[source]))
+            tasks[task.id] = TaskDef(task.id, source, sha256_bytes(files[source]), task.timeout_seconds)
         workflows: dict[str, WorkflowDef] = {}
         for wf in model.workflows:
             check_id(wf.id, "workflow id")
@@ -492,7 +501,8 @@ def package_from_run(manifest: dict[str, Any], files: list[RunFile]) -> PackageS
         migrations=tuple(Migration(m["id"], m["up"], m["down"]) for m in manifest["migrations"]),
         seed=tuple(manifest["seed"]), uninstall=manifest["uninstall"], functions=dict(manifest["functions"]),
         volatile_columns=tuple(manifest["volatile_columns"]), files=blobs,
-        tasks=tuple(TaskDef(t["id"], t["source"], t["digest"]) for t in manifest.get("tasks", [])),
+        tasks=tuple(TaskDef(t["id"], t["source"], t["digest"], t.get("timeout_seconds"))
+                    for t in manifest.get("tasks", [])),
         pairing={m["id"]: _stored_rule(m) for m in manifest["migrations"] if m["down"] is not None},
         workflows=tuple(WorkflowDef(w["id"], tuple(w["steps"]), w["digest"]) for w in manifest.get("workflows", [])))
 

@@ -66,6 +66,8 @@ from fencepost.rehearsal.sandbox import SandboxLimits, install_heap_limit
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store.base import Store
 from fencepost.store.url import DEFAULT_URL
+from fencepost.workflows.coordinator import Coordinator
+from fencepost.workflows.task import workflow_host
 
 app = typer.Typer(
     help="fencepost runs side-effecting work under fenced leases and proves what happened.\n\n"
@@ -131,7 +133,8 @@ def build_worker(store: Store, work_dir: Path, config: WorkerConfig, keep_sandbo
     """A worker with every built-in command kind registered, each with its bounds.
 
     Args:
-        The built-in delivery action (``fencepost.deliver``, ADR 0055) is always served.
+        The built-in delivery action (``fencepost.deliver``, ADR 0055) and workflow step tasks
+        (``fencepost.workflow.task``, with the coordinator sweep that advances Runs, ADR 0072) are always served.
         host: a user's action host (``--app``): its ``host.invoke`` invocations are served too, with its
             recovery budget (ADR 0024), and its completion-deadline sweep runs before each claim (N13).
         The worker also sweeps the sandboxes of ended Attempts from ``work_dir`` (``AttemptHandler.sweeps``).
@@ -144,9 +147,12 @@ def build_worker(store: Store, work_dir: Path, config: WorkerConfig, keep_sandbo
     registry.register(KIND, handler, time_limit=REHEARSAL_SCENARIO_TIME_LIMIT,
                       max_deliveries=REHEARSAL_MAX_DELIVERIES)
     delivery_host(store).register(registry)  # the built-in fencepost.deliver action (ADR 0055)
+    workflows = workflow_host(store)  # workflow step tasks and the coordinator sweep (ADR 0072)
+    workflows.register(registry)
     if host is not None:
         host.register(registry)
-    return Worker(store, registry, config, sweeps=handler.sweeps() + (host.sweeps() if host is not None else []))
+    sweeps = handler.sweeps() + [Coordinator(store, workflows).sweep()] + (host.sweeps() if host is not None else [])
+    return Worker(store, registry, config, sweeps=sweeps)
 
 
 def limit_sandboxes(slots: int, limits: SandboxLimits) -> None:

@@ -61,7 +61,13 @@ def checksum_of(sql: bytes) -> str:
     return sha256_bytes(sql)
 
 
-def _run_of(tx: UnitOfWork, publication: PublicationRecord) -> RunRecord:
+def rehearsal_run_of(tx: UnitOfWork, publication: PublicationRecord) -> RunRecord:
+    """The rehearsal Run whose frozen files are what ``publication`` published: the gate's Run when the gate passed
+    on this content, else the newest Run of the same content.
+
+    Raises:
+        NotAllowed(guard="rehearsal_evidence"): no rehearsal of the published content exists.
+    """
     if publication.gate_run_id is not None:
         run = tx.rehearsal.get_run(publication.gate_run_id)
         if run is not None and run.content_digest == publication.content_digest:
@@ -126,7 +132,7 @@ def published_lock(tx: UnitOfWork, package: str, version: str | None = None) -> 
         publication = tx.catalog.get_publication_by_version(package, version)
     if publication is None:
         raise NotFound(f"{package} {version} is not published")
-    run = _run_of(tx, publication)
+    run = rehearsal_run_of(tx, publication)
     spec = package_from_run(run.manifest, tx.rehearsal.run_files(run.id))
     migrations = tuple(LockedMigration(m.id, checksum_of(spec.files[m.up]),
                                        not manages_own_transaction(spec.sql(m.up))) for m in spec.migrations)

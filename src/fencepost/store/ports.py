@@ -27,6 +27,8 @@ from fencepost.core.statuses import (
     EventOutboxStatus,
     InvocationStatus,
     ReceiptStatus,
+    StepRunStatus,
+    WorkflowRunStatus,
 )
 from fencepost.store.delivery_records import DeliveryStartRecord, TargetRecord
 from fencepost.store.host_records import (
@@ -74,9 +76,16 @@ from fencepost.store.workflow_records import (
     DispositionRecord,
     HeadRecord,
     InstallationRecord,
+    ProgressMutation,
     PublicationRecord,
     QuarantineRecord,
+    RunMutation,
+    RunState,
+    StepRunRow,
+    StepStart,
     StoredAdmission,
+    TaskOutcome,
+    WorkflowEventRow,
 )
 
 
@@ -843,6 +852,79 @@ class DeliveryPort(Protocol):
         ...
 
 
+class ProgressPort(Protocol):
+    """Workflow progress after admission (migration 0010, ADR 0072): the Run's state, its StepRuns' mutations,
+    the run-level ledger, the start barrier rows and the coordinator's candidate pages.
+
+    Every write is a compare-and-set on the exact status and fence read in the same unit, which first called
+    ``lock_run`` (a no-op on SQLite, whose BEGIN IMMEDIATE serializes writers; the Run row FOR UPDATE on
+    PostgreSQL)."""
+
+    def lock_run(self, run_id: str) -> None:
+        """Serialize with every other progress unit of ``run_id`` until this unit ends."""
+        ...
+
+    def get_run(self, run_id: str) -> RunState | None: ...
+
+    def list_runs(self, *, status: WorkflowRunStatus | None = None, limit: int = 100) -> list[RunState]:
+        """Runs newest first (``created_at``, then id), optionally of one status; limit 1..10000."""
+        ...
+
+    def step_runs(self, run_id: str) -> list[StepRunRow]:
+        """The Run's StepRuns in step-key order."""
+        ...
+
+    def next_event_seq(self, run_id: str) -> int:
+        """One above the Run's highest event sequence (the Run's event counter)."""
+        ...
+
+    def insert_event(self, event: WorkflowEventRow) -> None: ...
+
+    def cas_step_run(self, *, step_run_id: str, run_id: str, from_status: StepRunStatus, from_fence: int,
+                     to_status: StepRunStatus, to_fence: int) -> bool:
+        """Move a StepRun from exactly ``from_status``/``from_fence``; False when it is elsewhere (nothing written)."""
+        ...
+
+    def cas_run(self, *, run_id: str, from_fence: int, to_fence: int, to_status: WorkflowRunStatus,
+                settled_at: datetime | None) -> bool:
+        """Move a running Run from exactly ``from_fence``; False when it moved or settled (nothing written)."""
+        ...
+
+    def set_cancel_intent(self, *, run_id: str, from_fence: int, to_fence: int, reason: str) -> bool:
+        """Store the cancel intent (the store's now) on a running Run at ``from_fence`` that has none."""
+        ...
+
+    def insert_mutation(self, mutation: ProgressMutation) -> None: ...
+
+    def insert_run_mutation(self, mutation: RunMutation) -> None: ...
+
+    def insert_start(self, start: StepStart) -> None: ...
+
+    def starts(self, run_id: str) -> list[StepStart]:
+        """The Run's start barrier rows by StepRun, then attempt."""
+        ...
+
+    def start_of_invocation(self, invocation_id: str) -> StepStart | None: ...
+
+    def task_outcomes(self, run_id: str) -> list[TaskOutcome]:
+        """The newest attempt's invocation of each running or lost StepRun of the Run."""
+        ...
+
+    def mutations(self, run_id: str) -> list[ProgressMutation]:
+        """The Run's StepRun mutations after admission, by Run fence."""
+        ...
+
+    def run_mutations(self, run_id: str) -> list[RunMutation]:
+        """The Run's run-level ledger, by fence."""
+        ...
+
+    def candidates(self, page: str, *, after: str, limit: int) -> list[str]:
+        """Run ids after ``after`` in id order, at most ``limit``: ``verdicts`` (a running step's task has a
+        verdict, or a lost step's was resolved), ``ready`` (a step to start), ``cancelling`` (a cancel intent
+        and a step not executing yet)."""
+        ...
+
+
 class _Ports(Protocol):
     """What every unit of work offers, fenced or not."""
 
@@ -877,6 +959,9 @@ class _Ports(Protocol):
 
     @property
     def delivery(self) -> DeliveryPort: ...
+
+    @property
+    def progress(self) -> ProgressPort: ...
 
     def now(self) -> datetime:
         """The store's clock, read once per unit (SQLite: the store's Clock; PostgreSQL: the server)."""

@@ -11,6 +11,7 @@ from fencepost.core.statuses import (
     InstallationStatus,
     PublicationGate,
     PublicationStatus,
+    RunMutationKind,
     StepMutationKind,
     StepRunStatus,
     WorkflowEventType,
@@ -207,3 +208,88 @@ class StoredAdmission:
     mutations: list[StepMutationRow]
     steps: list[AdmissionStepRow]
     receipts: list[AdmissionReceiptRow]
+
+
+# ── progress: what the frontier, the start barrier and cancellation write (migration 0010, ADR 0072) ──
+
+
+@dataclass(frozen=True)
+class RunState:
+    """A ``workflow_runs`` row with the columns progress reads: its fence, status, cancel intent, settled instant."""
+
+    id: str
+    plan_id: str
+    installation_id: str
+    publication_id: str
+    workflow_id: str
+    status: WorkflowRunStatus
+    fence: int
+    created_at: datetime
+    cancel_requested_at: datetime | None
+    cancel_reason: str | None
+    settled_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ProgressMutation:
+    """A StepRun mutation after admission: ``fence`` is the StepRun's new version, ``run_fence`` the Run's fence
+    it took, ``invocation_id`` the task's invocation (``start`` and ``settle``), ``event_id`` its ``step.*``
+    event."""
+
+    id: str
+    step_run_id: str
+    run_id: str
+    fence: int
+    kind: StepMutationKind
+    from_status: StepRunStatus
+    to_status: StepRunStatus
+    run_fence: int
+    reason: str | None
+    invocation_id: str | None
+    event_id: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class RunMutation:
+    """A ``workflow_run_mutations`` row: the Run's cancel intent or its verdict, at ``fence``."""
+
+    id: str
+    run_id: str
+    fence: int
+    kind: RunMutationKind
+    from_status: WorkflowRunStatus
+    to_status: WorkflowRunStatus
+    reason: str | None
+    actor: str | None
+    event_id: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class StepStart:
+    """A ``workflow_step_starts`` row: the start barrier of one step attempt and its task's invocation.
+
+    ``step_fence`` is the StepRun version the barrier moved to ``running``; ``deadline_at`` is ``started_at``
+    plus the task's ``timeout_seconds``."""
+
+    id: str
+    run_id: str
+    step_run_id: str
+    step_fence: int
+    attempt: int
+    invocation_id: str
+    target_id: str
+    timeout_seconds: int
+    deadline_at: datetime
+    started_at: datetime
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """A started step's task invocation as progress reads it: its status and error (None while it runs)."""
+
+    step_run_id: str
+    invocation_id: str
+    status: str
+    error: str | None

@@ -114,6 +114,10 @@ def check_guards(tx: UnitOfWork, plan: NormalizedPlan) -> tuple[PublicationRecor
     if quarantine is not None:
         raise not_allowed("quarantine",
                           f"installation {installation.id} at this lock is quarantined: {quarantine.reason}")
+    if plan.target_id is not None:
+        target = tx.delivery.get_target(plan.target_id)
+        if target is None or target.removed_at is not None:
+            raise not_allowed("target_live", f"target {plan.target_id} of the plan is not a live delivery target")
     return publication, installation
 
 

@@ -7,7 +7,8 @@ step-key order, each on the next Run fence, and the Run's terminal verdict when 
 Rules, in the order one pass applies them:
 
 1. **Verdicts.** A ``running`` step whose task's invocation has a verdict takes it (``succeeded``, ``failed``,
-   ``timed_out``, or ``lost`` when the host says ``reconciliation_required``); a ``lost`` step takes the verdict
+   ``timed_out``, ``cancelled`` when the task's own start check found the cancel intent, or ``lost`` when the
+   host says ``reconciliation_required``); a ``lost`` step takes the verdict
    an operator resolved its invocation to (``succeeded`` or ``failed``).
 2. **Cancel intent.** A cancelled Run's non-executing steps (``waiting``, ``ready``) become ``cancelled``;
    ``running`` and ``lost`` steps are left to finish or be resolved.
@@ -38,7 +39,8 @@ _BLOCKING = frozenset({StepRunStatus.FAILED, StepRunStatus.SKIPPED, StepRunStatu
                        StepRunStatus.TIMED_OUT})
 #: What a running step may become from its task's verdict, and a lost one from an operator's resolution.
 _VERDICTS = {StepRunStatus.RUNNING: frozenset({StepRunStatus.SUCCEEDED, StepRunStatus.FAILED,
-                                               StepRunStatus.TIMED_OUT, StepRunStatus.LOST}),
+                                               StepRunStatus.TIMED_OUT, StepRunStatus.CANCELLED,
+                                               StepRunStatus.LOST}),
              StepRunStatus.LOST: frozenset({StepRunStatus.SUCCEEDED, StepRunStatus.FAILED})}
 
 

@@ -5,9 +5,11 @@ A plan asks to admit one run of one workflow of one installed package::
     {"format": 1, "plan_id": "...", "package": "...", "publication_id": "...", "installation_id": "...",
      "lock": "sha256:...", "workflow_id": "...", "workflow_digest": "sha256:...", "inputs": {...},
      "steps": [{"key": "...", "task": "...", "task_digest": "sha256:...", "needs": [...]}],
+     "target_id": "...",              # optional: the delivery target its tasks run on (ADR 0073)
      "digest": "sha256:..."}          # optional on input; recomputed on every normalization
 
-Rules: exactly these keys (``digest`` optional; a step may carry ``ready``, which must be right), plain
+Rules: exactly these keys (``digest`` and ``target_id`` optional; a plan without a target is admitted, but
+its steps cannot start; a step may carry ``ready``, which must be right), plain
 JSON data, steps sorted by key with unique keys, ``needs`` sorted, unique, known and acyclic, a step is
 ``ready`` exactly when it needs nothing, at most 128 steps and 256 KiB of canonical JSON, and a
 domain-separated SHA-256 digest over everything but the digest itself.
@@ -29,6 +31,7 @@ MAX_PLAN_BYTES = 256 * 1024
 PLAN_DOMAIN = "workflow-plan/v1"
 PLAN_KEYS = frozenset({"format", "plan_id", "package", "publication_id", "installation_id", "lock", "workflow_id",
                        "workflow_digest", "inputs", "steps"})
+OPTIONAL_KEYS = frozenset({"digest", "target_id"})
 STEP_KEYS = frozenset({"key", "task", "task_digest", "needs"})
 _PLAN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 _REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
@@ -48,6 +51,12 @@ class NormalizedPlan:
     @property
     def digest(self) -> str:
         return str(self.data["digest"])
+
+    @property
+    def target_id(self) -> str | None:
+        """The delivery target the Run's tasks run on, or None (its steps cannot start)."""
+        value = self.data.get("target_id")
+        return value if isinstance(value, str) else None
 
     @property
     def steps(self) -> list[dict[str, Any]]:
@@ -79,10 +88,10 @@ def normalize_plan(raw: Any) -> NormalizedPlan:
     """
     if not isinstance(raw, dict):
         raise InvalidPlan("a plan is a JSON object")
-    keys = set(raw) - {"digest"}
+    keys = set(raw) - OPTIONAL_KEYS
     if keys != PLAN_KEYS:
         missing, extra = sorted(PLAN_KEYS - keys), sorted(keys - PLAN_KEYS)
-        raise InvalidPlan(f"plan keys must be exactly {sorted(PLAN_KEYS)} (+ digest)"
+        raise InvalidPlan(f"plan keys must be exactly {sorted(PLAN_KEYS)} (+ digest, target_id)"
                           + (f"; missing {missing}" if missing else "") + (f"; unknown {extra}" if extra else ""))
     if raw["format"] != PLAN_FORMAT or isinstance(raw["format"], bool):
         raise InvalidPlan(f"plan format must be {PLAN_FORMAT}")
@@ -132,6 +141,8 @@ def normalize_plan(raw: Any) -> NormalizedPlan:
         "inputs": raw["inputs"],
         "steps": steps,
     }
+    if "target_id" in raw:  # absent, not null, when there is none: a plan without one keeps its old digest
+        body["target_id"] = _text(raw["target_id"], "target_id", _REF_RE)
     body["digest"] = plan_digest(body)
     if "digest" in raw and raw["digest"] != body["digest"]:
         raise InvalidPlan("plan digest does not match its content (the plan was edited after planning)")

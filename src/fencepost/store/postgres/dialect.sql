@@ -198,3 +198,8 @@ SET status = 'processing', lease_owner = :owner, lease_token = replace(gen_rando
     lease_until = :lease_until, attempts = o.attempts + 1, updated_at = :now
 WHERE o.event_id = ANY (ARRAY(SELECT event_id FROM picked))
 RETURNING o.event_id, o.lease_owner, o.lease_token, o.lease_until, o.attempts;
+
+-- name: lock_workflow_run
+-- The Run row FOR UPDATE: every progress transaction of one Run (frontier, start barrier, cancel, a task's
+-- own check) runs one at a time, in commit order.
+SELECT id FROM workflow_runs WHERE id = :id FOR UPDATE;

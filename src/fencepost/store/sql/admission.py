@@ -86,7 +86,7 @@ def _row(cls: type[R], raw: dict[str, Any], **vocabularies: type[StrEnum]) -> R:
             subject = "/".join(str(raw[k]) for k in getattr(cls, "key", ()))
             raise IntegrityViolation(f"corrupt admission evidence: {table} row {subject}: column {column} holds "
                                      f"{raw[column]!r}, which is not a known value") from None
-    for name in ("fence", "seq", "step_count", "final_fence"):
+    for name in ("fence", "seq", "step_count", "final_fence", "run_fence", "step_fence", "attempt", "timeout_seconds"):
         if name in values and values[name] is not None:
             values[name] = int(values[name])
     return cls(**values)

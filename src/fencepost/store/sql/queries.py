@@ -28,7 +28,7 @@ from types import MappingProxyType
 COMMON_PACKAGE = "fencepost.store.sql"
 #: The concerns, one common SQL file each, in the order they are loaded.
 CONCERNS = ("outbox", "rehearsal", "catalog", "admission", "audit", "workers", "host", "events",
-            "event_leases", "resolutions", "delivery")
+            "event_leases", "resolutions", "delivery", "progress")
 DIALECT_FILE = "dialect.sql"
 
 _HEAD = re.compile(r"^--\s*(name|fragment):\s*([a-z_][a-z0-9_]*)\s*$")

@@ -22,6 +22,7 @@ from fencepost.store.sql.executor import Executor, Result
 from fencepost.store.sql.host import SqlHost
 from fencepost.store.sql.lease import lease_held
 from fencepost.store.sql.outbox import SqlOutbox
+from fencepost.store.sql.progress import SqlProgress
 from fencepost.store.sql.queries import Query
 from fencepost.store.sql.rehearsal import SqlFencedRehearsal, SqlRehearsal
 from fencepost.store.sql.workers import SqlWorkers
@@ -51,6 +52,7 @@ class SqlUnitOfWork:
         self.events = SqlEvents(self)
         self.event_leases = SqlEventLeases(self)  # ADR 0040: the store conformance checks
         self.delivery = SqlDelivery(self)  # ADRs 0055, 0056
+        self.progress = SqlProgress(self)  # ADR 0072: workflow execution
 
     def now(self) -> datetime:
         return self.executor.now()
@@ -83,6 +85,7 @@ class SqlFencedUnit:
         self.events = unit.events
         self.event_leases = unit.event_leases
         self.delivery = unit.delivery
+        self.progress = unit.progress
         self.rehearsal = SqlFencedRehearsal(unit, lease)
 
     def now(self) -> datetime:

@@ -139,3 +139,7 @@ WHERE event_id IN (
     ORDER BY o.available_at, o.event_id
     LIMIT :limit)
 RETURNING event_id, lease_owner, lease_token, lease_until, attempts;
+
+-- name: lock_workflow_run
+-- BEGIN IMMEDIATE already holds the database write reservation: nothing to lock.
+SELECT 1 AS locked;
