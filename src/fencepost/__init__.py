@@ -10,11 +10,12 @@ level  packages                                  owns
 1      core                                      canonical JSON, fingerprints, ids, clocks, vocabularies, errors
 2      store                                     the ports, the only SQL, the SQLite and PostgreSQL backends
 3      catalog, outbox                           package format, publication lifecycle; fenced command outbox
-4      evidence, events, host, workflows         sealed evidence, comparison, gate; the event relay; the action
-                                                 host; admission
+4      evidence, events, host                    sealed evidence, comparison, gate; the event relay; the action
+                                                 host
 5      rehearsal, delivery                       the plugin delivery rehearsal; delivery to target databases
-6      api, demo, ui, testing                    HTTP API, demos, operator page; the store contract suite
-7      cli                                       the command line
+6      workflows                                 plans, admission, execution of Runs on delivery targets
+7      api, demo, ui, testing                    HTTP API, demos, operator page; the store contract suite
+8      cli                                       the command line
 =====  ========================================  ===========================================================
 """
 
@@ -26,5 +27,5 @@ __all__ = ["LAYERS", "WITHHELD", "ErrorSource", "ErrorTextContext", "FencepostEr
            "Redaction", "RedactionFailed", "__version__"]
 
 #: Package -> layer level; imports may only point to the same or a lower level.
-LAYERS = {"core": 1, "store": 2, "catalog": 3, "outbox": 3, "evidence": 4, "events": 4, "host": 4, "workflows": 4,
-          "rehearsal": 5, "delivery": 5, "api": 6, "demo": 6, "ui": 6, "testing": 6, "cli": 7}
+LAYERS = {"core": 1, "store": 2, "catalog": 3, "outbox": 3, "evidence": 4, "events": 4, "host": 4,
+          "rehearsal": 5, "delivery": 5, "workflows": 6, "api": 7, "demo": 7, "ui": 7, "testing": 7, "cli": 8}

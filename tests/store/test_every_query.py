@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import sqlite3
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fencepost.catalog.lifecycle import CatalogService
+from fencepost.cli.app import build_worker
 from fencepost.core.statuses import AdapterStatus, CommandStatus, GovernanceRecordKind, InvocationStatus
 from fencepost.events.conformance import EventAppendSubject, run_event_append_checks
 from fencepost.events.fencepost_subject import FencepostAdapterRows, FencepostEventStore
@@ -35,7 +37,10 @@ from fencepost.store.sql.queries import Query
 from fencepost.store.sql.unit import SqlUnitOfWork
 from fencepost.testing import host as host_contract
 from fencepost.workflows.audit import audit_admissions
+from fencepost.workflows.cancel import request_cancel
+from fencepost.workflows.progress import advance
 from fencepost.workflows.service import WorkflowService
+from fencepost.workflows.task import workflow_host
 from helpers.store_backends import StoreBackend
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "inventory"
@@ -275,7 +280,34 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
     assert removed is not None and removed.removed_at is not None
     assert store.read(lambda tx: tx.delivery.get_target("tgt-every-query")) == removed
     assert store.read(lambda tx: tx.delivery.list_targets()) == [removed]  # removed, still listed
+    _drive_progress(store, tmp)
     store.read(lambda tx: tx.run("store_now", {"now": tx.now()}))  # type: ignore[attr-defined]
+
+
+def _drive_progress(store: RecordingStore, tmp: Path) -> None:
+    """Workflow progress (migration 0010, ADR 0072): a Run on a live target, its first advance (the start
+    barrier and the task submissions), a cancel intent, the task refusing to start, the Run settled cancelled."""
+    target_file = tmp / "wf-target.db"
+    sqlite3.connect(target_file).close()
+    store.transact(lambda tx: tx.delivery.insert_target(target_id="tgt-wf", name="wf", url=f"sqlite://{target_file}",
+                                                        labels={}))
+    workflows = WorkflowService(store)
+    workflow = next(iter(store.read(lambda tx: tx.catalog.all_publications())[0].definition["workflows"]))
+    run_id = workflows.admit(workflows.plan("inventory", workflow, plan_id="plan-progress", target="wf")).run_id
+    host = workflow_host(store)
+    first = advance(store, host, run_id)
+    assert first.started, first
+    request_cancel(store, run_id, reason="every query", actor="test")
+    build_worker(store, tmp / "work-wf", WorkerConfig(poll_interval=0.02, listen=False)).run(max_idle_polls=2)
+    for page in ("verdicts", "ready", "cancelling"):
+        store.read(lambda tx, p=page: tx.progress.candidates(p, after="", limit=64))
+    advance(store, host, run_id)
+    run = store.read(lambda tx: tx.progress.get_run(run_id))
+    assert run is not None and str(run.status) == "cancelled", run
+    starts = store.read(lambda tx: tx.progress.starts(run_id))
+    assert store.read(lambda tx: tx.progress.start_of_invocation(starts[0].invocation_id)) == starts[0]
+    store.read(lambda tx: (tx.progress.task_outcomes(run_id), tx.progress.mutations(run_id),
+                           tx.progress.run_mutations(run_id), tx.progress.list_runs(limit=5)))
 
 
 def test_every_query_runs_and_returns_its_declared_instants(backend: StoreBackend, tmp_path: Path) -> None:

@@ -44,7 +44,7 @@ def write_workflow_package(root: Path, name: str, shape: Steps, *, version: str 
         lines.append(f'[[tasks]]\nid = "{task}"\nsource = "tasks/{task}.sql"\n')
         if shape.timeouts and task in shape.timeouts:
             lines.append(f"timeout_seconds = {shape.timeouts[task]}\n")
-    steps = ", ".join("{ key = \"%s\", task = \"%s\", needs = [%s] }" % (k, t, ", ".join(f'"{n}"' for n in needs))
+    steps = ", ".join("{{ key = \"{}\", task = \"{}\", needs = [{}] }}".format(k, t, ", ".join(f'"{n}"' for n in needs))
                       for k, (t, needs) in shape.steps.items())
     lines.append(f'[[workflows]]\nid = "flow"\nsteps = [{steps}]\n')
     (package / "fencepost-package.toml").write_text("".join(lines), encoding="utf-8")

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from exec_kit import ENDLESS, Steps, install, log_task
+
 from delivery.kit import add_target
 from fencepost.core.statuses import StepRunStatus, WorkflowRunStatus
 from fencepost.store.base import Store
 from fencepost.workflows.progress import advance
 from fencepost.workflows.service import WorkflowService
 from fencepost.workflows.task import workflow_host
-from exec_kit import ENDLESS, Steps, install, log_task
 
 DIAMOND = Steps(steps={"a": ("ta", ()), "b": ("tb", ("a",)), "c": ("tc", ("a",)), "d": ("td", ("b", "c"))},
                 tasks={"ta": log_task("a"), "tb": log_task("b"), "tc": log_task("c"), "td": log_task("d")})
