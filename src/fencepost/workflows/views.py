@@ -52,13 +52,13 @@ def run_view(tx: UnitOfWork, run_id: str) -> dict[str, Any]:
     target = tx.delivery.get_target(target_id) if isinstance(target_id, str) else None
     starts: dict[str, StepStart] = {}
     attempts: Counter[str] = Counter()
-    for start in tx.progress.starts(run_id):
-        attempts[start.step_run_id] += 1
-        starts[start.step_run_id] = start  # ordered by attempt: the newest wins
+    for each in tx.progress.starts(run_id):
+        attempts[each.step_run_id] += 1
+        starts[each.step_run_id] = each  # ordered by attempt: the newest wins
     reasons = {m.step_run_id: m.reason for m in tx.progress.mutations(run_id)}  # by run fence: the latest wins
     steps = []
     for row in tx.progress.step_runs(run_id):
-        start: StepStart | None = starts.get(row.id)
+        start = starts.get(row.id)
         invocation = tx.host.get_invocation(start.invocation_id) if start is not None else None
         steps.append({"key": row.step_key, "step_run_id": row.id, "task": row.task_id, "needs": parse_json(row.needs),
                       "status": str(row.status), "fence": row.fence, "attempts": attempts[row.id],
