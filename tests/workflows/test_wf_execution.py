@@ -8,11 +8,15 @@ from pathlib import Path
 from exec_kit import ENDLESS, Steps, install, log_task
 
 from delivery.kit import add_target
+from fencepost.catalog.lifecycle import CatalogService
 from fencepost.core.statuses import StepRunStatus, WorkflowRunStatus
+from fencepost.host.adapter import AdapterCall, PermanentFailure, Succeeded
+from fencepost.rehearsal.service import release_gate
 from fencepost.store.base import Store
+from fencepost.workflows.cancel import request_cancel
 from fencepost.workflows.progress import advance
 from fencepost.workflows.service import WorkflowService
-from fencepost.workflows.task import workflow_host
+from fencepost.workflows.task import TIMED_OUT_MARK, TaskAdapter, workflow_host
 
 DIAMOND = Steps(steps={"a": ("ta", ()), "b": ("tb", ("a",)), "c": ("tc", ("a",)), "d": ("td", ("b", "c"))},
                 tasks={"ta": log_task("a"), "tb": log_task("b"), "tc": log_task("c"), "td": log_task("d")})
@@ -78,3 +82,64 @@ def test_a_plan_without_a_target_is_admitted_and_its_steps_are_refused(control: 
     refused = [m for m in control.read(lambda tx: tx.progress.mutations(run_id)) if m.step_run_id]
     assert any("guard target" in (m.reason or "") for m in refused)
     assert kit.log() == []
+
+
+def test_a_task_applied_before_a_crash_is_reported_applied_even_past_its_deadline(control: Store,
+                                                                                  tmp_path: Path) -> None:
+    """Recovery re-sends the step under the same adapter id: the target's ledger answers first, so a task that
+    committed on the target is never reported timed out (or refused) afterwards, and never runs twice."""
+    kit = install(control, tmp_path, DIAMOND)
+    run_id = kit.admit()
+    kit.drain(run_id)
+    start = next(s for s in control.read(lambda tx: tx.progress.starts(run_id)))
+    invocation = control.read(lambda tx: tx.host.get_invocation(start.invocation_id))
+    assert invocation is not None
+    params = dict(invocation.params)
+    adapter = TaskAdapter(control)
+    (row,) = control.read(lambda tx: tx.host.list_adapter_invocations(invocation.id))
+    call = AdapterCall(row.id, "run_task",
+                       {**params, "deadline_at": "2000-01-01T00:00:00.000000Z"})
+    replay = adapter.execute(call)
+    assert isinstance(replay, Succeeded) and replay.output["replayed"] is True
+    # A fresh adapter id past its deadline is refused without running.
+    fresh = adapter.execute(AdapterCall("ai_fresh", "run_task", {**params, "deadline_at": "2000-01-01T00:00:00Z"}))
+    assert isinstance(fresh, PermanentFailure) and TIMED_OUT_MARK in fresh.reason
+    assert sorted(kit.log()) == ["a", "b", "c", "d"]  # nothing ran again
+
+
+def test_a_quarantine_refuses_new_step_starts_and_the_started_ones_finish(control: Store, tmp_path: Path) -> None:
+    kit = install(control, tmp_path, DIAMOND)
+    run_id = kit.admit()
+    host = workflow_host(control)
+    assert advance(control, host, run_id).started == ("a",)  # a is past its barrier
+    CatalogService(control, release_gate=release_gate).quarantine(kit.package, "key compromise")
+    kit.drain(run_id)
+    assert statuses(control, run_id) == {"a": StepRunStatus.SUCCEEDED, "b": StepRunStatus.FAILED,
+                                         "c": StepRunStatus.FAILED, "d": StepRunStatus.SKIPPED}
+    assert run_status(control, run_id) is WorkflowRunStatus.FAILED
+    reasons = {m.to_status: m.reason for m in control.read(lambda tx: tx.progress.mutations(run_id))}
+    assert "start_refused" in (reasons[StepRunStatus.FAILED] or "") and "quarantine" in (
+        reasons[StepRunStatus.FAILED] or "")
+    assert kit.log() == ["a"]
+
+
+def test_cancel_stores_the_intent_first_and_the_run_settles_cancelled(control: Store, tmp_path: Path) -> None:
+    kit = install(control, tmp_path, DIAMOND)
+    run_id = kit.admit()
+    host = workflow_host(control)
+    assert advance(control, host, run_id).started == ("a",)
+    assert request_cancel(control, run_id, reason="operator asked", actor="ops").outcome == "requested"
+    assert request_cancel(control, run_id, reason="again", actor="ops").outcome == "existing"
+    # The intent alone changed no step: a's task is queued; the next advance cancels the waiting steps.
+    assert statuses(control, run_id)["b"] is StepRunStatus.WAITING
+    kit.drain(run_id)
+    assert run_status(control, run_id) is WorkflowRunStatus.CANCELLED
+    final = statuses(control, run_id)
+    assert final["a"] is StepRunStatus.CANCELLED  # its task saw the intent at its own start check
+    assert {final["b"], final["c"], final["d"]} == {StepRunStatus.CANCELLED}
+    assert kit.log() == []  # nothing ran on the target
+    ledger = control.read(lambda tx: tx.progress.run_mutations(run_id))
+    assert [(str(m.kind), str(m.to_status)) for m in ledger] == [("cancel_request", "running"),
+                                                                  ("settle", "cancelled")]
+    assert ledger[0].fence < ledger[1].fence
+    assert request_cancel(control, run_id, reason="late", actor="ops").outcome == "settled"

@@ -202,9 +202,6 @@ class TaskAdapter:
         name = params.target
         # The deadline is on the control store's clock (the barrier and the start check read it there too).
         remaining = (_deadline(params) - self.store.read(lambda tx: tx.now())).total_seconds()
-        if remaining <= 0:
-            return PermanentFailure(f"{TIMED_OUT_MARK} step {params.step_key} reached its {params.timeout_seconds} s "
-                                    "deadline before its task ran; nothing was applied")
         try:
             package = self._package(params.publication_id)
             entry = next((t for t in package.tasks if t.id == params.task), None)
@@ -221,7 +218,7 @@ class TaskAdapter:
             with target_db.connect(name, path, busy_timeout=self.busy_timeout) as conn:
                 register_host_functions(conn, resolve(package.functions))
                 deny_escapes(conn)
-                return self._run(conn, call.adapter_invocation_id, params, sql, time.monotonic() + remaining)
+                return self._run(conn, call.adapter_invocation_id, params, sql, remaining)
         except (TargetMissing, InvalidInput) as error:
             return PermanentFailure(f"{error}; nothing was applied")
         except TargetBusy as error:
@@ -232,11 +229,11 @@ class TaskAdapter:
             return PermanentFailure(f"target {name}: {error}; nothing was applied")
 
     def _run(self, conn: sqlite3.Connection, adapter_id: str, params: TaskParams, sql: str,
-             deadline: float) -> object:
+             remaining: float) -> object:
+        """The task's one target transaction. The ledger is read first: a task an earlier run applied is reported
+        applied whatever has changed since (the deadline passed, the target moved on to another version)."""
         name = params.target
-        problem = _version_problem(conn, params)
-        if problem is not None:
-            return PermanentFailure(problem)
+        deadline = time.monotonic() + remaining
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as error:
@@ -250,6 +247,14 @@ class TaskAdapter:
             if row is not None:
                 conn.execute("COMMIT")
                 return Succeeded({**json.loads(row[0]), "replayed": True})
+            if remaining <= 0:
+                _rollback(conn)
+                return PermanentFailure(f"{TIMED_OUT_MARK} step {params.step_key} reached its "
+                                        f"{params.timeout_seconds} s deadline before its task ran; nothing was applied")
+            problem = _version_problem(conn, params)
+            if problem is not None:
+                _rollback(conn)
+                return PermanentFailure(problem)
             conn.set_progress_handler(lambda: 1 if time.monotonic() >= deadline else 0, 1000)
             try:
                 result = _statements(conn, sql)
