@@ -318,6 +318,9 @@ def worker(
 ) -> None:
     """Run a long-lived worker: claim commands, run them under fenced leases, heartbeat, take over.
 
+    It serves rehearsal Attempts, deliveries to targets and workflow step tasks, and advances admitted workflow
+    Runs (the coordinator sweep, before each claim).
+
     SIGTERM or Ctrl-C stops it gracefully: it claims nothing more, gives back what it has not started, lets
     running commands finish within --grace-period, then interrupts them: an interrupted command records
     nothing and its lease is released. A second SIGTERM or Ctrl-C skips the grace period and exits 130.
