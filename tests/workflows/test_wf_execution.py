@@ -13,6 +13,7 @@ from fencepost.core.statuses import StepRunStatus, WorkflowRunStatus
 from fencepost.host.adapter import AdapterCall, PermanentFailure, Succeeded
 from fencepost.rehearsal.service import release_gate
 from fencepost.store.base import Store
+from fencepost.workflows.audit import audit_admissions
 from fencepost.workflows.cancel import request_cancel
 from fencepost.workflows.progress import advance
 from fencepost.workflows.service import WorkflowService
@@ -43,6 +44,10 @@ def test_a_diamond_runs_to_succeeded_each_task_once_in_dependency_order(control:
     assert ran[0] == "a" and ran[-1] == "d"
     # A replay on the settled Run answers settled and writes nothing.
     assert advance(control, workflow_host(control), run_id).outcome == "settled"
+    # Admission's own cross-check still holds on the progressed Run (its StepRuns are those of their latest
+    # mutations), and a re-admission of the plan returns the original receipt.
+    assert audit_admissions(control) == []
+    assert WorkflowService(control).admit(kit.plan()).outcome == "existing"
 
 
 def test_a_failed_step_skips_its_dependents_and_fails_the_run(control: Store, tmp_path: Path) -> None:

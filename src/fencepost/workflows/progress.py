@@ -44,9 +44,11 @@ from fencepost.core.statuses import (
 from fencepost.host import Dispatch, Host
 from fencepost.host.idempotency import invocation_id
 from fencepost.store.base import Store
+from fencepost.store.delivery_records import TargetRecord
 from fencepost.store.ports import UnitOfWork
 from fencepost.store.workflow_records import (
     ProgressMutation,
+    PublicationRecord,
     RunMutation,
     RunState,
     StepRunRow,
@@ -94,6 +96,24 @@ class _Round:
         self.fence = run.fence
         self.seq = tx.progress.next_event_seq(run.id)
         self.now = tx.now()
+        self._plan: dict[str, Any] | None = None
+        self._attempts: dict[str, int] | None = None
+
+    @property
+    def plan(self) -> dict[str, Any]:
+        """The Run's admitted plan, read once per round."""
+        if self._plan is None:
+            self._plan = _plan(self.tx, self.run)
+        return self._plan
+
+    def next_attempt(self, step_run_id: str) -> int:
+        """The attempt number of a new start of ``step_run_id`` (its starts read once per round)."""
+        if self._attempts is None:
+            self._attempts = {}
+            for start in self.tx.progress.starts(self.run.id):
+                self._attempts[start.step_run_id] = max(self._attempts.get(start.step_run_id, 0), start.attempt)
+        self._attempts[step_run_id] = self._attempts.get(step_run_id, 0) + 1
+        return self._attempts[step_run_id]
 
     def event(self, event_type: WorkflowEventType, step_run_id: str | None, payload: dict[str, Any]) -> str:
         event_id = derived_id("wev", "workflow-event/v1", {"run_id": self.run.id, "seq": self.seq})
@@ -206,7 +226,7 @@ def advance(store: Store, host: Host, run_id: str) -> Advance:
             if cancel or not ready or len(started) >= MAX_STARTS:
                 break
             if refused is None:
-                refused = _guard(tx, run)
+                refused = _guard(tx, work.plan)
             if refused is not None:
                 for key in ready:
                     row = rows[key]
@@ -216,8 +236,12 @@ def advance(store: Store, host: Host, run_id: str) -> Advance:
                     rows[key] = _moved(row, t)
                     transitions += 1
                 continue  # the resolver skips the refused steps' dependents and may settle the Run
+            publication = tx.catalog.get_publication(run.publication_id)
+            target = tx.delivery.get_target(str(work.plan["target_id"]))
+            if publication is None or target is None:
+                raise IntegrityViolation(f"run {run.id}: its publication or target row is gone")
             for key in ready[:MAX_STARTS - len(started)]:
-                _start(tx, host, work, run, rows, key)
+                _start(host, work, rows, key, publication, target)
                 started.append(key)
                 crashpoint(f"workflow.advance:after-start-{len(started)}")
             break
@@ -244,9 +268,9 @@ def _plan(tx: UnitOfWork, run: RunState) -> dict[str, Any]:
     return plan
 
 
-def _guard(tx: UnitOfWork, run: RunState) -> str | None:
-    """The start guards of a step of ``run`` (ADR 0073): None when all hold, else the refusal reason."""
-    plan = _plan(tx, run)
+def _guard(tx: UnitOfWork, plan: dict[str, Any]) -> str | None:
+    """The start guards of a step of the Run admitted with ``plan`` (ADR 0073): None when all hold, else the
+    refusal reason."""
     tx.catalog.lock_package(str(plan["package"]))
     try:
         check_guards(tx, NormalizedPlan(plan, ""))
@@ -261,19 +285,16 @@ def _guard(tx: UnitOfWork, run: RunState) -> str | None:
     return None
 
 
-def _start(tx: UnitOfWork, host: Host, work: _Round, run: RunState, rows: dict[str, StepRunRow], key: str) -> None:
-    """The start barrier of the ready step ``key``, then its task's submission, in ``tx``."""
+def _start(host: Host, work: _Round, rows: dict[str, StepRunRow], key: str, publication: PublicationRecord,
+           target: TargetRecord) -> None:
+    """The start barrier of the ready step ``key``, then its task's submission, in the round's transaction."""
+    tx, run = work.tx, work.run
     row = rows[key]
-    plan = _plan(tx, run)
-    publication = tx.catalog.get_publication(run.publication_id)
-    target = tx.delivery.get_target(str(plan["target_id"]))
-    if publication is None or target is None:
-        raise IntegrityViolation(f"run {run.id}: its publication or target row is gone")
     timeout = timeout_of(publication.definition, row.task_id)
     t = Transition(key, StepRunStatus.READY, StepRunStatus.RUNNING, None, row.fence + 1, work.fence + 1)
     idempotency_key = task_key(run.id, key, t.step_fence)
     invocation = invocation_id("default", "default", TASK_ACTION_ID, idempotency_key)
-    attempt = 1 + sum(1 for s in tx.progress.starts(run.id) if s.step_run_id == row.id)
+    attempt = work.next_attempt(row.id)
     deadline = work.now + timedelta(seconds=timeout)
     work.step(row, t, StepMutationKind.START, invocation)
     tx.progress.insert_start(StepStart(
