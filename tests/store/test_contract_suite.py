@@ -24,6 +24,7 @@ from fencepost.testing import (
     EventsContract,
     HostContract,
     OutboxContract,
+    ProgressContract,
     RehearsalContract,
     UnitOfWorkContract,
 )
@@ -52,6 +53,10 @@ class TestCatalog(CatalogContract):
 
 
 class TestAdmission(AdmissionContract):
+    pass
+
+
+class TestProgress(ProgressContract):
     pass
 
 

@@ -38,13 +38,14 @@ from fencepost.testing.concurrency import ConcurrencyContract
 from fencepost.testing.events import EventRelayContract
 from fencepost.testing.host import EventsContract, HostContract
 from fencepost.testing.outbox import OutboxContract
+from fencepost.testing.progress import ProgressContract
 from fencepost.testing.rehearsal import RehearsalContract
 from fencepost.testing.unit_of_work import UnitOfWorkContract
 
 #: Every contract class, for a backend that runs them all.
 CONTRACTS: tuple[type[StoreContract], ...] = (
     OutboxContract, RehearsalContract, CatalogContract, AdmissionContract, UnitOfWorkContract, ConcurrencyContract,
-    HostContract, EventsContract, EventRelayContract)
+    HostContract, EventsContract, EventRelayContract, ProgressContract)
 
 __all__ = [
     "CONTRACTS",
@@ -57,6 +58,7 @@ __all__ = [
     "EventsContract",
     "HostContract",
     "OutboxContract",
+    "ProgressContract",
     "RehearsalContract",
     "StoreContract",
     "UnitOfWorkContract",
