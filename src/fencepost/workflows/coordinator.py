@@ -26,6 +26,8 @@ from fencepost.workflows.progress import advance
 
 #: Runs per candidate page (ADR-0226: at most 64).
 PAGE = 64
+#: Seconds a Run whose rows contradict each other is left alone before this worker tries it again.
+REFUSED_RETRY_SECONDS = 60.0
 #: The candidate pages, in the order one sweep reads them.
 PAGES = ("cancelling", "verdicts", "ready")
 
@@ -47,6 +49,7 @@ class Coordinator:
         self.store = store
         self.host = host
         self._after = dict.fromkeys(PAGES, "")
+        self._refused: dict[str, float] = {}  # run id -> monotonic instant until which it is not tried again
 
     def run(self, store: Store, budget_seconds: float) -> int:
         """One sweep: returns how many Runs changed. Stops taking new Runs once ``budget_seconds`` passed."""
@@ -57,6 +60,8 @@ class Coordinator:
             ids = store.read(partial(_page, page=page, after=after))
             self._after[page] = ids[-1] if len(ids) == PAGE else ""
             for run_id in ids:
+                if self._refused.get(run_id, 0.0) > time.monotonic():
+                    continue
                 if time.monotonic() >= deadline:
                     self._after[page] = run_id if run_id > after else ""
                     return changed
@@ -67,8 +72,10 @@ class Coordinator:
                     log.info("advance skipped", extra={"event": "workflow_advance_skipped", "run_id": run_id,
                                                        "error": str(error)})
                 except IntegrityViolation as error:  # one corrupt Run must not stop the others; audit names it
+                    self._refused[run_id] = time.monotonic() + REFUSED_RETRY_SECONDS
                     log.error("advance refused", extra={"event": "workflow_advance_refused", "run_id": run_id,
-                                                        "error": str(error)})
+                                                        "error": str(error),
+                                                        "retry_seconds": REFUSED_RETRY_SECONDS})
         return changed
 
     def sweep(self) -> Sweep:
