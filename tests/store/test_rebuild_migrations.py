@@ -131,7 +131,22 @@ def populate(store: Store, root: Path) -> None:
     catalog.install("pair")
     workflows = WorkflowService(store)
     for plan_id in ("p1", "p2"):
-        workflows.admit(workflows.plan("pair", "pipeline", plan_id=plan_id))
+        workflows.admit(_plan(store, plan_id))
+
+
+def _plan(store: Store, plan_id: str) -> dict[str, Any]:
+    """The plan ``WorkflowService.plan`` builds, without a target: the stores these tests populate may predate
+    delivery targets (schema 9), which the service reads to pick one."""
+    publication = store.read(lambda tx: tx.catalog.all_publications())[0]
+    installation = store.read(lambda tx: tx.catalog.get_installation("pair"))
+    assert installation is not None
+    workflow = publication.definition["workflows"]["pipeline"]
+    tasks = publication.definition["tasks"]
+    return {"format": 1, "plan_id": plan_id, "package": "pair", "publication_id": publication.id,
+            "installation_id": installation.id, "lock": installation.lock_digest, "workflow_id": "pipeline",
+            "workflow_digest": workflow["digest"], "inputs": {},
+            "steps": [{"key": s["key"], "task": s["task"], "task_digest": tasks[s["task"]]["digest"],
+                       "needs": s["needs"]} for s in workflow["steps"]]}
 
 
 def sqlite_tables(store: Store) -> list[str]:

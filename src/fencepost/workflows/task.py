@@ -26,7 +26,7 @@ import json
 import sqlite3
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -40,11 +40,12 @@ from fencepost.core.errors import InvalidInput
 from fencepost.core.fingerprint import sha256_bytes
 from fencepost.core.statuses import InvocationStatus, StepRunStatus
 from fencepost.delivery import target_db
+from fencepost.delivery.action import TARGET_RETRY as DELIVERY_TARGET_RETRY
 from fencepost.delivery.lock import rehearsal_run_of
 from fencepost.delivery.target_db import TargetBusy, TargetMissing
 from fencepost.delivery.urls import target_path
 from fencepost.host import Host, HostConfig
-from fencepost.host.action import Action, AdapterStep, HandlerContext, RetryPolicy, StepInputContext
+from fencepost.host.action import Action, AdapterStep, HandlerContext, StepInputContext
 from fencepost.host.adapter import AdapterCall, PermanentFailure, Succeeded, TransientFailure
 from fencepost.rehearsal.host_functions import resolve
 from fencepost.rehearsal.sandbox import deny_escapes, register_host_functions
@@ -66,8 +67,9 @@ SAMPLE_ROWS = 20
 TIMED_OUT_MARK = "[task_timed_out]"
 CANCELLED_MARK = "guard run_cancelled"
 DEADLINE_MARK = "guard task_deadline"
-#: A locked target is retried within the step, about 20 s in all.
-TARGET_RETRY = RetryPolicy(max_attempts=8, initial=timedelta(seconds=0.25), factor=1.5)
+#: A locked target (another step's task, a delivery) is retried within the step: about a minute of waiting in all
+#: (a target runs one writer at a time, so the tasks of a wide fan-out queue on it), as deliveries do.
+TARGET_RETRY = DELIVERY_TARGET_RETRY
 
 _LEDGER_DDL = (f'CREATE TABLE IF NOT EXISTS "{TASK_LEDGER}" (adapter_invocation_id TEXT PRIMARY KEY, '
                "run_id TEXT NOT NULL, step_key TEXT NOT NULL, task TEXT NOT NULL, task_digest TEXT NOT NULL, "
