@@ -128,3 +128,14 @@ def layout(steps: Sequence[Mapping[str, Any]], *, wrap: int = WRAP) -> Layout:
                   placed[str(s["key"])].cx, placed[str(s["key"])].y)
              for s in sorted(steps, key=lambda s: str(s["key"])) for need in sorted(str(n) for n in s["needs"])]
     return Layout([placed[k] for k in sorted(placed)], edges, by_layer, width, height)
+
+
+def layout_json(drawn: Layout) -> dict[str, Any]:
+    """``drawn`` as plain JSON for ``app.js`` (which draws the same SVG when the page came without it):
+    ``{"width", "height", "node_w", "node_h", "layers": [[key]], "nodes": [{"key", "layer", "x", "y", "cx"}],
+    "edges": [{"source", "target", "x1", "y1", "x2", "y2"}]}``."""
+    return {"width": drawn.width, "height": drawn.height, "node_w": drawn.node_w, "node_h": drawn.node_h,
+            "layers": drawn.layers,
+            "nodes": [{"key": n.key, "layer": n.layer, "x": n.x, "y": n.y, "cx": n.cx} for n in drawn.nodes],
+            "edges": [{"source": e.source, "target": e.target, "x1": e.x1, "y1": e.y1, "x2": e.x2, "y2": e.y2}
+                      for e in drawn.edges]}

@@ -8,8 +8,9 @@
   ``/workflows/{run_id}.json`` (``ETag``/``If-None-Match``: 304 while unchanged, ADR 0067) and stops once the
   Run settled.
 
-``pages.mount`` imports this module (it builds on the pages' templates and helpers). Data comes only from ``fencepost.workflows.views`` (``run_view``/``runs_view``) and the progress port; the JSON
-routes are read routes (a token unless reads are open).
+``pages.mount`` imports this module (it builds on the pages' templates and helpers). Data comes only from
+``fencepost.workflows.views`` (``run_view``/``runs_view``) and the progress port's ``step_runs`` (the list's
+counts); the JSON routes are read routes (a token unless reads are open).
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from fencepost.api.routes import Read
 from fencepost.core.errors import FencepostError, InvalidInput
 from fencepost.core.statuses import StepRunStatus, WorkflowRunStatus
 from fencepost.store.ports import UnitOfWork
-from fencepost.ui.dag import layout
+from fencepost.ui.dag import layout, layout_json
 from fencepost.ui.pages import _ctx, _error_page, templates
 from fencepost.workflows.views import run_view, runs_view
 
 #: How many Runs ``/workflows`` lists when the request names no ``limit`` ("Show older" asks for more).
 RUNS_PAGE = 50
+#: How many of a step's needs its row names before "and N more" (a join of 126 steps stays one line or two).
+NEEDS_SHOWN = 6
 #: Step statuses in the order the pages list their counts (live ones first).
 STEP_ORDER = [str(s) for s in StepRunStatus]
 
@@ -111,14 +114,19 @@ def workflow_run(request: Request, run_id: str) -> HTMLResponse:
             data["run"] = run
             data["steps"] = {s["key"]: s for s in run["steps"]}
             data["dag"] = layout(run["steps"])
+            data["needs_shown"] = NEEDS_SHOWN
     except FencepostError as error:
         return _error_page(request, error)
     return templates.TemplateResponse(request, "workflow.html", data)
 
 
 def workflow_run_json(request: Request, run_id: str) -> Response:
-    """``run_view`` of ``run_id`` with an ETag (304 while unchanged); 404 problem for an unknown Run."""
-    return _conditional(request, _ctx(request).store.read(lambda tx: run_view(tx, run_id)))
+    """``run_view`` of ``run_id`` with an ETag (304 while unchanged); 404 problem for an unknown Run. With
+    ``?dag=true`` it also carries ``dag`` (``ui.dag.layout_json``), for a page served without the drawing."""
+    run = _ctx(request).store.read(lambda tx: run_view(tx, run_id))
+    if request.query_params.get("dag") == "true":
+        run["dag"] = layout_json(layout(run["steps"]))
+    return _conditional(request, run)
 
 
 def mount_workflows(app: FastAPI) -> None:

@@ -1051,10 +1051,41 @@
     });
   }
 
+  // The DAG as SVG from the page JSON's ``dag`` (ui/dag.py layout), for a page served without it (closed reads).
+  const SVG = "http://www.w3.org/2000/svg";
+  function svg(tag, attrs, ...children) {
+    const el = document.createElementNS(SVG, tag);
+    for (const [key, value] of Object.entries(attrs || {})) el.setAttribute(key, value);
+    for (const child of children) el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    return el;
+  }
+  function drawDag(dag, steps) {
+    const byKey = new Map(steps.map((s) => [s.key, s]));
+    const short = (key) => (key.length > 13 ? key.slice(0, 12) + "…" : key);
+    const root = svg("svg", { id: "dag", class: "dag", viewBox: "0 0 " + dag.width + " " + dag.height, width: dag.width, role: "img", "aria-labelledby": "dag-title" },
+      svg("title", { id: "dag-title" }, "DAG of " + dag.nodes.length + " steps in " + dag.layers.length + " layers"),
+      svg("g", { class: "edges" }, ...dag.edges.map((e) => svg("line", { x1: e.x1, y1: e.y1, x2: e.x2, y2: e.y2, "data-edge": e.source + ">" + e.target }))),
+      ...dag.nodes.map((n) => {
+        const status = byKey.get(n.key).status;
+        return svg("a", { href: "#step-" + n.key, class: "node s-" + status, "data-step": n.key, "data-status": status },
+          svg("title", {}, n.key + ": " + status),
+          svg("rect", { x: n.x, y: n.y, width: dag.node_w, height: dag.node_h, rx: 6 }),
+          svg("text", { x: n.cx, y: n.y + 16, class: "node-key" }, short(n.key)),
+          svg("text", { x: n.cx, y: n.y + 32, class: "node-status" }, status));
+      }));
+    document.getElementById("dag-box").replaceChildren(root);
+  }
+
+  function needsCell(needs) {
+    const shown = Number(main.dataset.needsShown) || 6;
+    if (!needs.length) return h("td", { "data-field": "needs" }, h("span", { className: "muted" }, "none"));
+    if (needs.length <= shown) return h("td", { "data-field": "needs" }, needs.join(", "));
+    return h("td", { "data-field": "needs", title: needs.join(", ") }, needs.slice(0, shown).join(", ") + " and " + (needs.length - shown) + " more");
+  }
+
   function workflowStepRow(s) {
     return h("tr", { id: "step-" + s.key, "data-step": s.key, "data-status": s.status },
-      h("th", { scope: "row" }, s.key), h("td", {}, s.task),
-      h("td", {}, s.needs.length ? s.needs.join(", ") : h("span", { className: "muted" }, "none")),
+      h("th", { scope: "row" }, s.key), h("td", {}, s.task), needsCell(s.needs),
       h("td", { "data-field": "status" }, badge(s.status)),
       h("td", { "data-field": "attempts" }, s.attempts),
       h("td", { "data-field": "invocation" }, s.invocation_id ? [invLink(s.invocation_id), " ", badge(s.invocation_status || "unknown")]
@@ -1074,6 +1105,7 @@
     field("plan").replaceChildren(h("code", {}, r.plan_id));
     field("created").textContent = when(r.created_at);
     field("fence").textContent = r.fence + " · " + r.events;
+    if (r.dag && !document.getElementById("dag")) drawDag(r.dag, r.steps);
     document.getElementById("wf-counts").replaceChildren(r.steps.length + " steps:", ...STEP_STATES.filter((s) => r.counts[s]).map((s) =>
       [" ", h("span", { className: "count", "data-count": s }, badge(s), " " + r.counts[s])]).flat());
     const nodes = new Map([...document.querySelectorAll("#dag .node")].map((n) => [n.dataset.step, n]));
@@ -1096,7 +1128,8 @@
 
   // Polls /workflows/{id}.json (ETag: an unchanged Run is a 304) until the Run settles, then stops.
   function initWorkflowRun() {
-    const url = "/workflows/" + encodeURIComponent(main.dataset.runId) + ".json";
+    // A page served without the drawing (reads need the token) asks for the layout with the state.
+    const url = "/workflows/" + encodeURIComponent(main.dataset.runId) + ".json" + (document.getElementById("dag") ? "" : "?dag=true");
     const pollMs = Number(main.dataset.pollMs) || 1000;
     const stateEl = document.getElementById("freshness");
     const detailEl = document.getElementById("freshness-detail");
@@ -1118,7 +1151,7 @@
         if (r !== drawn) {
           drawWorkflowRun(r);
           drawn = r;
-          detailEl.textContent = "last change " + new Date().toISOString().slice(11, 19) + " UTC";
+          detailEl.textContent = "fence " + r.fence + ", " + r.events + " events";
         }
         if (status !== null && status !== r.status) say("The run is now " + r.status);
         status = r.status;
