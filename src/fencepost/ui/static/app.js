@@ -1088,7 +1088,7 @@
       h("th", { scope: "row" }, s.key), h("td", {}, s.task), needsCell(s.needs),
       h("td", { "data-field": "status" }, badge(s.status)),
       h("td", { "data-field": "attempts" }, s.attempts),
-      h("td", { "data-field": "invocation" }, s.invocation_id ? [invLink(s.invocation_id), " ", badge(s.invocation_status || "unknown")]
+      h("td", { "data-field": "invocation" }, s.invocation_id ? [h("a", { href: "/invocations/" + encodeURIComponent(s.invocation_id) }, fp(s.invocation_id)), " ", badge(s.invocation_status || "unknown")]
         : h("span", { className: "muted" }, "not started")),
       h("td", { "data-field": "reason", className: "reason" }, s.reason || "—"),
       h("td", { "data-field": "started" }, when(s.started_at)),
