@@ -2,10 +2,10 @@
 
 - ``/workflows`` (``?status=``, ``?limit=``): Runs newest first with their step counts per status, each linking to
   its page; ``app.js`` refreshes it from ``/workflows.json`` with conditional requests.
-- ``/workflows/{run_id}``: the Run's status, cancel intent and verdict, its DAG drawn server-side as SVG
+- ``/workflows/{workflow_run_id}``: the Run's status, cancel intent and verdict, its DAG drawn server-side as SVG
   (``ui.dag``: layers by longest path from the roots) and a table of every step (state, attempts, task invocation
   linking ``/invocations/{id}``, reason, started and deadline instants). ``app.js`` polls
-  ``/workflows/{run_id}.json`` (``ETag``/``If-None-Match``: 304 while unchanged, ADR 0067) and stops once the
+  ``/workflows/{workflow_run_id}.json`` (``ETag``/``If-None-Match``: 304 while unchanged, ADR 0067) and stops once the
   Run settled.
 
 ``pages.mount`` imports this module (it builds on the pages' templates and helpers). Data comes only from
@@ -102,8 +102,9 @@ def workflows_json(request: Request) -> Response:
     return _conditional(request, _ctx(request).store.read(lambda tx: runs_json(tx, status, limit)))
 
 
-def workflow_run(request: Request, run_id: str) -> HTMLResponse:
+def workflow_run(request: Request, workflow_run_id: str) -> HTMLResponse:
     """One Run: summary, the DAG (SVG, server-side layout) and the steps table; live until it settles."""
+    run_id = workflow_run_id
     ctx = _ctx(request)
     data: dict[str, Any] = {"run_id": run_id, "open_reads": ctx.open_reads, "poll_ms": max(ctx.poll_ms, 1000),
                             "run": None, "dag": None, "step_order": STEP_ORDER}
@@ -120,10 +121,10 @@ def workflow_run(request: Request, run_id: str) -> HTMLResponse:
     return templates.TemplateResponse(request, "workflow.html", data)
 
 
-def workflow_run_json(request: Request, run_id: str) -> Response:
-    """``run_view`` of ``run_id`` with an ETag (304 while unchanged); 404 problem for an unknown Run. With
+def workflow_run_json(request: Request, workflow_run_id: str) -> Response:
+    """``run_view`` of ``workflow_run_id`` with an ETag (304 while unchanged); 404 problem for an unknown Run. With
     ``?dag=true`` it also carries ``dag`` (``ui.dag.layout_json``), for a page served without the drawing."""
-    run = _ctx(request).store.read(lambda tx: run_view(tx, run_id))
+    run = _ctx(request).store.read(lambda tx: run_view(tx, workflow_run_id))
     if request.query_params.get("dag") == "true":
         run["dag"] = layout_json(layout(run["steps"]))
     return _conditional(request, run)
@@ -131,12 +132,13 @@ def workflow_run_json(request: Request, run_id: str) -> Response:
 
 def mount_workflows(app: FastAPI) -> None:
     """Add the workflow pages and their JSON to ``app`` (left out of the OpenAPI document). The ``.json`` routes
-    come first: ``/workflows/{run_id}`` would otherwise take ``x.json`` as a Run id."""
+    come first: ``/workflows/{workflow_run_id}`` would otherwise take ``x.json`` as a Run id. The parameter is
+    not ``run_id``, which names a rehearsal on ``/rehearsals/{run_id}``."""
     app.add_api_route("/workflows.json", workflows_json, methods=["GET"], dependencies=Read,
                       include_in_schema=False)
-    app.add_api_route("/workflows/{run_id}.json", workflow_run_json, methods=["GET"], dependencies=Read,
+    app.add_api_route("/workflows/{workflow_run_id}.json", workflow_run_json, methods=["GET"], dependencies=Read,
                       include_in_schema=False)
     app.add_api_route("/workflows", workflows, methods=["GET"], response_class=HTMLResponse,
                       include_in_schema=False)
-    app.add_api_route("/workflows/{run_id}", workflow_run, methods=["GET"], response_class=HTMLResponse,
+    app.add_api_route("/workflows/{workflow_run_id}", workflow_run, methods=["GET"], response_class=HTMLResponse,
                       include_in_schema=False)
