@@ -1100,7 +1100,7 @@
     field("status").replaceChildren(badge(r.status));
     field("verdict").textContent = r.terminal ? r.status + " at " + when(r.settled_at) : "not yet: steps are still to run";
     field("cancel").textContent = r.cancel ? "requested " + when(r.cancel.requested_at) + (r.cancel.reason ? ": " + r.cancel.reason : "") : "not requested";
-    field("workflow").replaceChildren(r.workflow_id + " of ", h("a", { href: deliveriesHref(r.package) }, r.package));
+    field("workflow").replaceChildren(r.workflow_id, r.package ? [" of ", h("a", { href: deliveriesHref(r.package) }, r.package)] : null);
     field("target").textContent = r.target ? r.target.name : "—";
     field("plan").replaceChildren(h("code", {}, r.plan_id));
     field("created").textContent = when(r.created_at);
