@@ -34,6 +34,17 @@ class Steps:
     timeouts: Mapping[str, int] | None = None
 
 
+def fan(width: int, *, task: str | None = None) -> Steps:
+    """A fan-out and fan-in: ``root`` -> ``p001`` .. ``p<width>`` in parallel -> ``join`` (``width + 2`` steps),
+    each step with its own task that logs its key (``log_task``), or runs ``task`` (SQL) after logging."""
+    middle = [f"p{i:03d}" for i in range(1, width + 1)]
+    steps: dict[str, tuple[str, Sequence[str]]] = {"root": ("t_root", ())}
+    steps.update({key: (f"t_{key}", ("root",)) for key in middle})
+    steps["join"] = ("t_join", tuple(middle))
+    tasks = {f"t_{key}": log_task(key) + (task or "") for key in steps}
+    return Steps(steps=steps, tasks=tasks)
+
+
 def write_workflow_package(root: Path, name: str, shape: Steps, *, version: str = "1.0.0") -> Path:
     package = root / f"{name}-{version}"
     (package / "migrations").mkdir(parents=True)

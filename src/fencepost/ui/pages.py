@@ -185,4 +185,7 @@ def mount(app: FastAPI) -> None:
     app.add_api_route("/packages/{name}/deliveries", package_deliveries, methods=["GET"],
                       response_class=HTMLResponse, include_in_schema=False)
     app.add_api_route("/approvals", approvals, methods=["GET"], response_class=HTMLResponse, include_in_schema=False)
+    from fencepost.ui.workflow_pages import mount_workflows  # it builds on this module's templates
+
+    mount_workflows(app)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")

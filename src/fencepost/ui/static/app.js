@@ -1020,6 +1020,155 @@
     });
   }
 
+  // ── workflow runs (issue 18; ADR 0072): the Runs list, and one Run's DAG drawn live ──
+  const STEP_STATES = ["waiting", "ready", "running", "lost", "succeeded", "failed", "skipped", "cancelled", "timed_out"];
+  const runHref = (id) => "/workflows/" + encodeURIComponent(id);
+  const countsText = (counts) => STEP_STATES.filter((s) => counts[s]).map((s) => counts[s] + " " + s).join(", ");
+
+  function workflowRunRow(r) {
+    return h("tr", { "data-run": r.run_id, "data-status": r.status },
+      h("th", { scope: "row" }, h("a", { href: runHref(r.run_id) }, h("code", { className: "fp", title: r.run_id }, r.run_id)),
+        h("br", {}), h("span", { className: "muted" }, "plan " + r.plan_id)),
+      h("td", {}, r.workflow_id),
+      h("td", {}, badge(r.status), r.cancel ? [" ", badge("cancel requested", "s-cancelling")] : null),
+      h("td", { className: "step-counts" }, r.steps + ": " + countsText(r.counts)),
+      h("td", {}, h("time", { datetime: r.created_at }, when(r.created_at))),
+      h("td", {}, r.settled_at ? h("time", { datetime: r.settled_at }, when(r.settled_at)) : h("span", { className: "muted" }, "not yet")));
+  }
+
+  function initWorkflows() {
+    const status = main.dataset.status || "";
+    const params = new URLSearchParams({ limit: main.dataset.limit || "50" });
+    if (status) params.set("status", status);
+    const state = { drawn: null };
+    poller(async () => {
+      const data = await poll("/workflows.json?" + params.toString());
+      document.getElementById("workflow-runs-more").hidden = !data.more;
+      redrawn(state, data.items, () => {
+        document.getElementById("workflow-runs").replaceChildren(...(data.items.length ? data.items.map(workflowRunRow)
+          : [h("tr", {}, h("td", { colSpan: 6, className: "muted" }, "No workflow run" + (status ? " is " + status : "") + ": plan and admit one with `fencepost workflow plan` and `fencepost workflow admit`."))]));
+      });
+    });
+  }
+
+  // The DAG as SVG from the page JSON's ``dag`` (ui/dag.py layout), for a page served without it (closed reads).
+  const SVG = "http://www.w3.org/2000/svg";
+  function svg(tag, attrs, ...children) {
+    const el = document.createElementNS(SVG, tag);
+    for (const [key, value] of Object.entries(attrs || {})) el.setAttribute(key, value);
+    for (const child of children) el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    return el;
+  }
+  function drawDag(dag, steps) {
+    const byKey = new Map(steps.map((s) => [s.key, s]));
+    const short = (key) => (key.length > 13 ? key.slice(0, 12) + "…" : key);
+    const root = svg("svg", { id: "dag", class: "dag", viewBox: "0 0 " + dag.width + " " + dag.height, width: dag.width, role: "img", "aria-labelledby": "dag-title" },
+      svg("title", { id: "dag-title" }, "DAG of " + dag.nodes.length + " steps in " + dag.layers.length + " layers"),
+      svg("g", { class: "edges" }, ...dag.edges.map((e) => svg("line", { x1: e.x1, y1: e.y1, x2: e.x2, y2: e.y2, "data-edge": e.source + ">" + e.target }))),
+      ...dag.nodes.map((n) => {
+        const status = byKey.get(n.key).status;
+        return svg("a", { href: "#step-" + n.key, class: "node s-" + status, "data-step": n.key, "data-status": status },
+          svg("title", {}, n.key + ": " + status),
+          svg("rect", { x: n.x, y: n.y, width: dag.node_w, height: dag.node_h, rx: 6 }),
+          svg("text", { x: n.cx, y: n.y + 16, class: "node-key" }, short(n.key)),
+          svg("text", { x: n.cx, y: n.y + 32, class: "node-status" }, status));
+      }));
+    document.getElementById("dag-box").replaceChildren(root);
+  }
+
+  function needsCell(needs) {
+    const shown = Number(main.dataset.needsShown) || 6;
+    if (!needs.length) return h("td", { "data-field": "needs" }, h("span", { className: "muted" }, "none"));
+    if (needs.length <= shown) return h("td", { "data-field": "needs" }, needs.join(", "));
+    return h("td", { "data-field": "needs", title: needs.join(", ") }, needs.slice(0, shown).join(", ") + " and " + (needs.length - shown) + " more");
+  }
+
+  function workflowStepRow(s) {
+    return h("tr", { id: "step-" + s.key, "data-step": s.key, "data-status": s.status },
+      h("th", { scope: "row" }, s.key), h("td", {}, s.task), needsCell(s.needs),
+      h("td", { "data-field": "status" }, badge(s.status)),
+      h("td", { "data-field": "attempts" }, s.attempts),
+      h("td", { "data-field": "invocation" }, s.invocation_id ? [h("a", { href: "/invocations/" + encodeURIComponent(s.invocation_id) }, fp(s.invocation_id)), " ", badge(s.invocation_status || "unknown")]
+        : h("span", { className: "muted" }, "not started")),
+      h("td", { "data-field": "reason", className: "reason" }, s.reason || "—"),
+      h("td", { "data-field": "started" }, when(s.started_at)),
+      h("td", { "data-field": "deadline" }, when(s.deadline_at)));
+  }
+
+  function drawWorkflowRun(r) {
+    const field = (name) => document.querySelector('#wf-summary [data-field="' + name + '"]');
+    field("status").replaceChildren(badge(r.status));
+    field("verdict").textContent = r.terminal ? r.status + " at " + when(r.settled_at) : "not yet: steps are still to run";
+    field("cancel").textContent = r.cancel ? "requested " + when(r.cancel.requested_at) + (r.cancel.reason ? ": " + r.cancel.reason : "") : "not requested";
+    field("workflow").replaceChildren(r.workflow_id, r.package ? [" of ", h("a", { href: deliveriesHref(r.package) }, r.package)] : null);
+    field("target").textContent = r.target ? r.target.name : "—";
+    field("plan").replaceChildren(h("code", {}, r.plan_id));
+    field("created").textContent = when(r.created_at);
+    field("fence").textContent = r.fence + " · " + r.events;
+    if (r.dag && !document.getElementById("dag")) drawDag(r.dag, r.steps);
+    document.getElementById("wf-counts").replaceChildren(r.steps.length + " steps:", ...STEP_STATES.filter((s) => r.counts[s]).map((s) =>
+      [" ", h("span", { className: "count", "data-count": s }, badge(s), " " + r.counts[s])]).flat());
+    const nodes = new Map([...document.querySelectorAll("#dag .node")].map((n) => [n.dataset.step, n]));
+    const rows = new Map([...document.querySelectorAll("#wf-steps tr[data-step]")].map((n) => [n.dataset.step, n]));
+    const body = document.getElementById("wf-steps");
+    for (const s of r.steps) {
+      const node = nodes.get(s.key);
+      if (node && node.dataset.status !== s.status) {
+        node.setAttribute("class", "node s-" + s.status);
+        node.dataset.status = s.status;
+        node.querySelector("title").textContent = s.key + ": " + s.status;
+        node.querySelector(".node-status").textContent = s.status;
+      }
+      const fresh = workflowStepRow(s);
+      const row = rows.get(s.key);
+      if (!row) body.append(fresh);
+      else if (row.textContent !== fresh.textContent || row.dataset.status !== s.status) row.replaceWith(fresh);
+    }
+  }
+
+  // Polls /workflows/{id}.json (ETag: an unchanged Run is a 304) until the Run settles, then stops.
+  function initWorkflowRun() {
+    // A page served without the drawing (reads need the token) asks for the layout with the state.
+    const url = "/workflows/" + encodeURIComponent(main.dataset.runId) + ".json" + (document.getElementById("dag") ? "" : "?dag=true");
+    const pollMs = Number(main.dataset.pollMs) || 1000;
+    const stateEl = document.getElementById("freshness");
+    const detailEl = document.getElementById("freshness-detail");
+    let drawn = null, lastOk = null, lastError = null, settled = null, status = null;
+    function freshness() {
+      const since = lastOk === null ? Infinity : (performance.now() - lastOk) / 1000;
+      let state, text;
+      if (settled) { state = "settled"; text = "Settled: the run is " + settled + "; no longer updating"; }
+      else if (lastError) { state = "error"; text = "Stale: the last refresh failed (" + lastError + ")"; }
+      else if (since > Math.max(4, pollMs / 1000 * 2.5)) { state = "stale"; text = "Stale: no refresh for " + (since === Infinity ? "a while" : Math.round(since) + " s"); }
+      else { state = "live"; text = "Live: updating every " + pollMs / 1000 + " s"; }
+      if (stateEl.textContent !== text) stateEl.textContent = text;
+      stateEl.dataset.state = state;
+      stateEl.parentElement.classList.toggle("stale", state === "stale" || state === "error");
+    }
+    async function refresh() {
+      try {
+        const r = await poll(url);
+        if (r !== drawn) {
+          drawWorkflowRun(r);
+          drawn = r;
+          detailEl.textContent = "fence " + r.fence + ", " + r.events + " events";
+        }
+        if (status !== null && status !== r.status) say("The run is now " + r.status);
+        status = r.status;
+        lastOk = performance.now();
+        lastError = null;
+        if (r.terminal) settled = r.status;
+      } catch (error) {
+        lastError = describe(error);
+      }
+      freshness();
+      if (!settled) window.setTimeout(refresh, pollMs);
+    }
+    const ticker = window.setInterval(() => { freshness(); if (settled) window.clearInterval(ticker); }, 1000);
+    if (main.dataset.terminal === "true") { settled = document.querySelector('#wf-summary [data-field="status"]').textContent.trim(); freshness(); }
+    else refresh();
+  }
+
   if (page === "index") initIndex();
   if (page === "rehearsal") initRehearsal();
   if (page === "invocations") initInvocations();
@@ -1029,4 +1178,6 @@
   if (page === "targets") initTargets();
   if (page === "packages") initPackages();
   if (page === "deliveries") initDeliveries();
+  if (page === "workflows") initWorkflows();
+  if (page === "workflow-run") initWorkflowRun();
 })();
