@@ -306,6 +306,8 @@ def _drive_progress(store: RecordingStore, tmp: Path) -> None:
     assert run is not None and str(run.status) == "cancelled", run
     starts = store.read(lambda tx: tx.progress.starts(run_id))
     assert store.read(lambda tx: tx.progress.start_of_invocation(starts[0].invocation_id)) == starts[0]
+    assert [t.invocation_id for t in store.read(lambda tx: tx.progress.task_statuses(run_id))] == [
+        s.invocation_id for s in sorted(starts, key=lambda s: (s.step_run_id, s.attempt))]
     store.read(lambda tx: (tx.progress.task_outcomes(run_id), tx.progress.mutations(run_id),
                            tx.progress.run_mutations(run_id), tx.progress.list_runs(limit=5)))
 

@@ -910,6 +910,10 @@ class ProgressPort(Protocol):
         """The newest attempt's invocation of each running or lost StepRun of the Run."""
         ...
 
+    def task_statuses(self, run_id: str) -> list[TaskOutcome]:
+        """The task invocation of every start of the Run, by StepRun then attempt (one read for a whole page)."""
+        ...
+
     def mutations(self, run_id: str) -> list[ProgressMutation]:
         """The Run's StepRun mutations after admission, by Run fence."""
         ...

@@ -55,15 +55,16 @@ def run_view(tx: UnitOfWork, run_id: str) -> dict[str, Any]:
     for each in tx.progress.starts(run_id):
         attempts[each.step_run_id] += 1
         starts[each.step_run_id] = each  # ordered by attempt: the newest wins
+    tasks = {t.invocation_id: t for t in tx.progress.task_statuses(run_id)}  # one read, not one per step
     reasons = {m.step_run_id: m.reason for m in tx.progress.mutations(run_id)}  # by run fence: the latest wins
     steps = []
     for row in tx.progress.step_runs(run_id):
         start = starts.get(row.id)
-        invocation = tx.host.get_invocation(start.invocation_id) if start is not None else None
+        invocation = tasks.get(start.invocation_id) if start is not None else None
         steps.append({"key": row.step_key, "step_run_id": row.id, "task": row.task_id, "needs": parse_json(row.needs),
                       "status": str(row.status), "fence": row.fence, "attempts": attempts[row.id],
                       "invocation_id": start.invocation_id if start is not None else None,
-                      "invocation_status": str(invocation.status) if invocation is not None else None,
+                      "invocation_status": invocation.status if invocation is not None else None,
                       "reason": reasons.get(row.id),
                       "started_at": _iso(start.started_at) if start is not None else None,
                       "deadline_at": _iso(start.deadline_at) if start is not None else None})

@@ -87,6 +87,10 @@ class SqlProgress:
         return [TaskOutcome(str(r["step_run_id"]), str(r["invocation_id"]), str(r["status"]), r["error"])
                 for r in self._unit.run("task_outcomes_of_run", {"run_id": run_id}).rows]
 
+    def task_statuses(self, run_id: str) -> list[TaskOutcome]:
+        return [TaskOutcome(str(r["step_run_id"]), str(r["invocation_id"]), str(r["status"]), r["error"])
+                for r in self._unit.run("task_statuses_of_run", {"run_id": run_id}).rows]
+
     def mutations(self, run_id: str) -> list[ProgressMutation]:
         return [_row(ProgressMutation, r, kind=StepMutationKind, from_status=StepRunStatus, to_status=StepRunStatus)
                 for r in self._unit.run("progress_mutations_of_run", {"run_id": run_id}).rows]

@@ -68,6 +68,14 @@ JOIN invocations AS i ON i.id = st.invocation_id
 WHERE s.run_id = :run_id AND s.status IN ('running', 'lost')
   AND st.attempt = (SELECT MAX(attempt) FROM workflow_step_starts AS later WHERE later.step_run_id = s.id);
 
+-- name: task_statuses_of_run
+-- The status of every start's task invocation of the Run (what a page shows beside each step).
+SELECT st.step_run_id, st.attempt, st.invocation_id, i.status, i.error
+FROM workflow_step_starts AS st
+JOIN invocations AS i ON i.id = st.invocation_id
+WHERE st.run_id = :run_id
+ORDER BY st.step_run_id, st.attempt;
+
 -- name: progress_mutations_of_run
 -- instants: created_at
 SELECT id, step_run_id, run_id, fence, kind, from_status, to_status, run_fence, reason, invocation_id, event_id,
