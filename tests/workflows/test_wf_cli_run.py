@@ -20,9 +20,8 @@ from typing import Any
 
 import pytest
 from exec_kit import ENDLESS, Steps, install, log_task
-from wf_support import cli, cli_url, opened_backend
-
 from typer.testing import CliRunner
+from wf_support import cli, cli_url, opened_backend
 
 from fencepost.cli.app import app as fencepost_app
 from fencepost.store import Store, open_store
