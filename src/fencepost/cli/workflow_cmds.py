@@ -30,11 +30,8 @@ from fencepost.core.statuses import WorkflowRunStatus
 from fencepost.rehearsal.views import iso
 from fencepost.store.base import Store
 from fencepost.store.url import DEFAULT_URL
-from fencepost.workflows.cancel import request_cancel
-from fencepost.workflows.progress import advance
 from fencepost.workflows.service import WorkflowService
-from fencepost.workflows.task import workflow_host
-from fencepost.workflows.views import run_view, runs_view
+from fencepost.workflows.views import runs_view
 
 app = typer.Typer(help="Plan, admit, run, follow and cancel workflow runs of installed packages.", no_args_is_help=True)
 
@@ -144,7 +141,7 @@ def show(ident: Annotated[str, typer.Argument(help="Plan id or workflow run id."
 # ── execution: run, status, list, cancel (ADR 0072) ──
 
 def _read_view(store: Store, run_id: str) -> dict[str, Any]:
-    return store.read(lambda tx: run_view(tx, run_id))
+    return WorkflowService(store).run(run_id)
 
 
 @contextmanager
@@ -232,12 +229,7 @@ def run(package: Annotated[str | None, typer.Argument(help="Installed package na
         if data is None:
             assert package is not None and workflow is not None
             data = service.plan(package, workflow, plan_id=plan_id, inputs=parsed, target=target)
-        if isinstance(data, dict) and "target_id" not in data:
-            name = data.get("package", "the package")
-            raise InvalidInput(f"the plan names no target, so its steps could never start: {name} was delivered "
-                               f"to no live target (deliver it with `fencepost package install {name} --target "
-                               "NAME`, or name one with --target)")
-        admitted = service.admit(data)
+        admitted = service.start(data)
         view = _read_view(store, admitted.run_id)
         if not json:
             target_name = view["target"]["name"] if view.get("target") else "-"
@@ -323,24 +315,19 @@ def cancel(run_id: Annotated[str, typer.Argument(help="Workflow run id (wfr_...)
     settles after it, as `cancelled` (or by that step's verdict). A Run already settled is left as it is.
     Exit 0 (requested, or already requested or settled), 2 bad reason or no such run."""
     with opened(database) as store, handled():
-        before = _read_view(store, run_id)
-        result = request_cancel(store, run_id, reason=reason, actor=actor)
-        if result.outcome != "settled":
-            advance(store, workflow_host(store), run_id)  # the frontier cancels the non-executing steps now
-        after = _read_view(store, run_id)
-    was = {s["key"]: s["status"] for s in before["steps"]}
-    cancelled_now = [s["key"] for s in after["steps"] if s["status"] == "cancelled" and was[s["key"]] != "cancelled"]
-    still = [s for s in after["steps"] if s["status"] in ("running", "lost")]
-    data = {"outcome": result.outcome, "run_id": run_id, "cancelled_now": cancelled_now,
-            "still_running": [s["key"] for s in still], "run": after}
+        data = WorkflowService(store).cancel(run_id, reason=reason, actor=actor)
+    after, outcome = data["run"], data["outcome"]
+    still = [s for s in after["steps"] if s["key"] in data["still_running"]]
+    cancelled_now = data["cancelled_now"]
 
     def text() -> None:
-        if result.outcome == "settled":
+        if outcome == "settled":
             render.console.print(f"run {run_id} already settled {render.styled(after['status'])}: nothing to cancel",
                                  soft_wrap=True)
             return
-        said = "cancel requested" if result.outcome == "requested" else "cancel was already requested"
-        render.console.print(f"{said}: run {run_id} ({escape(str(result.reason))})", soft_wrap=True)
+        said = "cancel requested" if outcome == "requested" else "cancel was already requested"
+        render.console.print(f"{said}: run {run_id} ({escape(str((after['cancel'] or {}).get('reason')))})",
+                             soft_wrap=True)
         render.console.print(f"  cancelled now: {', '.join(cancelled_now) or 'none'}", soft_wrap=True)
         for step in still:
             ends = (f"until it finishes or reaches its deadline {render.when(step['deadline_at'])}"
