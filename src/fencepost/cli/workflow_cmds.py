@@ -295,7 +295,8 @@ def list_runs(database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False,
             return
         for r in items:
             cancel = "  cancel requested" if r["cancel"] else ""
-            render.console.print(f"{r['run_id']}  {escape(r['workflow_id']):<20} {render.styled(r['status']):<10} "
+            pad = " " * max(0, 10 - len(r["status"]))
+            render.console.print(f"{r['run_id']}  {escape(r['workflow_id']):<20} {render.styled(r['status'])}{pad} "
                                  f"created {render.when(r['created_at'])}  settled {render.when(r['settled_at'])}"
                                  f"{cancel}", soft_wrap=True)
 

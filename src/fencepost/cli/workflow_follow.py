@@ -84,13 +84,14 @@ def steps_table(view: dict[str, Any]) -> Table:
 
 
 def headline(view: dict[str, Any]) -> str:
-    """``run wfr_...  shop/flow on t1  running  (2/3 steps terminal)`` (rich markup)."""
+    """Two lines (rich markup), short enough for an 80-column live display:
+    ``run wfr_...  shop/flow on t1  running`` and ``  2/3 steps terminal, cancel requested``."""
     target = view["target"]["name"] if view.get("target") else "no target"
     done = sum(n for status, n in view["counts"].items() if status not in ("waiting", "ready", "running", "lost"))
     cancel = ", cancel requested" if view.get("cancel") else ""
     return (f"run [bold]{escape(view['run_id'])}[/bold]  {escape(str(view['package']))}/"
-            f"{escape(view['workflow_id'])} on {escape(target)}  {render.styled(view['status'])}"
-            f"  ({done}/{len(view['steps'])} steps terminal{cancel})")
+            f"{escape(view['workflow_id'])} on {escape(target)}  {render.styled(view['status'])}\n"
+            f"  {done}/{len(view['steps'])} steps terminal{cancel}")
 
 
 def verdict_line(view: dict[str, Any]) -> str:
