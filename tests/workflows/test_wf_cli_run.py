@@ -32,9 +32,10 @@ from helpers.waiting import wait_until
 OK = Steps(steps={"a": ("ta", ()), "b": ("tb", ("a",))}, tasks={"ta": log_task("a"), "tb": log_task("b")})
 BAD = Steps(steps={"a": ("ta", ()), "b": ("tb", ("a",))},
             tasks={"ta": "INSERT INTO nowhere VALUES (1);\n", "tb": log_task("b")})
-#: ``slow`` never ends by itself: its 3 s deadline stops it; ``b`` and ``c`` wait on it.
+#: ``slow`` never ends by itself: its 5 s deadline stops it (time enough, on a busy machine, to see it running and
+#: act before it ends); ``b`` and ``c`` wait on it.
 SLOW = Steps(steps={"slow": ("endless", ()), "b": ("tb", ("slow",)), "c": ("tc", ("slow",))},
-             tasks={"endless": ENDLESS, "tb": log_task("b"), "tc": log_task("c")}, timeouts={"endless": 3})
+             tasks={"endless": ENDLESS, "tb": log_task("b"), "tc": log_task("c")}, timeouts={"endless": 5})
 
 
 @dataclass
@@ -208,7 +209,7 @@ def test_sigint_stops_following_exits_130_and_the_run_goes_on(site: Site, worker
                            stderr_path=site.root / "sigint.err", env=subprocess_env(FENCEPOST_DATABASE=site.url))
     try:
         run_id = follower.expect(r"^created: run (wfr_\S+)").group(1)
-        follower.expect(r"^\s+slow\s+running")
+        follower.expect(r"^\s+slow\s+(ready|running)")  # following (the first poll): SIGINT is ours now
         sent = time.monotonic()
         follower.popen.send_signal(signal.SIGINT)
         code = follower.popen.wait(10)

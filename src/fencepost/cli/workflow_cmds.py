@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -154,11 +154,15 @@ def _sigint_stops(stop: threading.Event) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _follow(store: Store, run_id: str, timeout: float | None, *, quiet: bool) -> Followed:
-    stop = threading.Event()
-    with _sigint_stops(stop):
-        return follow(store, run_id, timeout=timeout, stop=stop, quiet=quiet,
-                      warn=(lambda text: typer.echo(text.strip(), err=True)) if quiet else None)
+def _follow(store: Store, run_id: str, timeout: float | None, *, quiet: bool,
+            stop: threading.Event | None = None) -> Followed:
+    """Follow under ``_sigint_stops`` (``stop``: an event a caller already handed to it, else a new one)."""
+    if stop is None:
+        stop = threading.Event()
+        with _sigint_stops(stop):
+            return _follow(store, run_id, timeout, quiet=quiet, stop=stop)
+    return follow(store, run_id, timeout=timeout, stop=stop, quiet=quiet,
+                  warn=(lambda text: typer.echo(text.strip(), err=True)) if quiet else None)
 
 
 def _finish(followed: Followed, timeout: float | None) -> None:
@@ -224,12 +228,15 @@ def run(package: Annotated[str | None, typer.Argument(help="Installed package na
             raise InvalidInput("name the PACKAGE and WORKFLOW to run (or --plan FILE); see --help")
         data = read_plan(plan_file) if plan_file is not None else None
         parsed = parse_inputs(inputs)
-    with opened(database) as store, handled():
+    with opened(database) as store, handled(), ExitStack() as stack:
         service = WorkflowService(store)
         if data is None:
             assert package is not None and workflow is not None
             data = service.plan(package, workflow, plan_id=plan_id, inputs=parsed, target=target)
         admitted = service.start(data)
+        stop = threading.Event()
+        # From here a Ctrl-C only stops following: the Run is admitted, whatever the user sees next.
+        stack.enter_context(_sigint_stops(stop))
         view = _read_view(store, admitted.run_id)
         if not json:
             target_name = view["target"]["name"] if view.get("target") else "-"
@@ -242,7 +249,7 @@ def run(package: Annotated[str | None, typer.Argument(help="Installed package na
                         "run": view}, lambda: typer.echo(
                 f"  follow it with `fencepost workflow status {admitted.run_id} --watch`"))
             return
-        followed = _follow(store, admitted.run_id, timeout, quiet=json)
+        followed = _follow(store, admitted.run_id, timeout, quiet=json, stop=stop)
     emit(json, {"outcome": admitted.outcome, "run_id": admitted.run_id, "followed": followed.why,
                 "run": followed.view}, lambda: _print_verdict(followed.view) if followed.why == "settled" else None)
     _finish(followed, timeout)
