@@ -39,6 +39,8 @@ PATHS = {
     "/v1/host/approvals": {"get"},
     "/v1/targets": {"get", "post"}, "/v1/targets/{name}": {"get", "delete"},
     "/v1/packages": {"get"}, "/v1/packages/{name}/deliveries": {"get"},
+    "/v1/workflow-runs": {"get", "post"}, "/v1/workflow-runs/{runId}": {"get"},
+    "/v1/workflow-runs/{runId}/cancel": {"post"},
 }
 
 

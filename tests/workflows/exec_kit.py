@@ -95,13 +95,14 @@ class Installed:
             return [r[0] for r in conn.execute("SELECT step FROM log ORDER BY rowid")]
 
 
-def install(store: Store, root: Path, shape: Steps, *, name: str = "shop") -> Installed:
-    """Release (two rehearsal Attempts), publish, install and deliver ``shape``'s package to target ``t1``."""
+def install(store: Store, root: Path, shape: Steps, *, name: str = "shop", target: str = "t1") -> Installed:
+    """Release (two rehearsal Attempts), publish, install and deliver ``shape``'s package to ``target`` (a new
+    SQLite file in ``root``; several packages in one store need one target each, as their schemas are alike)."""
     work = root / "work"
     work.mkdir(exist_ok=True)
     package = write_workflow_package(root, name, shape)
     release(store, package, work)
-    _, path = add_target(store, root, "t1")
-    delivered = deliver(store, name, "t1", work)
+    _, path = add_target(store, root, target)
+    delivered = deliver(store, name, target, work)
     assert str(delivered.status) == "succeeded", delivered.error
-    return Installed(store, name, "t1", path, work)
+    return Installed(store, name, target, path, work)

@@ -25,6 +25,7 @@ from fencepost.api.context import ApiContext
 from fencepost.api.delivery_routes import delivery
 from fencepost.api.host_invocations import host_invocations
 from fencepost.api.routes import events, health, router, workers
+from fencepost.api.workflow_routes import workflow_runs
 from fencepost.host import Host
 from fencepost.host.prometheus import PrometheusTelemetry
 from fencepost.rehearsal.service import RehearsalService
@@ -246,6 +247,7 @@ def create_app(store: Store, *, api_token: str, open_reads: bool = True, allowed
     app.include_router(completions)
     app.include_router(host_invocations)
     app.include_router(delivery)
+    app.include_router(workflow_runs)
     if metrics is not None:
         from fencepost.api.metrics import metrics as metrics_router
 

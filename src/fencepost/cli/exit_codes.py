@@ -45,3 +45,13 @@ def exit_code(error_type: type[FencepostError]) -> int:
         if issubclass(cls, FencepostError) and cls in EXIT_CODES:
             return EXIT_CODES[cls]
     return EXIT_CODES[FencepostError]  # unreachable: the walk ends at FencepostError, which has a row
+
+
+#: ``workflow run`` and ``workflow status --watch`` exit by the Run's verdict (ADR 0072's statuses): 0 and 1 as
+#: any command's success and failure, and codes of their own, above the error table's 1-6, for the two verdicts
+#: that are neither, so a script can tell a deadline from an operator's cancel without parsing output.
+RUN_VERDICT_EXIT: dict[str, int] = {"succeeded": 0, "failed": 1, "timed_out": 7, "cancelled": 8}
+#: Still ``running`` when ``--timeout`` ran out (the Run goes on; nothing was cancelled).
+FOLLOW_TIMEOUT_EXIT = 9
+#: Interrupted (SIGINT) while following: the shell's 128 + 2. The Run goes on.
+INTERRUPTED_EXIT = 130

@@ -1,4 +1,5 @@
-"""What the CLI and the API call for workflows: build a plan, admit it, show an admission."""
+"""What the CLI and the API call for workflows: build a plan, admit it, show an admission, start a Run (plan,
+then admit), read Runs and cancel one (ADRs 0072, 0073)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ from fencepost.store.base import Store
 from fencepost.store.delivery_records import TargetRecord
 from fencepost.store.ports import UnitOfWork
 from fencepost.workflows.admission import AdmissionResult, admit
+from fencepost.workflows.cancel import request_cancel
 from fencepost.workflows.plan import PLAN_FORMAT, normalize_plan
+from fencepost.workflows.progress import advance
+from fencepost.workflows.task import workflow_host
+from fencepost.workflows.views import run_view
 
 
 class WorkflowService:
@@ -62,6 +67,45 @@ class WorkflowService:
         """Admit a plan atomically (``fencepost.workflows.admission.admit``)."""
         return admit(self.store, plan)
 
+    def start(self, plan: Any) -> AdmissionResult:
+        """Admit ``plan`` for running: as ``admit``, but refused when it names no target.
+
+        A plan without a target is admitted by ``admit`` (and each of its steps is then refused by the
+        ``target`` start guard); a caller that means to run it is told so before anything is written.
+
+        Raises:
+            InvalidInput: the plan names no target. Whatever ``admit`` raises.
+        """
+        require_target(plan)
+        return self.admit(plan)
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        """``views.run_view`` of ``run_id`` in one read. Raises NotFound: no such Run."""
+        return self.store.read(lambda tx: run_view(tx, run_id))
+
+    def cancel(self, run_id: str, *, reason: str, actor: str) -> dict[str, Any]:
+        """Cancel ``run_id``: store the intent (``cancel.request_cancel``), then advance the Run once, so its
+        steps that have not started are cancelled now rather than at the next worker sweep (ADR 0073).
+
+        Returns:
+            ``{"outcome": "requested"|"existing"|"settled", "run_id", "cancelled_now": [step keys cancelled by
+            this call], "still_running": [keys of steps running or lost: the Run settles after them],
+            "run": run_view}``. A settled Run is left as it is (no advance).
+        Raises:
+            InvalidInput: a bad reason or actor. NotFound: no such Run.
+        """
+        before = self.run(run_id)
+        result = request_cancel(self.store, run_id, reason=reason, actor=actor)
+        if result.outcome != "settled":
+            advance(self.store, workflow_host(self.store), run_id)
+        after = self.run(run_id)
+        was = {s["key"]: s["status"] for s in before["steps"]}
+        return {"outcome": result.outcome, "run_id": run_id,
+                "cancelled_now": [s["key"] for s in after["steps"]
+                                  if s["status"] == "cancelled" and was.get(s["key"]) != "cancelled"],
+                "still_running": [s["key"] for s in after["steps"] if s["status"] in ("running", "lost")],
+                "run": after}
+
     def show(self, ident: str) -> dict[str, Any]:
         """An admission by plan id or run id: ``{"admission": AdmissionRow, "rows": {table: [row dicts]}}``.
 
@@ -79,6 +123,19 @@ class WorkflowService:
             return {"admission": admission, "rows": rows}
 
         return self.store.read(unit)
+
+
+def require_target(plan: Any) -> None:
+    """Refuse a plan (a dict; anything else is left to admission's normalization) that names no target.
+
+    Raises:
+        InvalidInput: no ``target_id``; the message says how to deliver the package or name a target.
+    """
+    if isinstance(plan, dict) and "target_id" not in plan:
+        name = plan.get("package") if isinstance(plan.get("package"), str) else "PACKAGE"
+        raise InvalidInput(f"the plan names no target, so its steps could never start: {name} was delivered to no "
+                           f"live target (deliver it with `fencepost package install {name} --target NAME`, or "
+                           "name a target with --target)")
 
 
 def _target(tx: UnitOfWork, package: str, publication_id: str, name: str | None) -> TargetRecord | None:
