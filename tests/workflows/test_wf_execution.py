@@ -7,7 +7,7 @@ from pathlib import Path
 
 from exec_kit import ENDLESS, Steps, install, log_task
 
-from delivery.kit import add_target
+from delivery.kit import add_target, deliver
 from fencepost.catalog.lifecycle import CatalogService
 from fencepost.core.statuses import StepRunStatus, WorkflowRunStatus
 from fencepost.host.adapter import AdapterCall, PermanentFailure, Succeeded
@@ -148,3 +148,15 @@ def test_cancel_stores_the_intent_first_and_the_run_settles_cancelled(control: S
                                                                   ("settle", "cancelled")]
     assert ledger[0].fence < ledger[1].fence
     assert request_cancel(control, run_id, reason="late", actor="ops").outcome == "settled"
+
+
+def test_the_default_target_is_the_one_the_version_was_delivered_to_successfully(control: Store,
+                                                                                 tmp_path: Path) -> None:
+    kit = install(control, tmp_path, DIAMOND)
+    _, broken = add_target(control, tmp_path, "t2")
+    broken.unlink()  # its delivery fails: the file is gone
+    failed = deliver(control, kit.package, "t2", kit.work_dir)
+    assert str(failed.status) == "failed"
+    plan = WorkflowService(control).plan(kit.package, "flow", plan_id="p-default")
+    t1 = control.read(lambda tx: tx.delivery.get_live_target("t1"))
+    assert t1 is not None and plan["target_id"] == t1.id

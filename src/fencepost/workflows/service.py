@@ -8,6 +8,7 @@ import secrets
 from typing import Any
 
 from fencepost.core.errors import InvalidInput, NotFound
+from fencepost.core.statuses import InvocationStatus
 from fencepost.store.base import Store
 from fencepost.store.delivery_records import TargetRecord
 from fencepost.store.ports import UnitOfWork
@@ -139,19 +140,26 @@ def require_target(plan: Any) -> None:
 
 
 def _target(tx: UnitOfWork, package: str, publication_id: str, name: str | None) -> TargetRecord | None:
-    """The named live target, else the only live target ``publication_id`` was delivered to, else None when it
-    was delivered to none (a plan without a target is admitted, but its steps cannot start)."""
+    """The named live target, else the only live target ``publication_id`` was delivered to successfully (a
+    delivery that failed or awaits reconciliation does not count), else None when there is none (a plan without
+    a target is admitted, but its steps cannot start)."""
     if name is not None:
         found = tx.delivery.get_live_target(name)
         if found is None:
             raise NotFound(f"no live delivery target {name} (add one with fencepost target add)")
         return found
-    delivered = {s.target_id for s in tx.delivery.list_delivery_starts(package) if s.publication_id == publication_id}
+    delivered = set()
+    for start in tx.delivery.list_delivery_starts(package):
+        if start.publication_id != publication_id or start.target_id in delivered:
+            continue
+        invocation = tx.host.get_invocation(start.invocation_id)
+        if invocation is not None and invocation.status is InvocationStatus.SUCCEEDED:
+            delivered.add(start.target_id)
     live = [t for t in tx.delivery.list_live_targets() if t.id in delivered]
     if not live:
         return None
     if len(live) > 1:
         names = ", ".join(t.name for t in live) or "none"
         raise InvalidInput(f"name the target the run's tasks run on with --target (targets {package} was "
-                           f"delivered to: {names})")
+                           f"delivered to successfully: {names})")
     return live[0]
