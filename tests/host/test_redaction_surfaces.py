@@ -65,8 +65,9 @@ DELIVERY_OF_ONE_PACKAGE = {"/packages/{name}/deliveries", "/v1/packages/{name}/d
 # The same for one workflow Run's page and its JSON (issue 18): its steps' invocations are fencepost.workflow.task
 # ones, whose params are the Run's and step's ids and the task digest (no user params); a Run id exists only once
 # a package's workflow is admitted, which this scenario does not do. The lists (/workflows, /workflows.json) are
-# searched.
-ONE_WORKFLOW_RUN = {"/workflows/{workflow_run_id}", "/workflows/{workflow_run_id}.json"}
+# searched, and so is /v1/workflow-runs.
+ONE_WORKFLOW_RUN = {"/workflows/{workflow_run_id}", "/workflows/{workflow_run_id}.json",
+                    "/v1/workflow-runs/{runId}"}
 
 
 class Otel:
