@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exec_kit import Installed, Steps, install, log_task
-from wf_support import execute, raw
+from wf_support import cli, cli_url, execute, opened_backend, raw
 
 from fencepost.core.statuses import StepRunStatus
 from fencepost.store.base import Store
@@ -215,3 +215,18 @@ def test_each_tampering_is_a_finding_naming_table_row_and_column(control: Store,
         named = [f.detail for f in findings if row in f.detail and all(n in f.detail for n in needles)]
         assert named, f"{case}: no finding names {row} and {needles}: {[f.detail for f in findings]}"
         blamed.add(run_id)
+
+
+def test_fencepost_audit_reports_a_progress_finding(tmp_path: Path) -> None:
+    with opened_backend("sqlite-wal", tmp_path) as backend:
+        kit = install(backend.migrated(), tmp_path, DIAMOND)
+        run_id = kit.admit()
+        kit.drain(run_id)
+        sound = cli(cli_url(backend), "audit", "--json")
+        assert sound.returncode == 0, sound.describe()
+        execute(kit.store, f"UPDATE workflow_runs SET fence = fence + 1 WHERE id = '{run_id}'")
+        found = cli(cli_url(backend), "audit", "--json")
+        assert found.returncode == 1, found.describe()
+        findings = found.json()["findings"]
+        assert [f["check"] for f in findings] == ["progress"], findings
+        assert findings[0]["subject"] == run_id and "column fence" in findings[0]["detail"]
