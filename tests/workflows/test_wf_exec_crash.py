@@ -55,14 +55,17 @@ CONVERGE_SECONDS = 90.0   # two busy cores, lease expiry and a retry back-off in
 ADVANCE = ["workflow.advance:before-commit", "workflow.advance:after-commit", "workflow.advance:after-start-1",
            "workflow.advance:before-commit@2", "workflow.advance:after-commit@2", "workflow.advance:after-start-2",
            "workflow.advance:before-commit@3", "workflow.advance:after-commit@3", "workflow.advance:after-commit@4"]
-CANCEL = ["workflow.cancel:before-commit", "workflow.cancel:after-commit"]
+#: ``running/``: the cancel comes once ``a`` passed its barrier (a worker killed right after that COMMIT, so
+#: ``a``'s task is submitted and not yet run); otherwise it comes right after admission.
+CANCEL = ["workflow.cancel:before-commit", "workflow.cancel:after-commit", "running/workflow.cancel:before-commit",
+          "running/workflow.cancel:after-commit"]
 TASK = [f"workflow.task:{step}:{side}-commit" for step in ("a", "d") for side in ("before", "after")]
 HOST = ["host.claim:after-commit", "host.handler:before-commit", "host.handler:after-commit",
         "host.step.row:after-commit", "host.step.checkpoint:before-commit", "host.step.checkpoint:after-commit",
         "host.finalize:before-commit", "host.finalize:after-commit", "host.finalize:after-commit@3"]
 WINDOWS = ADVANCE + CANCEL + TASK + HOST
 #: The default run: one window of each kind on each side of a COMMIT (SQLite WAL/FULL).
-DEFAULT = ["workflow.advance:before-commit", "workflow.advance:after-commit@2", "workflow.cancel:after-commit",
+DEFAULT = ["workflow.advance:before-commit", "workflow.advance:after-commit@2", "running/workflow.cancel:after-commit",
            "workflow.task:a:after-commit", "workflow.task:d:before-commit", "host.step.checkpoint:before-commit",
            "host.finalize:after-commit"]
 #: Default windows after which ``fencepost audit`` (the real CLI) must also exit 0 (every soak window does).
@@ -148,8 +151,10 @@ def _starts(site: Site, run_id: str) -> int:
 
 def _crash(site: Site, run_id: str, window: str) -> None:
     """Run the window's subject to its SIGKILL and check the durable state it left (module docstring, 1)."""
-    if window.startswith("workflow.cancel"):
-        killed = _cancel(site, run_id, window)
+    if "workflow.cancel" in window:
+        if window.startswith("running/"):
+            _crash(site, run_id, "workflow.advance:after-commit")
+        killed = _cancel(site, run_id, window.removeprefix("running/"))
         assert killed.returncode == KILLED, f"{window}: exit {killed.returncode}\n{killed.stderr}"
         assert killed.stdout == ""
         run = site.store.read(lambda tx: tx.progress.get_run(run_id))
@@ -185,18 +190,28 @@ def _converge(site: Site, run_id: str) -> WorkflowRunStatus:
 
 
 def _assert_converged(site: Site, run_id: str, window: str, status: WorkflowRunStatus, log_before: int) -> None:
-    cancelled = window == "workflow.cancel:after-commit"
+    cancelled = window.endswith("workflow.cancel:after-commit")
+    started = window.startswith("running/")
     assert status is (WorkflowRunStatus.CANCELLED if cancelled else WorkflowRunStatus.SUCCEEDED), window
     ran = Counter(_log(site)[log_before:])
     expected = Counter() if cancelled else Counter({"a": 1, "b": 1, "c": 1, "d": 1})
+    if cancelled and started and ran:  # a's task may have been claimed before the kill: then it finished
+        expected = Counter({"a": 1})
     assert ran == expected, f"{window}: tasks ran {dict(ran)} on the target"
     assert Counter(_ledger_steps(site, run_id)) == expected, f"{window}: the target's task ledger"
     starts = site.store.read(lambda tx: tx.progress.starts(run_id))
-    assert Counter(s.step_run_id for s in starts) == Counter({s: 1 for s in {s.step_run_id for s in starts}})
-    assert len(starts) == (0 if cancelled else 4), f"{window}: {len(starts)} starts"
+    assert len({s.step_run_id for s in starts}) == len(starts), f"{window}: a StepRun started twice"
+    assert len(starts) == (4 if not cancelled else 1 if started else 0), f"{window}: {len(starts)} starts"
     invocations = [i for i in site.store.read(lambda tx: tx.host.list_invocations())
                    if i.action_id == TASK_ACTION_ID and i.idempotency_key.startswith(f"wf:{run_id}:")]
-    assert sorted(str(i.status) for i in invocations) == ["succeeded"] * len(starts), window
+    assert len(invocations) == len(starts), window
+    # A task refused by its start check (the cancel intent) fails; every other one succeeded.
+    verdicts = sorted(str(i.status) for i in invocations)
+    wanted = ["succeeded"] * 4 if not cancelled else ["succeeded" if ran else "failed"] if started else []
+    assert verdicts == wanted, f"{window}: task verdicts {verdicts}"
+    if cancelled and started:
+        steps = {r.step_key: str(r.status) for r in site.store.read(lambda tx: tx.progress.step_runs(run_id))}
+        assert steps["a"] == ("succeeded" if ran else "cancelled") and steps["d"] == "cancelled", steps
     findings = audit(site.store) + audit_admissions(site.store) + audit_progress(site.store)
     assert findings == [], f"{window}: {findings}"
 
