@@ -29,6 +29,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -240,3 +241,30 @@ def test_sigkill_window_converges_with_each_task_once(sites: Sites, backend: str
 @pytest.mark.parametrize("backend", backend_params(["sqlite-wal", "sqlite-delete", "postgres"]))
 def test_sigkill_window_matrix(sites: Sites, backend: str, window: str) -> None:
     _window(sites, backend, window, "soak")
+
+
+#: A step whose task may run 8 s from its barrier: long enough to reach its target on a busy machine.
+SHORT = Steps(steps={"a": ("ta", ()), "b": ("tb", ("a",))}, tasks={"ta": log_task("a"), "tb": log_task("b")},
+              timeouts={"ta": 8})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", backend_params(["sqlite-wal"]))
+def test_a_task_committed_on_its_target_is_replayed_not_timed_out_after_its_deadline(
+        backend: str, tmp_path: Path) -> None:
+    """Killed right after the task's target COMMIT, taken over only after the step's deadline: the target's
+    ledger says the task ran, so the step succeeded (a replay), not ``timed_out`` "with nothing applied"."""
+    with opened_backend(backend, tmp_path) as opened:
+        kit = install(opened.migrated(), tmp_path, SHORT)
+        site = Site(kit, cli_url(opened), tmp_path)
+        run_id = kit.admit()
+        _crash(site, run_id, "workflow.task:a:after-commit")
+        start_row, = [s for s in site.store.read(lambda tx: tx.progress.starts(run_id))]
+        # The barrier took the worker's (real) clock; the in-process SQLite store's is a ManualClock.
+        wait_until(lambda: datetime.now(UTC) > start_row.deadline_at, 30.0, what="the step's deadline to pass")
+        status = _converge(site, run_id)
+        steps = {r.step_key: str(r.status) for r in site.store.read(lambda tx: tx.progress.step_runs(run_id))}
+        assert steps == {"a": "succeeded", "b": "succeeded"}, steps
+        assert status is WorkflowRunStatus.SUCCEEDED
+        assert Counter(_log(site)) == Counter({"a": 1, "b": 1})
+        assert audit_progress(site.store) == [] and audit_admissions(site.store) == []

@@ -200,11 +200,10 @@ class TaskAdapter:
         """Run the task once (module docstring); never raises for a target's answer."""
         params = TaskParams.model_validate(call.input)
         name = params.target
-        # The deadline is on the control store's clock (the barrier and the start check read it there too).
+        # The deadline is on the control store's clock (the barrier and the start check read it there too). A
+        # deadline already past is reported by ``_run`` only after the target's ledger said the task never ran:
+        # a re-run after a crash past the target COMMIT must replay its result, not claim nothing was applied.
         remaining = (_deadline(params) - self.store.read(lambda tx: tx.now())).total_seconds()
-        if remaining <= 0:
-            return PermanentFailure(f"{TIMED_OUT_MARK} step {params.step_key} reached its {params.timeout_seconds} s "
-                                    "deadline before its task ran; nothing was applied")
         try:
             package = self._package(params.publication_id)
             entry = next((t for t in package.tasks if t.id == params.task), None)
@@ -250,6 +249,11 @@ class TaskAdapter:
             if row is not None:
                 conn.execute("COMMIT")
                 return Succeeded({**json.loads(row[0]), "replayed": True})
+            if time.monotonic() >= deadline:
+                conn.execute("ROLLBACK")
+                return PermanentFailure(f"{TIMED_OUT_MARK} step {params.step_key} reached its "
+                                        f"{params.timeout_seconds} s deadline before its task ran; nothing was "
+                                        "applied")
             conn.set_progress_handler(lambda: 1 if time.monotonic() >= deadline else 0, 1000)
             try:
                 result = _statements(conn, sql)
