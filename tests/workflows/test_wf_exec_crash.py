@@ -249,7 +249,7 @@ SHORT = Steps(steps={"a": ("ta", ()), "b": ("tb", ("a",))}, tasks={"ta": log_tas
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", backend_params(["sqlite-wal"]))
+@pytest.mark.parametrize("backend", backend_params(["sqlite-wal"], soak=["sqlite-delete", "postgres"]))
 def test_a_task_committed_on_its_target_is_replayed_not_timed_out_after_its_deadline(
         backend: str, tmp_path: Path) -> None:
     """Killed right after the task's target COMMIT, taken over only after the step's deadline: the target's
