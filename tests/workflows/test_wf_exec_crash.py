@@ -67,8 +67,7 @@ HOST = ["host.claim:after-commit", "host.handler:before-commit", "host.handler:a
 WINDOWS = ADVANCE + CANCEL + TASK + HOST
 #: The default run: one window of each kind on each side of a COMMIT (SQLite WAL/FULL).
 DEFAULT = ["workflow.advance:before-commit", "workflow.advance:after-commit@2", "running/workflow.cancel:after-commit",
-           "workflow.task:a:after-commit", "workflow.task:d:before-commit", "host.step.checkpoint:before-commit",
-           "host.finalize:after-commit"]
+           "workflow.task:a:after-commit", "workflow.task:d:before-commit", "host.step.checkpoint:before-commit"]
 #: Default windows after which ``fencepost audit`` (the real CLI) must also exit 0 (every soak window does).
 CLI_AUDITED = frozenset({"workflow.advance:after-commit@2"})
 
