@@ -39,6 +39,7 @@ from fencepost.store import Store, open_store
 from fencepost.store.ports import UnitOfWork
 from fencepost.store.records import AttemptRecord, LeaseEvent, ReceiptRecord
 from fencepost.workflows.audit import audit_admissions
+from fencepost.workflows.progress_audit import audit_progress
 from helpers.processes import (
     CLI_TIMEOUT,
     KILLED,
@@ -285,11 +286,12 @@ def receipt_codes_of(store: Store, attempt_id: str) -> str:
 
 
 def unsound(store: Store) -> list[str]:
-    """Findings of ``fencepost audit``'s checks (in-process: the store's and the admissions' audit, which
-    recomputes every publication digest and installation lock) plus ``check_structure``; empty when sound."""
+    """Findings of ``fencepost audit``'s checks (in-process: the store's, the admissions' audit, which
+    recomputes every publication digest and installation lock, and the progress audit) plus ``check_structure``;
+    empty when sound."""
     findings = run_audit(store)
     if not any(f.check == "schema" for f in findings):
-        findings += audit_admissions(store)
+        findings += audit_admissions(store) + audit_progress(store)
     return [f"{f.check}: {f.subject}: {f.detail}" for f in findings] + check_structure(store)
 
 

@@ -34,6 +34,7 @@ from fencepost.rehearsal.audit import audit
 from fencepost.workflows.audit import audit_admissions
 from fencepost.workflows.bundle import derive_bundle
 from fencepost.workflows.plan import normalize_plan
+from fencepost.workflows.progress_audit import audit_progress
 
 STEPS = 2
 # ADR-0224 decision 2.5: Run, workflow.admitted, then per step a StepRun, a step.created event and a
@@ -55,7 +56,7 @@ def _prepared(world: World, tmp_path: Path) -> tuple[Path, dict[str, object]]:
 
 
 def _clean(world: World) -> None:
-    findings = audit(world.store) + audit_admissions(world.store)
+    findings = audit(world.store) + audit_admissions(world.store) + audit_progress(world.store)
     assert findings == [], findings
 
 

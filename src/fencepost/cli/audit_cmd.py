@@ -10,12 +10,14 @@ from fencepost.rehearsal.audit import audit as run_audit
 from fencepost.store.audit import CORRUPT, Finding
 from fencepost.store.url import DEFAULT_URL
 from fencepost.workflows.audit import audit_admissions
+from fencepost.workflows.progress_audit import audit_progress
 
 
 def audit(database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
     """Check schema version, SQLite integrity and foreign keys, outbox and rehearsal invariants, every
     Receipt fingerprint, every frozen file digest, and every workflow admission against its re-derived
-    Run, StepRuns, events, mutations and receipt. Exit 0 when sound, 1 on any finding (a database file too
+    Run, StepRuns, events, mutations and receipt, and every Run's progress ledger (StepRun and Run mutations,
+    events, start barriers, task verdicts). Exit 0 when sound, 1 on any finding (a database file too
     damaged to read is one: FINDING integrity: database file)."""
     with opened(database, require_schema=False, create=False) as store, handled():
         findings = run_audit(store)
@@ -23,6 +25,7 @@ def audit(database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
         try:
             if not any(f.check == "schema" or f.subject == CORRUPT for f in findings):
                 findings += audit_admissions(store)
+                findings += audit_progress(store)
             if not any(f.subject == CORRUPT for f in findings):
                 version = store.schema_version()
         except IntegrityViolation as error:  # a damaged file is a finding, not a crash (issue 11 item 8)

@@ -202,7 +202,9 @@ class TaskAdapter:
         """Run the task once (module docstring); never raises for a target's answer."""
         params = TaskParams.model_validate(call.input)
         name = params.target
-        # The deadline is on the control store's clock (the barrier and the start check read it there too).
+        # The deadline is on the control store's clock (the barrier and the start check read it there too). A
+        # deadline already past is reported by ``_run`` only after the target's ledger said the task never ran:
+        # a re-run after a crash past the target COMMIT must replay its result, not claim nothing was applied.
         remaining = (_deadline(params) - self.store.read(lambda tx: tx.now())).total_seconds()
         try:
             package = self._package(params.publication_id)
