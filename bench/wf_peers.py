@@ -10,6 +10,8 @@ Queue polling every 10 ms, ``worker_concurrency`` as ``bench.peers``, a unique `
 Each step is a ``@DBOS.step`` that opens the SQLite target file and commits one ``INSERT INTO marks`` in a
 ``BEGIN IMMEDIATE`` transaction (the same statement, journal mode and synchronous setting as fencepost's task;
 fencepost also writes its ledger row in that transaction, DBOS records the step's output in its system database).
+A step that finds the target locked past the 30 s busy timeout is retried by DBOS (``retries_allowed``, up to 10
+attempts), as fencepost retries a busy target.
 
 - ``dag``: workflow ``wf_dag`` runs step ``root``, enqueues ``width`` child workflows ``wf_leaf`` (one step each)
   on queue ``wf-child`` (any process dequeues them), awaits every handle, then runs step ``join``: 128 steps
@@ -104,7 +106,11 @@ def worker(system: str, target: str) -> None:
                  "run_admin_server": False,
                  "executor_id": f"wf-{os.getpid()}-{uuid.uuid4().hex[:6]}"})  # type: ignore[typeddict-unknown-key]
 
-    @DBOS.step(name="mark")
+    # Retried when the target is busy: 4 processes x 100 slots can hold SQLite's one writer lock past the 30 s
+    # busy timeout (seen on a loaded machine: 262 of 1,000 workflows ERROR without retries); fencepost's task
+    # treats a busy target as transient too. A retry re-runs the whole step: its INSERT never committed.
+    @DBOS.step(name="mark", retries_allowed=True, max_attempts=10, interval_seconds=0.1, backoff_rate=1.5,
+               should_retry=lambda error: "database is locked" in str(error))
     def mark() -> None:
         conn = sqlite3.connect(target, timeout=30, isolation_level=None)
         try:
