@@ -1,8 +1,8 @@
 """Run the benchmark suite: ``python -m bench [--quick] [--reps R] [--n N] [name ...]`` (``bash bench/run``).
 
-Names: throughput, peers, host, latency, takeover, size, rehearsal, relay, delivery (default: all). Every figure
-is printed as it is measured; the run ends with a markdown report in bench/results/<UTC date-time>.md. Repetitions are
-interleaved (fencepost, then each peer, then the next repetition) and every ratio is taken within one
+Names: throughput, peers, host, latency, takeover, size, rehearsal, relay, delivery, workflows (default: all).
+Every figure is printed as it is measured; the run ends with a markdown report in bench/results/<UTC date-time>.md.
+Repetitions are interleaved (fencepost, then each peer, then the next repetition) and every ratio is taken within one
 repetition, then the median of those ratios is reported.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 from bench.common import ROOT, Row, database, drop_stale_pg_databases, fmt, median, scratch_dir
 
-NAMES = ("throughput", "peers", "host", "latency", "takeover", "size", "rehearsal", "relay", "delivery")
+NAMES = ("throughput", "peers", "host", "latency", "takeover", "size", "rehearsal", "relay", "delivery", "workflows")
 BACKENDS = ("sqlite", "postgres")
 # Peer worker counts: pgqueuer (a target at 1 and 4) and Huey at both; the slow peers at one worker.
 PEERS = {"sqlite": [("huey", [1, 4]), ("dbos", [1])],
@@ -462,6 +462,120 @@ def bench_delivery(rep: Report, args: argparse.Namespace) -> None:
                      "every target's ledger holds the 3 migrations and its `seen` table one row per migration (a "
                      "second run would add a row); the plain loop's files hold the same rows.")
 
+# ──────────────────────────────── workflows ───────────────────────────────
+
+WF_SHAPES = (("dag", "128-step fan-out DAG (1 Run)"), ("runs", "1,000 one-step Runs"))
+WF_LABEL = {"sqlite": "SQLite WAL/FULL", "postgres": "PostgreSQL"}
+
+
+def bench_workflows(rep: Report, args: argparse.Namespace) -> None:
+    """Steps per second of one 128-step fan-out DAG and of 1,000 one-step Runs, 1 and 4 worker processes, both
+    control-store backends, against DBOS workflows of the same shapes in the same repetition (bench/workflows.py,
+    bench/wf_peers.py); commits per step counted in fencepost's workers."""
+    from bench import workflows
+
+    runs = min(args.n, workflows.RUNS)
+    series: dict[str, list[float]] = {}
+    commits: dict[str, dict[str, Any]] = {}
+
+    def put(key: str, value: float) -> None:
+        series.setdefault(key, []).append(value)
+
+    for i in range(args.reps):
+        print(f"workflows repetition {i + 1}/{args.reps}", flush=True)
+        for backend in BACKENDS:
+            for shape, _ in WF_SHAPES:
+                for workers in (1, 4):
+                    key = f"{backend}/{shape}/{workers}"
+                    with database(backend, f"wf{workers}") as url, scratch_dir("wf") as d:
+                        got = workflows.run_case(url, d, shape, workers, runs=runs)
+                    if not got.verified["ok"]:
+                        raise RuntimeError(f"workflows {key}: not every step succeeded exactly once: {got.verified}")
+                    put(f"fp/{key}", got.steps_per_s)
+                    put(f"writes/{key}", got.writes_per_step)
+                    put(f"work/{key}", got.work_writes_per_step)
+                    if got.xact_commit_per_step is not None:
+                        put(f"xact/{key}", got.xact_commit_per_step)
+                    commits[key] = got.writes
+                    print(f"  fencepost {key}: {got.steps_per_s:,.1f} steps/s ({got.seconds:.1f} s); write "
+                          f"transactions per step {got.writes_per_step:.2f} (step work {got.work_writes_per_step:.2f})"
+                          + (f", xact_commit per step {got.xact_commit_per_step:.2f}"
+                             if got.xact_commit_per_step is not None else ""), flush=True)
+                    try:
+                        peer = _wf_dbos(backend, shape, workers, runs)
+                    except Exception as error:  # a peer that cannot run here is reported, never faked
+                        rep.failures.append(f"dbos workflows {key}: {type(error).__name__}: {error}")
+                        traceback.print_exc()
+                        continue
+                    if not peer["ok"]:
+                        rep.failures.append(f"dbos workflows {key}: {peer}")
+                        continue
+                    put(f"dbos/{key}", peer["steps_per_s"])
+                    put(f"ratio/{key}", got.steps_per_s / peer["steps_per_s"])
+                    print(f"  dbos {key}: {peer['steps_per_s']:,.1f} steps/s ({peer['seconds']:.1f} s)", flush=True)
+    for backend in BACKENDS:
+        for shape, title in WF_SHAPES:
+            what = title if shape == "dag" else f"{runs:,} one-step Runs"
+            for workers in (1, 4):
+                key = f"{backend}/{shape}/{workers}"
+                rep.add(Row("workflows", f"{WF_LABEL[backend]} fencepost {what}, {workers} worker(s)",
+                            series[f"fp/{key}"], "steps/s", "all admitted -> all settled"))
+                if f"dbos/{key}" in series:
+                    rep.add(Row("workflows", f"{WF_LABEL[backend]} DBOS {what}, {workers} worker(s)",
+                                series[f"dbos/{key}"], "steps/s", "first workflow started -> last step done"))
+                rep.add(Row("workflows", f"{WF_LABEL[backend]} fencepost {what}, {workers} worker(s): commits",
+                            series[f"writes/{key}"], "writes/step",
+                            f"control-store write transactions per step, all (step work alone: "
+                            f"{fmt(median(series[f'work/{key}']))}); + 1 target commit"))
+                if f"xact/{key}" in series:
+                    rep.add(Row("workflows", f"{WF_LABEL[backend]} fencepost {what}, {workers} worker(s): "
+                                "xact_commit", series[f"xact/{key}"], "commits/step",
+                                "pg_stat_database delta over the timed window, reads included"))
+    for backend in BACKENDS:
+        for shape, _ in WF_SHAPES:
+            for workers in (1, 4):
+                key = f"ratio/{backend}/{shape}/{workers}"
+                if key in series:
+                    rep.ratio(Row("workflows", f"{WF_LABEL[backend]} {shape}: fencepost / DBOS, {workers} worker(s)",
+                                  series[key], "x"))
+    print("\n" + workflow_table(series, runs), flush=True)
+    for key, writes in sorted(commits.items()):
+        rep.notes.append(f"workflows {key}: fencepost write transactions (last repetition, all workers) by name: "
+                         f"{writes}")
+    rep.notes.append("workflows: every fencepost case verified: every Run and StepRun `succeeded`, the target's "
+                     "`marks` holds one row per step and its `fencepost_workflow_tasks` ledger one row per step; "
+                     "every DBOS case: the steps done equal the shape's and `marks` holds one row per step.")
+
+
+def workflow_table(series: dict[str, list[float]], runs: int) -> str:
+    """The workflow benchmark's summary: steps/s, fencepost / DBOS and commits per step, medians."""
+    out = ["| backend | shape | workers | fencepost steps/s | DBOS steps/s | fencepost / DBOS | writes/step (all) "
+           "| writes/step (step work) | xact_commit/step |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for backend in BACKENDS:
+        for shape, title in WF_SHAPES:
+            for workers in (1, 4):
+                key = f"{backend}/{shape}/{workers}"
+
+                def m(prefix: str, key: str = key) -> str:
+                    return fmt(median(series.get(f"{prefix}/{key}", [])))
+
+                ratio = m("ratio")
+                out.append(f"| {WF_LABEL[backend]} | {title if shape == 'dag' else f'{runs:,} one-step Runs'} "
+                           f"| {workers} | {m('fp')} | {m('dbos')} | {ratio}{'x' if ratio != 'n/a' else ''} "
+                           f"| {m('writes')} | {m('work')} | {m('xact')} |")
+    return "\n".join(out)
+
+
+def _wf_dbos(backend: str, shape: str, workers: int, runs: int) -> dict[str, Any]:
+    from bench import wf_peers
+
+    if backend == "sqlite":
+        with scratch_dir("wf-dbos") as d:
+            return wf_peers.run(str(d / "system.db"), str(d / "marks.db"), shape, workers, n=runs)
+    with database("postgres", "wf_dbos") as system, scratch_dir("wf-dbos") as d:
+        return wf_peers.run(system, str(d / "marks.db"), shape, workers, n=runs)
+
 
 # ───────────────────────────────── relay ─────────────────────────────────
 
@@ -552,7 +666,7 @@ def main(argv: list[str] | None = None) -> int:
                       lambda: bench_throughput(rep, args, "peers" in names)))
     for name, fn in (("host", bench_host), ("latency", bench_latency), ("takeover", bench_takeover),
                      ("size", bench_size), ("rehearsal", bench_rehearsal), ("relay", bench_relay),
-                     ("delivery", bench_delivery)):
+                     ("delivery", bench_delivery), ("workflows", bench_workflows)):
         if name in names:
             steps.append((name, lambda fn=fn: fn(rep, args)))
     for title, step in steps:

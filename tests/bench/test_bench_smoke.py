@@ -1,5 +1,6 @@
 """Smoke test of the benchmark suite: the fencepost-only throughput and host benchmarks, small, in this process,
-and the relay benchmark's cases (real relay processes, RabbitMQ on 127.0.0.1:5672 and a local receiver).
+and the relay benchmark's cases (real relay processes, RabbitMQ on 127.0.0.1:5672 and a local receiver),
+the delivery and the workflow benchmarks' cases (real `fencepost worker`-built processes).
 
 It proves the benchmark code runs against the current fencepost and that its workload is correct (every
 command DELIVERED exactly once, one claim and one deliver event each; every host invocation succeeded on its
@@ -78,3 +79,22 @@ def test_quick_delivery_fleet_delivers_every_migration_exactly_once(tmp_path: Pa
     assert result.verified["deliveries"] == {"succeeded/matches rehearsal": 4}
     assert result.verified["targets_exactly_once"] == 4 and result.verified["direct_exactly_once"] == 4
     assert len(MIGRATIONS) == 3 and result.fencepost_per_s > 0 and result.direct_per_s > 0
+
+
+def test_quick_workflow_runs_settle_with_one_target_row_per_step() -> None:
+    """The workflow benchmark's cases, tiny: an 8-step fan-out DAG and 10 one-step Runs, each on a fresh SQLite
+    control store, one real worker process; every step succeeded once (one `marks` row, one ledger row) and the
+    rate and the commit counts are positive, with the task invocation's host transactions once per step."""
+    from bench.common import scratch_dir
+    from bench.workflows import run_case
+
+    for shape, steps in (("dag", 8), ("runs", 10)):
+        with database("sqlite", f"smoke-wf-{shape}") as url, scratch_dir("smoke-wf") as d:
+            result = run_case(url, d, shape, 1, dag_size=8, runs=10)
+        assert result.verified["ok"], (shape, result.verified)
+        assert result.verified["step_runs"] == {"succeeded": steps} and result.verified["marks"] == steps
+        assert result.steps == steps and result.steps_per_s > 0 and result.seconds > 0
+        for name in ("host.claim", "host.handler", "host.finalize"):
+            assert result.writes[name] == steps, (shape, result.writes)
+        assert result.writes["workflow.advance"] >= (3 if shape == "dag" else steps), result.writes
+        assert result.writes_per_step >= result.work_writes_per_step > 5, result.writes
