@@ -76,19 +76,22 @@ def _asking_again_enqueues_a_second_attempt(db: object, run_id: str) -> None:
     assert compared.comparison is not None and compared.comparison.equal, compared.reason
 
 
-def _admission_windows() -> tuple[str, ...]:
-    """The crash points of ``tests/workflows/test_wf_crash.py`` (the ``workflow.admit`` windows), loaded from
-    that file with its folder on ``sys.path`` for its ``wf_support`` import."""
-    path = TESTS / "workflows" / "test_wf_crash.py"
-    spec = importlib.util.spec_from_file_location("crash_meta_wf_crash", path)
+def _admission_windows(name: str = "test_wf_crash") -> tuple[str, ...]:
+    """The crash points of ``tests/workflows/<name>.py`` (``test_wf_crash``: the ``workflow.admit`` windows;
+    ``test_wf_exec_crash``: the execution windows, whose ``running/`` prefix names a scenario of the same point),
+    loaded from that file with its folder on ``sys.path`` for its helper imports."""
+    path = TESTS / "workflows" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"crash_meta_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     sys.path.insert(0, str(path.parent))
     try:
         spec.loader.exec_module(module)
     finally:
         sys.path.remove(str(path.parent))
-    return tuple(module.WINDOWS)
+        sys.modules.pop(spec.name, None)
+    return tuple(str(w).split("/", 1)[-1] for w in module.WINDOWS)
 
 
 def crash_window_points() -> dict[str, tuple[str, ...]]:
@@ -105,6 +108,7 @@ def crash_window_points() -> dict[str, tuple[str, ...]]:
         "tests/crash/test_completion_windows.py": tuple(w.point for w in COMPLETION_WINDOWS),
         "tests/crash/test_resolve_windows.py": RESOLVE_WINDOWS,
         "tests/crash/delivery_flow.py": DELIVERY_POINTS,
+        "tests/workflows/test_wf_exec_crash.py": _admission_windows("test_wf_exec_crash"),
     }
 
 
