@@ -36,6 +36,11 @@ Guard = Callable[[sqlite3.Connection], "str | None"]
 
 #: The target's own ledger table.
 LEDGER_TABLE = "fencepost_delivery"
+#: The target's ledger of workflow task runs (written by ``fencepost.workflows.task``): fencepost's own table, never
+#: drift and never part of the target's schema fingerprint.
+TASK_LEDGER_TABLE = "fencepost_workflow_tasks"
+#: Every table fencepost itself keeps in a target.
+OWN_TABLES = (LEDGER_TABLE, REHEARSAL_LEDGER, TASK_LEDGER_TABLE)
 #: Seconds a target connection waits for another writer before the step calls the target busy.
 DEFAULT_BUSY_TIMEOUT = 2.0
 
@@ -139,13 +144,13 @@ def user_objects(conn: sqlite3.Connection) -> list[str]:
     """``"<type> <name>"`` of every schema object that is not SQLite's own or a ledger, sorted."""
     return [r[0] for r in conn.execute(
         "SELECT type || ' ' || name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' "
-        "AND tbl_name NOT IN (?, ?) ORDER BY type, name", (LEDGER_TABLE, REHEARSAL_LEDGER))]
+        "AND tbl_name NOT IN (?, ?, ?) ORDER BY type, name", OWN_TABLES)]
 
 
 def fingerprint(conn: sqlite3.Connection) -> dict[str, Any]:
     """The rehearsal's semantic schema fingerprint of the target (``schema_summary``: normalized schema text,
     volatile parts such as whitespace and SQLite's own objects removed), with both ledgers left out."""
-    return schema_summary(conn, ledgers=(REHEARSAL_LEDGER, LEDGER_TABLE))
+    return schema_summary(conn, ledgers=OWN_TABLES)
 
 
 def _find(conn: sqlite3.Connection, package: str, migration: str) -> LedgerRow | None:

@@ -59,8 +59,8 @@ TASK_ACTION_VERSION = 1
 ADAPTER_TYPE = "fencepost.workflow_target"
 #: Seconds a step may run from its start barrier when its task declares no ``timeout_seconds``.
 DEFAULT_TIMEOUT_SECONDS = 300
-#: The target's ledger of task runs.
-TASK_LEDGER = "fencepost_workflow_tasks"
+#: The target's ledger of task runs (delivery's drift check and fingerprint leave it out).
+TASK_LEDGER = target_db.TASK_LEDGER_TABLE
 #: Rows of a task's last result set kept in its output (the rest are counted).
 SAMPLE_ROWS = 20
 #: Markers in a failure's text that say which StepRun verdict it is (the host stores the text as the error).
