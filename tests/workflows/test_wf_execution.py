@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from exec_kit import ENDLESS, Steps, install, log_task
 
 from delivery.kit import add_target, deliver
 from fencepost.catalog.lifecycle import CatalogService
+from fencepost.core.errors import InvalidInput
 from fencepost.core.statuses import StepRunStatus, WorkflowRunStatus
 from fencepost.delivery import target_db
 from fencepost.host.adapter import AdapterCall, PermanentFailure, Succeeded
@@ -169,3 +171,12 @@ def test_the_default_target_is_the_one_the_version_was_delivered_to_successfully
     plan = WorkflowService(control).plan(kit.package, "flow", plan_id="p-default")
     t1 = control.read(lambda tx: tx.delivery.get_live_target("t1"))
     assert t1 is not None and plan["target_id"] == t1.id
+
+
+def test_a_named_target_without_a_successful_delivery_of_the_version_is_refused_at_planning(
+        control: Store, tmp_path: Path) -> None:
+    kit = install(control, tmp_path, DIAMOND)
+    add_target(control, tmp_path, "t2")  # live, never delivered to
+    with pytest.raises(InvalidInput, match=r"holds no successful delivery of shop 1\.0\.0"):
+        WorkflowService(control).plan(kit.package, "flow", plan_id="p-t2", target="t2")
+    assert control.read(lambda tx: tx.progress.list_runs()) == []

@@ -142,19 +142,24 @@ def require_target(plan: Any) -> None:
 def _target(tx: UnitOfWork, package: str, publication_id: str, name: str | None) -> TargetRecord | None:
     """The named live target, else the only live target ``publication_id`` was delivered to successfully (a
     delivery that failed or awaits reconciliation does not count), else None when there is none (a plan without
-    a target is admitted, but its steps cannot start)."""
+    a target is admitted, but its steps cannot start).
+
+    Raises:
+        NotFound: no live target ``name``. InvalidInput: ``name`` holds no successful delivery of this version
+        (its tasks could not run there), or no name and several targets hold one.
+    """
+    delivered = _delivered(tx, package, publication_id)
     if name is not None:
         found = tx.delivery.get_live_target(name)
         if found is None:
             raise NotFound(f"no live delivery target {name} (add one with fencepost target add)")
+        if found.id not in delivered:
+            publication = tx.catalog.get_publication(publication_id)
+            version = publication.version if publication is not None else publication_id
+            raise InvalidInput(f"target {name} holds no successful delivery of {package} {version}, so the "
+                               f"run's tasks could not run there; deliver it first (fencepost package install "
+                               f"{package} --target {name})")
         return found
-    delivered = set()
-    for start in tx.delivery.list_delivery_starts(package):
-        if start.publication_id != publication_id or start.target_id in delivered:
-            continue
-        invocation = tx.host.get_invocation(start.invocation_id)
-        if invocation is not None and invocation.status is InvocationStatus.SUCCEEDED:
-            delivered.add(start.target_id)
     live = [t for t in tx.delivery.list_live_targets() if t.id in delivered]
     if not live:
         return None
@@ -163,3 +168,15 @@ def _target(tx: UnitOfWork, package: str, publication_id: str, name: str | None)
         raise InvalidInput(f"name the target the run's tasks run on with --target (targets {package} was "
                            f"delivered to successfully: {names})")
     return live[0]
+
+
+def _delivered(tx: UnitOfWork, package: str, publication_id: str) -> set[str]:
+    """Ids of the targets holding a succeeded delivery of ``publication_id``."""
+    delivered: set[str] = set()
+    for start in tx.delivery.list_delivery_starts(package):
+        if start.publication_id != publication_id or start.target_id in delivered:
+            continue
+        invocation = tx.host.get_invocation(start.invocation_id)
+        if invocation is not None and invocation.status is InvocationStatus.SUCCEEDED:
+            delivered.add(start.target_id)
+    return delivered
