@@ -95,7 +95,7 @@ def test_a_failure_reason_is_escaped_and_dependents_show_skipped(tmp_path: Path)
 
 def test_unknown_runs_bad_filters_and_closed_reads(site: Site) -> None:
     missing = site.client.get("/workflows/wfr_nope")
-    assert missing.status_code == 404 and "no workflow run wfr_nope" in missing.text
+    assert missing.status_code == 404 and "no workflow run or plan id wfr_nope" in missing.text
     assert_problem(site.client.get("/workflows/wfr_nope.json"), 404, "not-found")
     bad = site.client.get("/workflows", params={"status": "sleeping"})
     assert bad.status_code == 422 and "status must be one of running, succeeded" in bad.text

@@ -97,8 +97,8 @@ def test_cancel_finalizes_the_not_started_steps_at_once(world: World) -> None:
 
 
 @pytest.mark.parametrize(("method", "url", "body", "status", "needle"), [
-    ("get", "/v1/workflow-runs/wfr_nope", None, 404, "no workflow run wfr_nope"),
-    ("post", "/v1/workflow-runs/wfr_nope/cancel", {"reason": "x"}, 404, "no workflow run wfr_nope"),
+    ("get", "/v1/workflow-runs/wfr_nope", None, 404, "no workflow run or plan id wfr_nope"),
+    ("post", "/v1/workflow-runs/wfr_nope/cancel", {"reason": "x"}, 404, "no workflow run or plan id wfr_nope"),
     ("post", "/v1/workflow-runs/wfr_nope/cancel", {}, 422, "reason"),
     ("get", "/v1/workflow-runs?status=bogus", None, 422, "status"),
     ("get", "/v1/workflow-runs?limit=0", None, 422, "limit"),

@@ -153,8 +153,8 @@ def test_run_to_succeeded_exits_0_and_status_list_json_shapes(site: Site, worker
 
 
 def test_bad_input_is_refused_with_exit_2(site: Site) -> None:
-    for args, needle in ((["status", "wfr_nope"], "no workflow run wfr_nope"),
-                         (["cancel", "wfr_nope", "--reason", "x"], "no workflow run wfr_nope"),
+    for args, needle in ((["status", "wfr_nope"], "no workflow run or plan id wfr_nope"),
+                         (["cancel", "wfr_nope", "--reason", "x"], "no workflow run or plan id wfr_nope"),
                          (["run", "ok", "flow", "--inputs", "[1"], "--inputs is not valid JSON"),
                          (["run", "ok", "flow", "--inputs", "[1]"], "--inputs must be a JSON object"),
                          (["run", "ok", "flow", "--target", "nobody"], "no live delivery target nobody"),
@@ -171,7 +171,7 @@ def test_bad_input_is_refused_with_exit_2(site: Site) -> None:
     # a process-level check of one: one line on stderr, nothing on stdout
     unknown = site.cli("workflow", "status", "wfr_nope")
     assert (unknown.returncode, unknown.stdout, unknown.error_line) == (
-        2, "", "fencepost: no workflow run wfr_nope"), unknown.describe()
+        2, "", "fencepost: no workflow run or plan id wfr_nope"), unknown.describe()
 
 
 def test_a_failing_task_exits_1_naming_the_step_and_its_reason(site: Site, worker: Process) -> None:

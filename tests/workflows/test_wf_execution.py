@@ -180,3 +180,12 @@ def test_a_named_target_without_a_successful_delivery_of_the_version_is_refused_
     with pytest.raises(InvalidInput, match=r"holds no successful delivery of shop 1\.0\.0"):
         WorkflowService(control).plan(kit.package, "flow", plan_id="p-t2", target="t2")
     assert control.read(lambda tx: tx.progress.list_runs()) == []
+
+
+def test_a_run_is_found_by_its_plan_id_too(control: Store, tmp_path: Path) -> None:
+    kit = install(control, tmp_path, DIAMOND)
+    run_id = kit.admit("nightly-2026-12-02")
+    service = WorkflowService(control)
+    assert service.run("nightly-2026-12-02")["run_id"] == run_id
+    cancelled = service.cancel("nightly-2026-12-02", reason="by plan id", actor="ops")
+    assert cancelled["run_id"] == run_id and cancelled["outcome"] == "requested"

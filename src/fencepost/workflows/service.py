@@ -96,6 +96,7 @@ class WorkflowService:
             InvalidInput: a bad reason or actor. NotFound: no such Run.
         """
         before = self.run(run_id)
+        run_id = str(before["run_id"])  # a plan id names its Run too
         result = request_cancel(self.store, run_id, reason=reason, actor=actor)
         if result.outcome != "settled":
             advance(self.store, workflow_host(self.store), run_id)

@@ -33,7 +33,7 @@ def run_summary(run: RunState) -> dict[str, Any]:
 
 
 def run_view(tx: UnitOfWork, run_id: str) -> dict[str, Any]:
-    """The Run ``run_id`` with its steps (module docstring).
+    """The Run ``run_id`` (or the Run of plan id ``run_id``) with its steps (module docstring).
 
     Returns:
         ``run_summary`` plus ``package``, ``target`` (``{"id", "name"}`` or None), ``steps`` (in step-key order:
@@ -44,8 +44,12 @@ def run_view(tx: UnitOfWork, run_id: str) -> dict[str, Any]:
         NotFound: no such Run.
     """
     run = tx.progress.get_run(run_id)
+    if run is None:  # a plan id names its Run too (the id a user chose with --plan-id)
+        by_plan = tx.admission.get(run_id)
+        run = tx.progress.get_run(by_plan.run_id) if by_plan is not None else None
     if run is None:
-        raise NotFound(f"no workflow run {run_id}")
+        raise NotFound(f"no workflow run or plan id {run_id}")
+    run_id = run.id
     admission = tx.admission.get(run.plan_id)
     plan = parse_json(admission.plan) if admission is not None else {}
     target_id = plan.get("target_id") if isinstance(plan, dict) else None
