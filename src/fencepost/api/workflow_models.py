@@ -60,6 +60,7 @@ class WorkflowRunSummary(_Model):
     created_at: str | None
     settled_at: str | None
     cancel: CancelIntent | None
+    package: str | None = None
 
 
 class WorkflowStep(_Model):
@@ -80,7 +81,6 @@ class WorkflowStep(_Model):
 class WorkflowRun(WorkflowRunSummary):
     """A Run with its steps in step-key order, the count of steps per status and of its events (``views.run_view``)."""
 
-    package: str | None
     target: RunTarget | None
     steps: list[WorkflowStep]
     counts: dict[str, int]

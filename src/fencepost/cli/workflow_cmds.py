@@ -303,7 +303,8 @@ def list_runs(database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False,
         for r in items:
             cancel = "  cancel requested" if r["cancel"] else ""
             pad = " " * max(0, 10 - len(r["status"]))
-            render.console.print(f"{r['run_id']}  {escape(r['workflow_id']):<20} {render.styled(r['status'])}{pad} "
+            workflow = f"{r['package'] or '?'}/{r['workflow_id']}"
+            render.console.print(f"{r['run_id']}  {escape(workflow):<28} {render.styled(r['status'])}{pad} "
                                  f"created {render.when(r['created_at'])}  settled {render.when(r['settled_at'])}"
                                  f"{cancel}", soft_wrap=True)
 

@@ -80,5 +80,10 @@ def run_view(tx: UnitOfWork, run_id: str) -> dict[str, Any]:
 
 
 def runs_view(tx: UnitOfWork, *, status: WorkflowRunStatus | None = None, limit: int = 100) -> list[dict[str, Any]]:
-    """Runs newest first (``run_summary`` each), optionally of one status; ``limit`` 1..10000."""
-    return [run_summary(r) for r in tx.progress.list_runs(status=status, limit=limit)]
+    """Runs newest first (``run_summary`` each, with its ``package``), optionally of one status; ``limit``
+    1..10000."""
+    items = []
+    for run in tx.progress.list_runs(status=status, limit=limit):
+        admission = tx.admission.get(run.plan_id)
+        items.append({**run_summary(run), "package": admission.package_name if admission is not None else None})
+    return items
