@@ -91,11 +91,11 @@ def test_a_takeover_that_finds_the_target_locked_by_a_frozen_worker_does_not_den
         a.send_signal(signal.SIGSTOP)
         b = _worker(url, kit.work_dir, "B", tmp_path / "B.log")
 
-        def settled() -> bool:
-            run = store.read(lambda tx: tx.progress.get_run(run_id))
-            return run is not None and run.status.terminal
+        def settled() -> bool:  # a verdict under B: terminal, or lost (awaiting an operator)
+            steps = store.read(lambda tx: tx.progress.step_runs(run_id))
+            return all(s.status.terminal or s.status is StepRunStatus.LOST for s in steps)
 
-        _wait("the Run settling under B", settled, 150)
+        _wait("step s reaching a verdict under B", settled, 150)
         a.send_signal(signal.SIGCONT)
         _wait("A's target transaction ending", lambda: not _write_locked(kit.target_path), 60)
     finally:
