@@ -687,6 +687,10 @@ class Execution:
                     wait = min(wait, max(0.0, deadline - time.monotonic()))
                 self.runtime.sleep(wait)
         reason = f"exhausted after {step.retry.max_attempts} attempt(s): {outcome.reason}"
+        if earlier_unknown:  # each retry did nothing, but the reclaimed row's earlier call may still apply (F4):
+            # a frozen worker past its lease can hold the provider (a target's write lock) and commit later
+            return StepOutcome(StepVerdict.AMBIGUOUS, reason=f"{reason}; an earlier attempt of this step may have "
+                               "reached the provider, so its outcome is unknown", outcome=outcome.outcome), attempts
         return StepOutcome(StepVerdict.FAILED, reason=reason, outcome=outcome.outcome), attempts
 
     def _checkpoint(self, invocation: InvocationRecord, step: AdapterStep, adapter: Adapter, adapter_id: str,

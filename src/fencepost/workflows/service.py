@@ -53,8 +53,10 @@ class WorkflowService:
                 raise NotFound(f"{package} {pub.version} has no workflow {workflow_id!r} (known: {known})")
             tasks = pub.definition.get("tasks", {})
             chosen = _target(tx, package, pub.id, target)
+            # None means "pick one"; an empty id is the caller's (an unset key) and fails validation
+            key = plan_id if plan_id is not None else f"plan_{secrets.token_hex(12)}"
             return {
-                "format": PLAN_FORMAT, "plan_id": plan_id or f"plan_{secrets.token_hex(12)}", "package": package,
+                "format": PLAN_FORMAT, "plan_id": key, "package": package,
                 "publication_id": pub.id, "installation_id": installation.id, "lock": installation.lock_digest,
                 "workflow_id": workflow_id, "workflow_digest": workflow["digest"], "inputs": inputs or {},
                 "steps": [{"key": s["key"], "task": s["task"], "task_digest": tasks[s["task"]]["digest"],
