@@ -23,7 +23,7 @@ class NewWorkflowRun(_Model):
     target: str | None = Field(default=None, min_length=1, max_length=100, examples=["tenant-a"],
                                description="The live target the tasks run on (default: the one target the "
                                            "installed version was delivered to).")
-    plan_id: str | None = Field(default=None, min_length=1, max_length=200, examples=["nightly-2026-11-30"],
+    plan_id: str | None = Field(default=None, min_length=1, max_length=128, examples=["nightly-2026-11-30"],
                                 description="Idempotency key: the same plan id again answers the existing Run "
                                             "(200). Default: random.")
     inputs: dict[str, Any] = Field(default_factory=dict, description="Run inputs (a JSON object).")

@@ -206,6 +206,7 @@ class TaskAdapter:
         # deadline already past is reported by ``_run`` only after the target's ledger said the task never ran:
         # a re-run after a crash past the target COMMIT must replay its result, not claim nothing was applied.
         remaining = (_deadline(params) - self.store.read(lambda tx: tx.now())).total_seconds()
+        deadline = time.monotonic() + remaining  # fixed now: a worker frozen from here on gets no extra time
         try:
             package = self._package(params.publication_id)
             entry = next((t for t in package.tasks if t.id == params.task), None)
@@ -222,7 +223,7 @@ class TaskAdapter:
             with target_db.connect(name, path, busy_timeout=self.busy_timeout) as conn:
                 register_host_functions(conn, resolve(package.functions))
                 deny_escapes(conn)
-                return self._run(conn, call.adapter_invocation_id, params, sql, remaining)
+                return self._run(conn, call.adapter_invocation_id, params, sql, deadline)
         except (TargetMissing, InvalidInput) as error:
             return PermanentFailure(f"{error}; nothing was applied")
         except TargetBusy as error:
@@ -233,11 +234,10 @@ class TaskAdapter:
             return PermanentFailure(f"target {name}: {error}; nothing was applied")
 
     def _run(self, conn: sqlite3.Connection, adapter_id: str, params: TaskParams, sql: str,
-             remaining: float) -> object:
+             deadline: float) -> object:
         """The task's one target transaction. The ledger is read first: a task an earlier run applied is reported
         applied whatever has changed since (the deadline passed, the target moved on to another version)."""
         name = params.target
-        deadline = time.monotonic() + remaining
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as error:
@@ -251,7 +251,7 @@ class TaskAdapter:
             if row is not None:
                 conn.execute("COMMIT")
                 return Succeeded({**json.loads(row[0]), "replayed": True})
-            if remaining <= 0:
+            if time.monotonic() >= deadline:
                 _rollback(conn)
                 return PermanentFailure(f"{TIMED_OUT_MARK} step {params.step_key} reached its "
                                         f"{params.timeout_seconds} s deadline before its task ran; nothing was applied")
