@@ -3,8 +3,10 @@ registration) and the real CLI. ``fencepost workers`` lists both, then only one 
 its registration expires, and none after the survivor stops; ``fencepost rehearsal status`` says "no live
 worker serves this kind" exactly while none does, and marks an expired lease as expired.
 
-Every process reads the store's own clock (no ManualClock here): the loops beat every 0.2 s, so a
-registration expires 0.6 s after its last beat.
+Every process reads the store's own clock (no ManualClock here). A loop whose expiry the test waits for beats
+every 0.2 s, so its registration expires 0.6 s after its last beat; a loop that must still count as live after
+several CLI calls beats every 5 s (expiry 15 s): at a load of 15 on two cores, one CLI start can take longer
+than 0.6 s, and a live loop judged dead between its beats is the machine, not the registry.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from helpers.waiting import wait_until
 LOOP = Path(__file__).with_name("registration_loop.py")
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "inventory"
 HEARTBEAT = 0.2
+STEADY = 5.0  # the heartbeat of a loop that must stay live across CLI calls
 NOTICE = "no live worker serves this kind"
 
 
@@ -37,8 +40,8 @@ class Loops:
         self.url, self.root = url, root
         self.started: list[Process] = []
 
-    def start(self, worker_id: str, *kinds: str, in_flight: int = 0) -> Process:
-        args = [self.url, worker_id, f"{HEARTBEAT:g}", str(in_flight), *(kinds or (KIND,))]
+    def start(self, worker_id: str, *kinds: str, in_flight: int = 0, heartbeat: float = HEARTBEAT) -> Process:
+        args = [self.url, worker_id, f"{heartbeat:g}", str(in_flight), *(kinds or (KIND,))]
         loop = start(args, name=worker_id, stdout_path=self.root / f"loop-{worker_id}.log", cwd=self.root,
                      argv_prefix=[sys.executable, str(LOOP)], worker_id=worker_id,
                      started_event="registration_loop_started")
@@ -92,14 +95,23 @@ def census(url: str) -> tuple[list[str], list[str]]:
 
 @pytest.mark.slow
 def test_workers_lists_two_then_one_after_a_sigkill_expires_the_others_registration(url: str, loops: Loops) -> None:
-    first = loops.start("loop-a", in_flight=1)
+    first = loops.start("loop-a", in_flight=1, heartbeat=STEADY)
     second = loops.start("loop-b", KIND, "other.kind")
-    data = cli(url, "workers", "--json").json()
+
+    def live() -> dict[str, Any]:
+        data: dict[str, Any] = cli(url, "workers", "--json").json()
+        return data
+
+    # the registration says 0 in flight; loop-a's first beat (after STEADY seconds) reports its one command
+    wait_until(lambda: {w["id"]: w["in_flight"] for w in live()["live"]}.get("loop-a") == 1, 60,
+               what="loop-a's first beat", interval=0.5)
+    data = live()
     assert [w["id"] for w in data["live"]] == ["loop-a", "loop-b"] and data["expired"] == []
     by_id = {w["id"]: w for w in data["live"]}
     assert (by_id["loop-a"]["pid"], by_id["loop-a"]["kinds"], by_id["loop-a"]["in_flight"]) == (first.pid, [KIND], 1)
     assert (by_id["loop-b"]["pid"], by_id["loop-b"]["kinds"]) == (second.pid, ["other.kind", KIND])
-    assert all(w["heartbeat_seconds"] == HEARTBEAT and w["live"] for w in data["live"])
+    assert [w["heartbeat_seconds"] for w in data["live"]] == [STEADY, HEARTBEAT]
+    assert all(w["live"] for w in data["live"])
     text = cli(url, "workers").stdout
     assert "2 live workers" in text and "loop-a" in text and "loop-b" in text and "stopped renewing" not in text
 
@@ -130,14 +142,14 @@ def test_rehearsal_status_says_no_live_worker_serves_the_kind_exactly_while_none
     service = RehearsalService(system_store)
     run = service.create_run(EXAMPLE)
     attempt = service.enqueue_attempt(run.id)
-    loops.start("other-kinds-only", "other.kind")  # a live worker, but not of this kind
+    loops.start("other-kinds-only", "other.kind", heartbeat=STEADY)  # a live worker, but not of this kind
 
     outbox, text = _status(url, run.id)
     assert (outbox["status"], outbox["no_live_worker"], outbox["live_workers"]) == ("PENDING", True, 0)
     assert outbox["pending_seconds"] >= 0
     assert "pending for" in text and NOTICE in text
 
-    serving = loops.start("serving")
+    serving = loops.start("serving", heartbeat=2.0)  # live across one status; expires 6 s after its kill
     outbox, text = _status(url, run.id)
     assert (outbox["no_live_worker"], outbox["live_workers"]) == (False, 1)
     assert "pending for" in text and NOTICE not in text
@@ -159,7 +171,7 @@ def test_rehearsal_status_says_no_live_worker_serves_the_kind_exactly_while_none
     assert outbox["no_live_worker"] is True and outbox["pending_seconds"] is None
     assert "lease EXPIRED" in text and "owner vanished-worker stopped renewing" in text
     assert "lease owner vanished-worker," not in text and NOTICE in text
-    loops.start("taker")
+    loops.start("taker", heartbeat=STEADY)
     outbox, text = _status(url, run.id)
     assert (outbox["lease_expired"], outbox["no_live_worker"]) == (True, False)
     assert "lease EXPIRED" in text and NOTICE not in text
