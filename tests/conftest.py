@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import compileall
 import os
 import tempfile
 from collections.abc import Iterator
@@ -21,6 +22,22 @@ from helpers.store_backends import BackendUnreachable, StoreBackend, selected_ba
 # start as subprocesses inherit the variable and so seal with the same key.
 if not os.environ.get("FENCEPOST_SEAL_KEYS") and not os.environ.get("FENCEPOST_SEAL_KEY_FILE"):
     os.environ["FENCEPOST_SEAL_KEY_FILE"] = str(Path(tempfile.mkdtemp(prefix="fencepost-seal-")) / "seal-keys.json")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Write the bytecode of fencepost's sources before any test starts a subprocess.
+
+    The suite starts about a thousand Python subprocesses (CLI commands, workers, servers). Where
+    ``PYTHONDONTWRITEBYTECODE`` is set (this project's CI machines set it), no import writes ``__pycache__``, so each
+    of them compiled every fencepost module from source again: 0.35 of the 1.2 CPU seconds a ``fencepost`` command
+    took to start. ``compileall`` writes the files regardless of that variable, and Python checks each one against
+    its source's modification time, so an edited module is never run stale. Only the controlling process does it
+    (xdist workers have ``workerinput``).
+    """
+    if hasattr(config, "workerinput"):
+        return
+    for folder in (Path(__file__).resolve().parents[1] / "src", Path(__file__).resolve().parent):
+        compileall.compile_dir(str(folder), quiet=1, workers=1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
