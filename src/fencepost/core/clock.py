@@ -46,12 +46,25 @@ ISO_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
 def to_iso(instant: datetime) -> str:
-    """Fixed-width UTC text (``2026-01-01T00:00:00.000000Z``); sorts lexically in time order."""
+    """Fixed-width UTC text (``2026-01-01T00:00:00.000000Z``); sorts lexically in time order.
+
+    Raises:
+        ValueError: ``instant`` is naive.
+    """
     if instant.tzinfo is None:
         raise ValueError("naive datetime: fencepost only handles aware UTC instants")
-    return instant.astimezone(UTC).strftime(ISO_FORMAT)
+    # isoformat is several times faster than strftime, and every row a unit writes carries instants
+    return instant.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def from_iso(text: str) -> datetime:
-    """Parse the text written by ``to_iso``."""
+    """Parse the text written by ``to_iso`` (an aware UTC datetime).
+
+    Raises:
+        ValueError: ``text`` is not in that format.
+    """
+    if len(text) == 27 and text[10] == "T" and text[19] == "." and text[26] == "Z":
+        # the fixed shape leaves fromisoformat one reading; it is about ten times faster than strptime, which
+        # was a tenth of a host worker's time (every instant column of every row read)
+        return datetime.fromisoformat(text[:26]).replace(tzinfo=UTC)
     return datetime.strptime(text, ISO_FORMAT).replace(tzinfo=UTC)

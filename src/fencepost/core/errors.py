@@ -56,6 +56,11 @@ class StoreUnavailable(FencepostError):
     """The store could not be reached or kept failing (busy past the bounded wait, I/O error)."""
 
 
+class TransactionAborted(StoreUnavailable):
+    """The open transaction can no longer be used (a savepoint could not be rolled back: the database rolled the
+    whole transaction back itself). Nothing of it will commit."""
+
+
 class IntegrityViolation(FencepostError):
     """A durable record fails verification (fingerprint mismatch, corrupt evidence): fail closed."""
 

@@ -199,6 +199,8 @@ class Execution:
         self.fresh = fresh
         self.approval_resume = approval_resume
         self.lease = ctx.lease  # C3: the credentials, captured before the invocation is loaded
+        ctx.renew_at_fence = False  # units hold the lease until COMMIT; the heartbeat renews it (ADR 0079)
+        ctx.group_units = True  # ... and share COMMITs with other slots' units, except the handler's (ADR 0079)
         self.invocation_id = ctx.command.id
         self.action: Action | None = None
         self.action_id = ""  # the claimed invocation's action id, for the error-text context (ADR 0042)
@@ -519,7 +521,7 @@ class Execution:
         try:
             with self._span(telemetry.HANDLER_SPAN, reclaim=reclaim):
                 result: tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]] = self.ctx.fenced(
-                    unit, name="host.handler")
+                    unit, name="host.handler", group=False)  # user code: never inside another unit's commit
             return result
         except Exception as error:
             raised = _handler_error(error)

@@ -121,10 +121,19 @@ def lock_running(tx: UnitOfWork | FencedUnit, invocation_id: str) -> InvocationR
     return locked
 
 
+def _refused(tx: FencedUnit, message: str) -> SettlementRefused:
+    """The error of a refused lease-conditioned write: ``LeaseLost`` when the unit's lease is gone (a takeover,
+    an operator's reconcile or abort; raised from here), else ``SettlementRefused`` with ``message``. Inside a
+    fenced unit a write no longer checks the lease itself (the unit's fence does, ADR 0079), so a refusal asks."""
+    tx.outbox.hold(tx.lease)
+    return SettlementRefused(message)
+
+
 def checkpoint(tx: FencedUnit, write: AdapterWrite) -> None:
-    """One lease-conditioned adapter write; a refusal raises ``SettlementRefused`` (C4, C6: never swallowed)."""
+    """One lease-conditioned adapter write; a refusal raises ``SettlementRefused`` (C4, C6: never swallowed), or
+    ``LeaseLost`` when the lease is gone."""
     if not tx.host.write_adapter_invocation(write):
-        raise SettlementRefused(f"adapter write to {_target(write)} refused")
+        raise _refused(tx, f"adapter write to {_target(write)} refused")
 
 
 def _target(write: AdapterWrite) -> str:
@@ -141,7 +150,7 @@ def _write_verdict(tx: FencedUnit, invocation: InvocationRecord, verdict: Verdic
     tx.events.append_event_with_outbox(invocation_event(invocation, VERDICT_EVENTS[verdict.status], payload))
     if not tx.host.update_leased_invocation(invocation.id, tx.lease, InvocationVerdict(
             verdict.status, error=verdict.error, result=verdict.result, reconciliation=verdict.reconciliation)):
-        raise SettlementRefused(NO_LONGER_RUNNING)
+        raise _refused(tx, NO_LONGER_RUNNING)
 
 
 def settlement(plan: Settlement) -> Callable[[FencedUnit], None]:

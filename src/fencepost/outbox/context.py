@@ -95,6 +95,12 @@ class CommandContext:
         # Set while the worker's batched completion of this command commits: a renewal that finds the lease
         # gone then is most likely that completion, whose own outcome says whether the lease was lost.
         self.completing = False
+        #: Whether a fenced unit without ``finish`` renews the lease (True) or only holds it (ADR 0079): a
+        #: handler whose units are frequent and short (the action host) sets False and leaves renewal to the
+        #: heartbeat, so each unit writes no lease history row.
+        self.renew_at_fence = True
+        #: Whether fenced units share commits with other threads' units by default (ADR 0079).
+        self.group_units = False
 
     @property
     def lease(self) -> Lease:
@@ -184,7 +190,7 @@ class CommandContext:
             self._lease = lease
 
     def fenced(self, fn: Callable[[FencedUnit], T], *, name: str, finish: CommandStatus | None = None,
-               error: str | None = None) -> T:
+               error: str | None = None, renew: bool | None = None, group: bool | None = None) -> T:
         """Run ``fn(tx)`` on a fenced unit of work and the lease fence in one write transaction.
 
         ``fn`` writes the parent records first, through the ``FencedUnit`` it is given (the only place the
@@ -200,6 +206,11 @@ class CommandContext:
             name: commit-boundary name for crash points (``<name>:before-commit``/``after-commit``).
             finish: DELIVERED or FAILED to finish the command in the same transaction.
             error: error text stored with a FAILED finish.
+            renew: without ``finish``, whether the fence renews the lease (and records a heartbeat) or only holds
+                it until COMMIT (``OutboxPort.hold``; the heartbeat thread renews it, ADR 0079). None: the
+                context's ``renew_at_fence``.
+            group: whether the unit may share its COMMIT with other threads' units (``Store.fenced``, ADR 0079);
+                None: the context's ``group_units``. Never for a unit that runs user code.
         Returns:
             What ``fn`` returned.
         Raises:
@@ -212,7 +223,9 @@ class CommandContext:
         self.completing = finish is not None
         try:
             result, renewed = self.store.fenced(self.lease, fn, name=name, lease_seconds=self.lease_seconds,
-                                                finish=finish, error=error)
+                                                finish=finish, error=error,
+                                                renew=self.renew_at_fence if renew is None else renew,
+                                                group=self.group_units if group is None else group)
         except LeaseLost:
             self._lost.set()
             raise

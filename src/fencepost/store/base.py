@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fencepost.core.clock import Clock, SystemClock
 from fencepost.core.errors import InvalidInput, SchemaNotReady, StoreUnavailable
@@ -23,7 +23,11 @@ from fencepost.core.statuses import CommandStatus
 from fencepost.store.ports import FencedUnit, UnitOfWork
 from fencepost.store.records import Lease
 
+if TYPE_CHECKING:
+    from fencepost.store.group_commit import GroupCommit
+
 T = TypeVar("T")
+_GROUP_COMMIT_LOCK = threading.Lock()
 
 
 class StoreBusy(StoreUnavailable):
@@ -139,17 +143,24 @@ class Store(ABC):
         return self.transact(fn, write=False)
 
     def fenced(self, lease: Lease, fn: Callable[[FencedUnit], T], *, name: str, lease_seconds: float,
-               finish: CommandStatus | None = None, error: str | None = None) -> tuple[T, Lease | None]:
+               finish: CommandStatus | None = None, error: str | None = None,
+               renew: bool = True, group: bool = False) -> tuple[T, Lease | None]:
         """Run ``fn`` on a fenced unit under ``lease``, then the fence, last, in the same write transaction.
 
-        The fence is the renewal of ``lease`` by ``lease_seconds`` (seconds) or, with ``finish``
+        The fence is the renewal of ``lease`` by ``lease_seconds`` (seconds) or, with ``renew=False``, the
+        check that holds it until COMMIT without writing (``OutboxPort.hold``, ADR 0079), or, with ``finish``
         (DELIVERED or FAILED, ``error`` stored with FAILED), the command's terminal write. A stale token
         makes the fence touch zero rows: ``LeaseLost`` is raised and everything ``fn`` wrote is rolled back
         (ADR 0002: the fence is the last statement; a stale worker never persists anything). This is the
         only way to reach a ``FencedUnit`` (ADR 0015). ``fn`` may run more than once on busy retries.
 
+        With ``group``, the unit may share its transaction with units other threads of this process submit at the
+        same time (``group_commit``; each in its own savepoint, one COMMIT for all, ADR 0079). ``fn`` must then not
+        call back into code that waits for another thread.
+
         Returns:
-            ``(what fn returned, the renewed lease)``; the lease is None after ``finish``.
+            ``(what fn returned, the renewed lease)``: ``lease`` itself when held without renewal, None after
+            ``finish``.
         Raises:
             LeaseLost: fenced out. StoreUnavailable: the store failed or stayed busy.
         """
@@ -159,9 +170,26 @@ class Store(ABC):
             if finish is not None:
                 tx.outbox.finish(lease, finish, error)
                 return result, None
+            if not renew:
+                tx.outbox.hold(lease)
+                return result, lease
             return result, tx.outbox.renew(lease, lease_seconds=lease_seconds)
 
+        if group:
+            return self.group_commit.run(unit, name=name)
         return self.transact(unit, name=name)
+
+    @property
+    def group_commit(self) -> GroupCommit:
+        """This store's group committer (made on first use; ``fencepost.store.group_commit``)."""
+        from fencepost.store.group_commit import GroupCommit  # imported here: it imports StoreBusy from here
+
+        committer = self.__dict__.get("_group_commit")
+        if committer is None:
+            with _GROUP_COMMIT_LOCK:
+                committer = self.__dict__.setdefault("_group_commit", GroupCommit(self))
+        assert isinstance(committer, GroupCommit)
+        return committer
 
     def work_waiter(self, kinds: Sequence[str], *, listen: bool = True, name: str | None = None) -> WorkWaiter:
         """A waiter for one idle worker claiming ``kinds`` (close it when the worker stops).

@@ -177,3 +177,12 @@ class _CountingExecutor:
 
     def execute_raw(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         return self._inner.execute_raw(sql, params)
+
+    def savepoint(self, name: str) -> None:
+        self._inner.savepoint(name)
+
+    def release(self, name: str) -> None:
+        self._inner.release(name)
+
+    def rollback_to(self, name: str) -> None:
+        self._inner.rollback_to(name)

@@ -17,6 +17,7 @@ overrides; any other store implements these protocols directly and proves it wit
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -145,6 +146,17 @@ class OutboxPort(Protocol):
             The renewed lease (same token, new ``until``).
         Raises:
             LeaseLost: the token is no longer current.
+        """
+        ...
+
+    def hold(self, lease: Lease) -> None:
+        """Fence without renewal: check that ``lease`` is its command's current lease, and keep it so until this
+        unit commits (PostgreSQL share-locks the command row, so a takeover's claim skips it and a reconcile or
+        abort waits; SQLite's write transaction already excludes them). Writes nothing: no new ``until``, no
+        heartbeat history; renewal is the heartbeat's job (ADR 0079).
+
+        Raises:
+            LeaseLost: the token is no longer current (taken over, reconciled, aborted, finished).
         """
         ...
 
@@ -980,6 +992,15 @@ class UnitOfWork(_Ports, Protocol):
 
     def _fence(self, lease: Lease) -> FencedUnit:
         """The fenced view of this unit under ``lease``: for ``Store.fenced`` only (tests hold it to that)."""
+        ...
+
+    def savepoint(self) -> AbstractContextManager[None]:
+        """A nested unit of this transaction: rolled back alone when its block raises (the error goes on),
+        part of the transaction otherwise. Used by group commit (``fencepost.store.group_commit``).
+
+        Raises:
+            TransactionAborted: the nested unit failed and could not be rolled back alone.
+        """
         ...
 
 

@@ -44,7 +44,14 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from fencepost.core.clock import Clock
 from fencepost.core.crashpoints import crashpoint
-from fencepost.core.errors import Conflict, FencepostError, InvalidInput, SchemaNotReady, StoreUnavailable
+from fencepost.core.errors import (
+    Conflict,
+    FencepostError,
+    InvalidInput,
+    SchemaNotReady,
+    StoreUnavailable,
+    TransactionAborted,
+)
 from fencepost.store.base import MigrationStep, Store, StoreBusy, WorkWaiter
 from fencepost.store.migrations import load_migrations
 from fencepost.store.postgres.listen import PostgresWorkWaiter
@@ -212,6 +219,30 @@ class PostgresExecutor:
                 return list(cursor.fetchall()) if cursor.description is not None else []
         except psycopg.Error as error:
             raise self._fail(error) from None
+
+    def savepoint(self, name: str) -> None:
+        self._guard()
+        try:
+            self._conn.execute(f"SAVEPOINT {name}".encode())
+        except psycopg.Error as error:
+            raise self._fail(error) from None
+
+    def release(self, name: str) -> None:
+        self._guard()
+        try:
+            self._conn.execute(f"RELEASE SAVEPOINT {name}".encode())
+        except psycopg.Error as error:
+            raise self._fail(error) from None
+
+    def rollback_to(self, name: str) -> None:
+        # After a failed statement PostgreSQL accepts only ROLLBACK (TO SAVEPOINT); once rolled back to the
+        # savepoint the transaction is usable again, so the remembered failure is cleared.
+        try:
+            self._conn.execute(f"ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}".encode())
+        except psycopg.Error as error:
+            self._fail(error)
+            raise TransactionAborted(f"a nested unit could not be rolled back alone: {error}") from None
+        self.failure = None
 
 
 def _reads_with_nul(query: Query, params: Mapping[str, Any]) -> bool:

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from fencepost.core.canonical import parse_json
+from fencepost.store.records import Lease
 from fencepost.store.sql.queries import Query
 
 
@@ -45,9 +46,29 @@ class Executor(Protocol):
         """Ad-hoc SQL for tests and benchmarks only (the driver's own placeholders); never on an application path."""
         ...
 
+    def savepoint(self, name: str) -> None:
+        """``SAVEPOINT name``: the start of a nested unit (``SqlUnitOfWork.savepoint``)."""
+        ...
+
+    def release(self, name: str) -> None:
+        """``RELEASE SAVEPOINT name``: the nested unit's writes stay part of the transaction."""
+        ...
+
+    def rollback_to(self, name: str) -> None:
+        """``ROLLBACK TO SAVEPOINT name`` and release it: the nested unit's writes are undone, the transaction
+        goes on as it was before ``savepoint``.
+
+        Raises:
+            TransactionAborted: the rollback failed (the database ended the whole transaction).
+        """
+        ...
+
 
 class Statements(Protocol):
     """What a port implementation needs from its unit of work: run a named query, read the clock."""
+
+    #: The lease a fence on which ends this unit (``Store.fenced``), or None outside a fenced unit.
+    fenced_by: Lease | None
 
     def run(self, name: str, params: Mapping[str, Any]) -> Result:
         """Execute the dialect's query ``name`` with ``params``."""

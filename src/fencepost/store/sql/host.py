@@ -268,8 +268,13 @@ class SqlHost:
                 return False  # scope, expected status or I7's no-regression rule refused it
         else:  # pragma: no cover - the type says so
             raise TypeError(f"unknown mutation {type(mutation).__name__}")
-        if isinstance(condition, LeaseHeld) and not lease_held(self._unit, condition.lease):
-            # Fence last (ADR 0002): the mutation above must not commit; the caller's unit rolls back.
+        fence = self._unit.fenced_by
+        if (isinstance(condition, LeaseHeld)
+                and (fence is None or (fence.command_id, fence.token) != (condition.lease.command_id,
+                                                                          condition.lease.token))
+                and not lease_held(self._unit, condition.lease)):
+            # Fence last (ADR 0002): the mutation above must not commit; the caller's unit rolls back. Inside a
+            # unit that Store.fenced ends with this same lease's fence, that fence is the check (ADR 0079).
             lease = condition.lease
             raise LeaseLost(f"lease on command {lease.command_id} (delivery {lease.delivery}) was lost")
         return True

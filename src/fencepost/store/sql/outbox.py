@@ -19,6 +19,7 @@ from fencepost.core.errors import Conflict, LeaseActive, LeaseLost, NotFound
 from fencepost.core.statuses import CommandStatus, LeaseEventKind
 from fencepost.store.records import ClaimedCommand, CommandRecord, Lease, LeaseEvent
 from fencepost.store.sql.executor import Statements, json_object
+from fencepost.store.sql.lease import lease_held
 
 #: One heartbeat-history row waiting to be written: ``(command_id, event, owner, delivery, lease_until)``.
 _PendingEvent = tuple[str, LeaseEventKind, str | None, int, datetime | None]
@@ -152,6 +153,10 @@ class SqlOutbox:
             self._event(lease.command_id, LeaseEventKind.HEARTBEAT, lease.owner, lease.delivery,
                         params["now"], until)
         return Lease(lease.command_id, lease.owner, lease.token, lease.delivery, until)
+
+    def hold(self, lease: Lease) -> None:
+        if not lease_held(self._unit, lease):
+            raise _lost(lease)
 
     def finish(self, lease: Lease, status: CommandStatus, error: str | None = None) -> None:
         if status not in (CommandStatus.DELIVERED, CommandStatus.FAILED):

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +27,8 @@ from fencepost.store.sql.progress import SqlProgress
 from fencepost.store.sql.queries import Query
 from fencepost.store.sql.rehearsal import SqlFencedRehearsal, SqlRehearsal
 from fencepost.store.sql.workers import SqlWorkers
+
+_SAVEPOINT = "fencepost_unit"
 
 
 class SqlUnitOfWork:
@@ -53,6 +56,8 @@ class SqlUnitOfWork:
         self.event_leases = SqlEventLeases(self)  # ADR 0040: the store conformance checks
         self.delivery = SqlDelivery(self)  # ADRs 0055, 0056
         self.progress = SqlProgress(self)  # ADR 0072: workflow execution
+        #: The lease whose fence ``Store.fenced`` runs last in this unit, once ``_fence`` made it a fenced unit.
+        self.fenced_by: Lease | None = None
 
     def now(self) -> datetime:
         return self.executor.now()
@@ -65,7 +70,24 @@ class SqlUnitOfWork:
         """Ad-hoc SQL for tests and benchmarks (see ``Executor.execute_raw``)."""
         return self.executor.execute_raw(sql, params)
 
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """A nested unit: its writes are rolled back alone when the block raises (the error propagates), and
+        kept as part of this transaction otherwise (``fencepost.store.group_commit``).
+
+        Raises:
+            TransactionAborted: the nested unit failed and could not be rolled back alone.
+        """
+        self.executor.savepoint(_SAVEPOINT)
+        try:
+            yield
+        except BaseException:
+            self.executor.rollback_to(_SAVEPOINT)
+            raise
+        self.executor.release(_SAVEPOINT)
+
     def _fence(self, lease: Lease) -> SqlFencedUnit:
+        self.fenced_by = lease  # Store.fenced ends this unit with the fence on it (hold, renew or finish)
         return SqlFencedUnit(self, lease)
 
 
