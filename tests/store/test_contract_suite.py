@@ -22,6 +22,7 @@ from fencepost.testing import (
     ContractBackend,
     EventRelayContract,
     EventsContract,
+    GroupCommitContract,
     HostContract,
     OutboxContract,
     ProgressContract,
@@ -77,6 +78,10 @@ class TestEvents(EventsContract):
 
 
 class TestEventRelay(EventRelayContract):
+    pass
+
+
+class TestGroupCommit(GroupCommitContract):
     pass
 
 

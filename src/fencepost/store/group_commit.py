@@ -72,6 +72,12 @@ class GroupCommit:
         self.groups = 0
         self.units = 0
 
+    @property
+    def waiting(self) -> int:
+        """Units queued for the next group (not yet being written)."""
+        with self._lock:
+            return len(self._queue)
+
     def run(self, fn: Callable[[UnitOfWork], T], *, name: str | None = None) -> T:
         """Run ``fn(tx)`` as one unit of a shared write transaction; return what it returned once committed.
 

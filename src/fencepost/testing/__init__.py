@@ -36,6 +36,7 @@ from fencepost.testing.backend import ContractBackend, ContractHarness, StoreCon
 from fencepost.testing.catalog import CatalogContract
 from fencepost.testing.concurrency import ConcurrencyContract
 from fencepost.testing.events import EventRelayContract
+from fencepost.testing.group_commit import GroupCommitContract
 from fencepost.testing.host import EventsContract, HostContract
 from fencepost.testing.outbox import OutboxContract
 from fencepost.testing.progress import ProgressContract
@@ -45,7 +46,7 @@ from fencepost.testing.unit_of_work import UnitOfWorkContract
 #: Every contract class, for a backend that runs them all.
 CONTRACTS: tuple[type[StoreContract], ...] = (
     OutboxContract, RehearsalContract, CatalogContract, AdmissionContract, UnitOfWorkContract, ConcurrencyContract,
-    HostContract, EventsContract, EventRelayContract, ProgressContract)
+    HostContract, EventsContract, EventRelayContract, ProgressContract, GroupCommitContract)
 
 __all__ = [
     "CONTRACTS",
@@ -56,6 +57,7 @@ __all__ = [
     "ContractHarness",
     "EventRelayContract",
     "EventsContract",
+    "GroupCommitContract",
     "HostContract",
     "OutboxContract",
     "ProgressContract",
