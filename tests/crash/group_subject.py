@@ -14,6 +14,7 @@ that the test knows which units the killed COMMIT held.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -47,11 +48,9 @@ class TogetherProvider(DiskProvider):
         with self.lock:
             self.calls += 1
             waits = self.calls <= self.barrier.parties
-        if waits:
-            try:
+        if waits:  # fewer calls than slots (a recovery run) break the barrier after its timeout: go on
+            with contextlib.suppress(threading.BrokenBarrierError):
                 self.barrier.wait()
-            except threading.BrokenBarrierError:
-                pass  # fewer calls than slots (a recovery run): go on
         return reply
 
 
