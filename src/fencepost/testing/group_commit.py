@@ -31,7 +31,24 @@ def _mark(tx: UnitOfWork | FencedUnit, name: str) -> None:
 
 
 def _marked(store: Store, *names: str) -> list[str]:
-    return [n for n in names if store.read(lambda tx, n=n: tx.outbox.get(n)) is not None]
+    def present(tx: UnitOfWork) -> list[str]:
+        return [n for n in names if tx.outbox.get(n) is not None]
+
+    return store.read(present)
+
+
+def _marker(name: str, result: Any = None) -> Callable[[Any], Any]:
+    """A unit (plain or fenced) that writes the marker ``name`` and returns ``result``."""
+
+    def unit(tx: UnitOfWork | FencedUnit) -> Any:
+        _mark(tx, name)
+        return result
+
+    return unit
+
+
+def _markers() -> list[Callable[[Any], Any]]:
+    return [_marker(f"m{i}", i) for i in range(FOLLOWERS)]
 
 
 def _group_of(store: Store, units: list[Callable[[UnitOfWork], Any]]) -> list[tuple[str, Any]]:
@@ -75,7 +92,7 @@ class GroupCommitContract(StoreContract):
 
     def test_queued_units_share_one_transaction_and_each_gets_its_own_result(self, store: Store) -> None:
         before = store.group_commit.groups
-        outcomes = _group_of(store, [lambda tx, i=i: (_mark(tx, f"m{i}"), i)[1] for i in range(FOLLOWERS)])
+        outcomes = _group_of(store, _markers())
         assert outcomes == [("ok", i) for i in range(FOLLOWERS)]
         assert store.group_commit.groups - before == 2  # the first unit alone, then all the others together
         assert _marked(store, *(f"m{i}" for i in range(FOLLOWERS))) == [f"m{i}" for i in range(FOLLOWERS)]
@@ -85,7 +102,7 @@ class GroupCommitContract(StoreContract):
             _mark(tx, "bad")
             raise ValueError("this unit gave up")
 
-        units: list[Callable[[UnitOfWork], Any]] = [lambda tx, i=i: _mark(tx, f"m{i}") for i in range(FOLLOWERS)]
+        units = _markers()
         units[2] = failing
         outcomes = _group_of(store, units)
         kind, error = outcomes[2]
@@ -95,16 +112,23 @@ class GroupCommitContract(StoreContract):
 
     def test_a_conflicting_unit_is_rolled_back_alone(self, store: Store) -> None:
         store.transact(lambda tx: _mark(tx, "taken"))
-        units: list[Callable[[UnitOfWork], Any]] = [lambda tx, i=i: _mark(tx, f"m{i}") for i in range(FOLLOWERS)]
-        units[1] = lambda tx: (_mark(tx, "half"), _mark(tx, "taken"))  # a constraint refuses its second write
+        def conflicting(tx: UnitOfWork) -> None:
+            _mark(tx, "half")
+            _mark(tx, "taken")  # a constraint refuses this second write
+
+        units = _markers()
+        units[1] = conflicting
         outcomes = _group_of(store, units)
         assert outcomes[1][0] == "error" and not isinstance(outcomes[1][1], StoreUnavailable)
         assert _marked(store, "half", *(f"m{i}" for i in range(FOLLOWERS))) == ["m0", "m2", "m3", "m4"]
 
     def test_a_fenced_out_unit_persists_nothing_while_the_others_commit(
             self, store: Store, backend: ContractHarness) -> None:
-        store.transact(lambda tx: [tx.outbox.insert(command_id=f"c{i}", kind="k", payload={})
-                                   for i in range(FOLLOWERS)])
+        def seed(tx: UnitOfWork) -> None:
+            for i in range(FOLLOWERS):
+                tx.outbox.insert(command_id=f"c{i}", kind="k", payload={})
+
+        store.transact(seed)
         claimed = store.transact(lambda tx: tx.outbox.claim(owner="w1", kinds=["k"], limit=FOLLOWERS,
                                                               lease_seconds=backend.short_lease))
         leases = {c.id: c.lease for c in claimed}
@@ -132,14 +156,14 @@ class GroupCommitContract(StoreContract):
         store.transact(lambda tx: tx.outbox.insert(command_id="c1", kind="k", payload={}))
         [claimed] = store.transact(lambda tx: tx.outbox.claim(owner="w1", kinds=["k"], limit=1,
                                                                 lease_seconds=backend.long_lease))
-        result, lease = store.fenced(claimed.lease, lambda tx: _mark(tx, "m1") or "done", name="contract.group",
+        result, lease = store.fenced(claimed.lease, _marker("m1", "done"), name="contract.group",
                                      lease_seconds=backend.long_lease, renew=False, group=True)
         assert (result, lease) == ("done", claimed.lease)  # held, not renewed: the same lease comes back
         events = store.read(lambda tx: tx.outbox.lease_events("c1"))
         assert [e.event for e in events] == ["claim"]  # a hold writes no heartbeat history
         store.transact(lambda tx: tx.outbox.abort("c1"))
         with pytest.raises(LeaseLost):
-            store.fenced(claimed.lease, lambda tx: _mark(tx, "m2"), name="contract.group",
+            store.fenced(claimed.lease, _marker("m2"), name="contract.group",
                          lease_seconds=backend.long_lease, renew=False, group=True)
         assert _marked(store, "m1", "m2") == ["m1"]
 
@@ -161,7 +185,7 @@ class GroupCommitContract(StoreContract):
         assert len(_marked(store, *(f"m{i}" for i in range(FOLLOWERS)))) == FOLLOWERS
 
     def test_a_lost_transaction_fails_every_unit_of_the_group(self, store: Store) -> None:
-        units: list[Callable[[UnitOfWork], Any]] = [lambda tx, i=i: _mark(tx, f"m{i}") for i in range(FOLLOWERS)]
+        units = _markers()
 
         def lost(tx: UnitOfWork) -> None:
             raise TransactionAborted("the database ended the transaction")
@@ -172,5 +196,8 @@ class GroupCommitContract(StoreContract):
         assert _marked(store, *(f"m{i}" for i in range(FOLLOWERS))) == []  # nothing of the group committed
 
     def test_each_unit_runs_in_its_callers_context(self, store: Store) -> None:
-        outcomes = _group_of(store, [lambda tx: _CALLER.get() for _ in range(FOLLOWERS)])
+        def caller(tx: UnitOfWork) -> str:
+            return _CALLER.get()
+
+        outcomes = _group_of(store, [caller] * FOLLOWERS)
         assert outcomes == [("ok", f"caller-{i}") for i in range(FOLLOWERS)]
