@@ -10,6 +10,7 @@ waits inside its transaction until the others are queued behind it.
 from __future__ import annotations
 
 import contextvars
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +24,8 @@ from fencepost.store.ports import FencedUnit, UnitOfWork
 from fencepost.testing.backend import ContractHarness, StoreContract
 
 FOLLOWERS = 5
+#: The fenced units' transaction name: the contract suite's own (excused from crash windows, as test data).
+UNIT = "contract.fenced"
 _CALLER: contextvars.ContextVar[str] = contextvars.ContextVar("fencepost_contract_caller", default="none")
 
 
@@ -52,18 +55,23 @@ def _markers() -> list[Callable[[Any], Any]]:
 
 
 def _group_of(store: Store, units: list[Callable[[UnitOfWork], Any]]) -> list[tuple[str, Any]]:
-    """Run ``units`` through ``store.group_commit`` so that all of them share one transaction: a first unit,
-    written alone, holds its transaction open until every one of ``units`` is queued behind it. Returns
-    ``("ok", result)`` or ``("error", exception)`` per unit, in order."""
+    """Run ``units`` through ``store.group_commit`` so that all of them share one transaction (``_submitted``)."""
     committer = store.group_commit
-    outcomes: list[tuple[str, Any]] = [("missing", None)] * len(units)
+    return _submitted(store, [functools.partial(committer.run, fn) for fn in units])
 
+
+def _submitted(store: Store, submits: list[Callable[[], Any]]) -> list[tuple[str, Any]]:
+    """Call each of ``submits`` (each submits one unit to ``store.group_commit``) in its own thread, while a
+    first unit, written alone, holds its transaction open until all of them are queued behind it: they then
+    share the next transaction. Returns ``("ok", result)`` or ``("error", exception)`` per submit, in order."""
+    committer = store.group_commit
+    outcomes: list[tuple[str, Any]] = [("missing", None)] * len(submits)
     writing = threading.Event()
 
     def first(tx: UnitOfWork) -> None:
         writing.set()
         deadline = time.monotonic() + 60
-        while committer.waiting < len(units):
+        while committer.waiting < len(submits):
             if time.monotonic() > deadline:
                 raise AssertionError("the other units never queued")
             time.sleep(0.005)
@@ -71,14 +79,14 @@ def _group_of(store: Store, units: list[Callable[[UnitOfWork], Any]]) -> list[tu
     def submit(index: int) -> None:
         _CALLER.set(f"caller-{index}")
         try:
-            outcomes[index] = ("ok", committer.run(units[index], name=None))
+            outcomes[index] = ("ok", submits[index]())
         except BaseException as error:  # reported to the test
             outcomes[index] = ("error", error)
 
     leader = threading.Thread(target=committer.run, args=(first,))
     leader.start()
     assert writing.wait(60), "the first unit was never written"  # it is being written, alone
-    threads = [threading.Thread(target=submit, args=(i,)) for i in range(len(units))]
+    threads = [threading.Thread(target=submit, args=(i,)) for i in range(len(submits))]
     for thread in threads:
         thread.start()
     for thread in [leader, *threads]:
@@ -138,15 +146,11 @@ class GroupCommitContract(StoreContract):
                                                               command_ids=["c3"]))
         assert taken.id == "c3"
 
-        def fenced(i: int) -> Callable[[UnitOfWork], Any]:
-            def unit(tx: UnitOfWork) -> Any:
-                fenced_unit = tx._fence(leases[f"c{i}"])
-                _mark(fenced_unit, f"m{i}")
-                fenced_unit.outbox.hold(leases[f"c{i}"])  # the fence, last, as Store.fenced ends a unit
-                return i
-            return unit
+        def fenced(i: int) -> Callable[[], Any]:
+            return lambda: store.fenced(leases[f"c{i}"], _marker(f"m{i}", i), name=UNIT, renew=False, group=True,
+                                        lease_seconds=backend.long_lease)[0]
 
-        outcomes = _group_of(store, [fenced(i) for i in range(FOLLOWERS)])
+        outcomes = _submitted(store, [fenced(i) for i in range(FOLLOWERS)])
         assert outcomes[3][0] == "error" and isinstance(outcomes[3][1], LeaseLost)
         assert [o for i, o in enumerate(outcomes) if i != 3] == [("ok", i) for i in range(FOLLOWERS) if i != 3]
         assert _marked(store, *(f"m{i}" for i in range(FOLLOWERS))) == ["m0", "m1", "m2", "m4"]
@@ -156,14 +160,14 @@ class GroupCommitContract(StoreContract):
         store.transact(lambda tx: tx.outbox.insert(command_id="c1", kind="k", payload={}))
         [claimed] = store.transact(lambda tx: tx.outbox.claim(owner="w1", kinds=["k"], limit=1,
                                                                 lease_seconds=backend.long_lease))
-        result, lease = store.fenced(claimed.lease, _marker("m1", "done"), name="contract.group",
+        result, lease = store.fenced(claimed.lease, _marker("m1", "done"), name=UNIT,
                                      lease_seconds=backend.long_lease, renew=False, group=True)
         assert (result, lease) == ("done", claimed.lease)  # held, not renewed: the same lease comes back
         events = store.read(lambda tx: tx.outbox.lease_events("c1"))
         assert [e.event for e in events] == ["claim"]  # a hold writes no heartbeat history
         store.transact(lambda tx: tx.outbox.abort("c1"))
         with pytest.raises(LeaseLost):
-            store.fenced(claimed.lease, _marker("m2"), name="contract.group",
+            store.fenced(claimed.lease, _marker("m2"), name=UNIT,
                          lease_seconds=backend.long_lease, renew=False, group=True)
         assert _marked(store, "m1", "m2") == ["m1"]
 
