@@ -20,6 +20,9 @@ The caller compares the returned ``Summary`` with the crash-free reference of th
 
 from __future__ import annotations
 
+import fcntl
+import os
+import pickle
 import signal
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -385,19 +388,46 @@ def require_backend(name: str) -> None:
 
 
 class References:
-    """The crash-free outcome of each flow, computed once per backend and kept for the session."""
+    """The crash-free outcome of each flow, computed once per backend and flow for the whole test run.
+
+    Under pytest-xdist the worker processes share it: the first to need a reference computes it under a file
+    lock and leaves it (pickled) in the run's shared temporary directory, and the others read it there instead of
+    running the same crash-free flow again (a reference is a whole rehearsal flow, 20 s or more of subprocesses).
+    The directory is named after the run's ``PYTEST_XDIST_TESTRUNUID``, so no run reads another's.
+    """
 
     def __init__(self, factory: pytest.TempPathFactory) -> None:
         self.factory = factory
         self.done: dict[tuple[str, str], Summary] = {}
+        run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+        self.shared = None if run is None else factory.getbasetemp().parent / f"crash-references-{run}"
 
     def get(self, backend: str, flow: str) -> Summary:
         key = (backend, flow)
         if key not in self.done:
-            root = self.factory.mktemp(f"reference-{backend}-{flow}")
-            try:
-                with crash_db(backend, root) as db:
-                    self.done[key] = run_flow(db, flow, None)[1]
-            except BackendUnreachable as error:
-                pytest.fail(str(error), pytrace=False)
+            if self.shared is None:
+                self.done[key] = self._compute(backend, flow)
+            else:
+                self.done[key] = self._shared(backend, flow)
         return self.done[key]
+
+    def _compute(self, backend: str, flow: str) -> Summary:
+        root = self.factory.mktemp(f"reference-{backend}-{flow}")
+        try:
+            with crash_db(backend, root) as db:
+                return run_flow(db, flow, None)[1]
+        except BackendUnreachable as error:
+            pytest.fail(str(error), pytrace=False)
+
+    def _shared(self, backend: str, flow: str) -> Summary:
+        assert self.shared is not None
+        self.shared.mkdir(exist_ok=True)
+        stored = self.shared / f"{backend}-{flow}.pickle"
+        with open(self.shared / f"{backend}-{flow}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one worker computes; the others wait and then read its result
+            if stored.exists():
+                summary: Summary = pickle.loads(stored.read_bytes())
+                return summary
+            summary = self._compute(backend, flow)
+            stored.write_bytes(pickle.dumps(summary))
+            return summary
