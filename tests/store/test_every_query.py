@@ -323,7 +323,10 @@ def test_every_query_runs_and_returns_its_declared_instants(backend: StoreBacken
     assert isinstance(inner, Store)
     loaded: Mapping[str, Query] = inner.queries  # type: ignore[attr-defined]
     ran = {query.name for query, _ in store.seen}
-    assert set(loaded) - ran == set(), "queries no scenario ran"
+    # A dialect whose append_event_fused writes the whole event in one statement (PostgreSQL) never runs the
+    # three statements it replaces; SQLite's returns no row and runs them (ADR 0079).
+    replaced = {"next_event_sequence", "insert_event", "insert_event_outbox"} if backend.is_postgres else set()
+    assert set(loaded) - ran == replaced, "queries no scenario ran"
     checked = 0
     for query, result in store.seen:
         for row in result.rows:

@@ -203,3 +203,31 @@ RETURNING o.event_id, o.lease_owner, o.lease_token, o.lease_until, o.attempts;
 -- The Run row FOR UPDATE: every progress transaction of one Run (frontier, start barrier, cancel, a task's
 -- own check) runs one at a time, in commit order.
 SELECT id FROM workflow_runs WHERE id = :id FOR UPDATE;
+
+-- name: append_event_fused
+-- The sequence, the event and (with :with_outbox) its outbox row in one statement: one round trip where three
+-- were (ADR 0079). The outbox row's foreign key is checked at the end of the statement, so it sees the event
+-- inserted beside it. An id already stored takes no sequence and inserts nothing (T1, T3).
+WITH taken AS (
+    INSERT INTO host_event_sequences (tenant_id, space_id, last)
+    SELECT :tenant_id, :space_id, 1
+    WHERE NOT EXISTS (SELECT 1 FROM host_events WHERE id = :id)
+    ON CONFLICT (tenant_id, space_id) DO UPDATE SET last = host_event_sequences.last + 1
+    RETURNING last
+), event AS (
+    INSERT INTO host_events (id, tenant_id, space_id, sequence, subject_type, subject_id, type, occurred_at,
+                             recorded_at, payload, actor)
+    SELECT :id, :tenant_id, :space_id, taken.last, :subject_type, :subject_id, :type, :occurred_at, :now,
+           :payload, :actor
+    FROM taken
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id
+), outbox AS (
+    INSERT INTO host_event_outbox (event_id, destination, headers, status, attempts, available_at, created_at,
+                                   updated_at)
+    SELECT event.id, :destination, :headers, 'pending', 0, :now, :now, :now
+    FROM event
+    WHERE :with_outbox
+    RETURNING event_id
+)
+SELECT true AS fused, EXISTS (SELECT 1 FROM event) AS inserted, (SELECT count(*) FROM outbox) AS outboxed;

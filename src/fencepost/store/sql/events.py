@@ -41,25 +41,34 @@ class SqlEvents:
         self._unit = unit
 
     def append_event(self, event: NewEvent) -> bool:
+        return self._append(event, None, None)
+
+    def append_event_with_outbox(self, event: NewEvent, *, destination: str = DEFAULT_DESTINATION,
+                                 headers: dict[str, Any] | None = None) -> bool:
+        return self._append(event, destination, headers or {})
+
+    def _append(self, event: NewEvent, destination: str | None, headers: dict[str, Any] | None) -> bool:
+        """The event's first write, with its outbox row when ``destination`` is given; False (writing nothing)
+        when the id is already stored, however it was first appended (T1, T3)."""
         now = self._unit.now()
+        values = {"id": event.id, "tenant_id": event.tenant_id, "space_id": event.space_id,
+                  "subject_type": event.subject.subject_type, "subject_id": event.subject.subject_id,
+                  "type": event.type, "occurred_at": event.occurred_at or now, "now": now,
+                  "payload": canonical_json(event.payload),
+                  "actor": None if event.actor is None else canonical_json(event.actor)}
+        outbox = {"destination": destination or DEFAULT_DESTINATION, "headers": canonical_json(headers or {})}
+        fused = self._unit.run("append_event_fused", {**values, **outbox,
+                                                      "with_outbox": destination is not None}).rows
+        if fused:
+            return bool(fused[0]["inserted"])
         taken = self._unit.run("next_event_sequence", {"id": event.id, "tenant_id": event.tenant_id,
                                                        "space_id": event.space_id}).rows
         if not taken:
             return False  # T1: the first write wins; nothing is replaced, merged or raised
-        inserted = self._unit.run("insert_event", {
-            "id": event.id, "tenant_id": event.tenant_id, "space_id": event.space_id,
-            "sequence": int(taken[0]["last"]), "subject_type": event.subject.subject_type,
-            "subject_id": event.subject.subject_id, "type": event.type,
-            "occurred_at": event.occurred_at or now, "now": now, "payload": canonical_json(event.payload),
-            "actor": None if event.actor is None else canonical_json(event.actor)}).rows
-        return bool(inserted)
-
-    def append_event_with_outbox(self, event: NewEvent, *, destination: str = DEFAULT_DESTINATION,
-                                 headers: dict[str, Any] | None = None) -> bool:
-        if not self.append_event(event):
-            return False  # T3: no outbox row for an id already stored, however it was first appended
-        self._unit.run("insert_event_outbox", {"event_id": event.id, "destination": destination,
-                                               "headers": canonical_json(headers or {}), "now": self._unit.now()})
+        if not self._unit.run("insert_event", {**values, "sequence": int(taken[0]["last"])}).rows:
+            return False
+        if destination is not None:
+            self._unit.run("insert_event_outbox", {"event_id": event.id, **outbox, "now": now})
         return True
 
     def get_event(self, event_id: str) -> EventRecord | None:

@@ -2,6 +2,13 @@
 -- unique across the whole store and its first append wins (T1, T4): a later append of the same id is a
 -- no-op that keeps the first event and adds no outbox row (T2, T3).
 
+-- name: append_event_fused
+-- per-dialect
+-- The whole first write of event :id where a dialect can do it in one statement: the sequence as
+-- next_event_sequence takes it, the event as insert_event writes it, and with :with_outbox its publication row as
+-- insert_event_outbox writes it. Returns one row (fused = true, inserted: whether the event was stored now) when
+-- it did; a dialect that cannot returns no row and the caller runs the three statements instead.
+
 -- name: next_event_sequence
 -- The next sequence of (:tenant_id, :space_id), taken only when no event :id exists yet: one row per space,
 -- whose update serializes appenders of that space until COMMIT (PostgreSQL row lock; SQLite BEGIN

@@ -143,3 +143,8 @@ RETURNING event_id, lease_owner, lease_token, lease_until, attempts;
 -- name: lock_workflow_run
 -- BEGIN IMMEDIATE already holds the database write reservation: nothing to lock.
 SELECT 1 AS locked;
+
+-- name: append_event_fused
+-- SQLite has no data-modifying CTEs: no row, and the caller runs next_event_sequence, insert_event and
+-- insert_event_outbox (three calls into the same process, no round trips to save).
+SELECT 1 AS fused WHERE 0;
