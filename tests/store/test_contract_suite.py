@@ -20,6 +20,7 @@ from fencepost.testing import (
     CatalogContract,
     ConcurrencyContract,
     ContractBackend,
+    EntityStateContract,
     EventRelayContract,
     EventsContract,
     HostContract,
@@ -77,6 +78,10 @@ class TestEvents(EventsContract):
 
 
 class TestEventRelay(EventRelayContract):
+    pass
+
+
+class TestEntityStates(EntityStateContract):
     pass
 
 

@@ -35,6 +35,7 @@ from fencepost.testing.admission import AdmissionContract
 from fencepost.testing.backend import ContractBackend, ContractHarness, StoreContract
 from fencepost.testing.catalog import CatalogContract
 from fencepost.testing.concurrency import ConcurrencyContract
+from fencepost.testing.entity_states import EntityStateContract
 from fencepost.testing.events import EventRelayContract
 from fencepost.testing.host import EventsContract, HostContract
 from fencepost.testing.outbox import OutboxContract
@@ -45,7 +46,7 @@ from fencepost.testing.unit_of_work import UnitOfWorkContract
 #: Every contract class, for a backend that runs them all.
 CONTRACTS: tuple[type[StoreContract], ...] = (
     OutboxContract, RehearsalContract, CatalogContract, AdmissionContract, UnitOfWorkContract, ConcurrencyContract,
-    HostContract, EventsContract, EventRelayContract, ProgressContract)
+    HostContract, EventsContract, EventRelayContract, ProgressContract, EntityStateContract)
 
 __all__ = [
     "CONTRACTS",
@@ -54,6 +55,7 @@ __all__ = [
     "ConcurrencyContract",
     "ContractBackend",
     "ContractHarness",
+    "EntityStateContract",
     "EventRelayContract",
     "EventsContract",
     "HostContract",
