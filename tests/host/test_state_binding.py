@@ -333,3 +333,31 @@ def test_a_guard_refusal_on_recovery_does_not_deny_a_step_left_in_flight(
     assert done.steps[0].status == "ambiguous" and (handler.calls, len(adapter.calls)) == (1, 1)
     assert recorded(store).state == "cancelled" and [f.payload["to"] for f in facts(store)] == ["cancelled"]
     assert [f for f in audit_store(store) if f.subject == queued.id] == []
+
+
+def test_a_guard_that_refuses_at_parking_leaves_the_handoff_to_an_operator(
+        store: Store, backend: StoreBackend, ledger: Ledger) -> None:
+    """A17 at parking: the provider accepted the handoff, then another invocation cancelled the order before the
+    invocation parked. The guard refuses ``cancelled -> paid-out`` in the park unit: nothing of the park or the
+    fact is written; the accepted handoff is an applied effect an operator decides, and a later callback is kept
+    as evidence."""
+    cancel = Action(id="shop.cancel", version=1, params=Params, handler=Handler(),
+                    state=StateBinding("order", "cancelled", entity_id=order_id))
+
+    def accept_and_cancel(call: Any) -> Any:
+        host.submit("shop.cancel", PARAMS, actor="u2", idempotency_key="cancel", mode=Inline())
+        return Accepted("po_1", {"status": "pending"})
+
+    payout = Action(id="shop.charge", version=1, params=Params, handler=Handler(), completion_deadline=timedelta(
+        hours=1), steps=(AdapterStep(name="payout", adapter="pay", operation="payout",
+                                     retry=RetryPolicy(max_attempts=1, initial=timedelta(0))),))
+    host = Host(store, actions=[bound(payout, target="paid-out", guard=lambda before, params: before is None),
+                                cancel], adapters=[Scripted(ledger, accept_and_cancel)])
+    view = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k", mode=Inline())
+    assert view.status is InvocationStatus.RECONCILIATION_REQUIRED and not view.parked, view.error
+    assert view.reconciliation is not None and view.reconciliation["kind"] == "applied_effect"
+    assert view.reconciliation["state_refused"]["at"] == "parking"
+    assert recorded(store).state == "cancelled" and [f.payload["to"] for f in facts(store)] == ["cancelled"]
+    receipt = host.complete("simpay-test", "po_1", "completed", result={"payout_id": "p"})
+    assert receipt.status is InvocationStatus.RECONCILIATION_REQUIRED and recorded(store).state == "cancelled"
+    assert [f for f in audit_store(store) if f.subject == view.id] == []
