@@ -32,6 +32,7 @@ from fencepost.store.base import Store
 from fencepost.store.delivery_records import DeliveryStartRecord
 from fencepost.store.faults import FaultInjectingStore
 from fencepost.store.host_records import (
+    EntityBinding,
     EntityKey,
     InvocationVerdict,
     NewGovernanceRecord,
@@ -180,7 +181,9 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
     assert host_contract.create(store, "inv-every-query", lease, "ai-every-query")
     assert host_contract.update(store, "inv-every-query", lease, "ai-every-query", AdapterStatus.SUCCEEDED,
                                 expected=frozenset({AdapterStatus.RUNNING}))
-    # The recorded state of a bound entity (migration 0011, ADR 0077): set, set again unchanged, locked and read.
+    # The recorded state of a bound entity (migration 0011, ADR 0077): a bound invocation, and a state set, set
+    # again unchanged, locked and read.
+    host_contract.dispatched(store, "inv-bound", state_binding=EntityBinding("order", "o-every-query", "charged"))
     entity = EntityKey(host_contract.TENANT, host_contract.SPACE, "order", "o-every-query")
     for _ in range(2):
         assert store.transact(lambda tx: tx.host.set_entity_state(entity, "charged", invocation_id="inv-every-query",

@@ -83,11 +83,14 @@ class SqlHost:
                   "authority": invocation.authority, "binding_digest": invocation.binding_digest,
                   "params_digest": invocation.params_digest, "params": canonical_json(invocation.params),
                   "mode": str(invocation.mode), "status": str(invocation.status), "now": self._unit.now()}
+        if not self._unit.run("insert_invocation", params).rows:
+            return False
         binding = invocation.state_binding
-        params.update(state_subject=None if binding is None else binding.subject,
-                      state_entity_id=None if binding is None else binding.entity_id,
-                      state_target=None if binding is None else binding.target)
-        return bool(self._unit.run("insert_invocation", params).rows)
+        if binding is not None and self._unit.run("bind_invocation_state", {
+                "id": invocation.id, "state_subject": binding.subject, "state_entity_id": binding.entity_id,
+                "state_target": binding.target}).rowcount != 1:  # pragma: no cover - inserted unbound just above
+            raise Conflict(f"invocation {invocation.id} could not be bound to its entity")
+        return True
 
     def get_invocation(self, invocation_id: str) -> InvocationRecord | None:
         rows = self._unit.run("get_invocation", {"id": invocation_id}).rows

@@ -9,15 +9,19 @@
 -- name: insert_invocation
 -- A new invocation; an existing id (the derived id of the same tenant, space, action and key: ADR 0023) or
 -- the same key under another id inserts nothing, and the caller reads the winner (host-spec B7).
--- A state-bound action's invocation names its entity and target from here on (ADR 0077; NULL: unbound).
 INSERT INTO invocations (id, tenant_id, space_id, action_id, action_version, idempotency_key, actor, authority,
-                         binding_digest, params_digest, params, mode, status, created_at, updated_at,
-                         state_subject, state_entity_id, state_target)
+                         binding_digest, params_digest, params, mode, status, created_at, updated_at)
 VALUES (:id, :tenant_id, :space_id, :action_id, :action_version, :idempotency_key, :actor, :authority,
-        :binding_digest, :params_digest, :params, :mode, :status, :now, :now,
-        :state_subject, :state_entity_id, :state_target)
+        :binding_digest, :params_digest, :params, :mode, :status, :now, :now)
 ON CONFLICT DO NOTHING
 RETURNING id;
+
+-- name: bind_invocation_state
+-- A state-bound action's invocation names its entity and target (ADR 0077), in the unit that just inserted it.
+-- A separate statement so that the insert every other invocation takes names no column of migration 0011.
+UPDATE invocations
+SET state_subject = :state_subject, state_entity_id = :state_entity_id, state_target = :state_target
+WHERE id = :id AND state_subject IS NULL;
 
 -- fragment: invocation_columns
 i.id, i.tenant_id, i.space_id, i.action_id, i.action_version, i.idempotency_key, i.actor, i.authority,
