@@ -11,7 +11,10 @@ The subject is ``host_subject.py`` (a submitter, or a worker running claims unti
    non-idempotent action never calls a provider twice: what a crash left unknown ends ``reconciliation_required``);
 3. **the provider's ledger equals what the verdict claims**: ``succeeded`` has exactly one charge, ``failed``
    none, ``reconciliation_required`` at most one; never two (the idempotency key is stable across processes);
-4. one verdict event, never a lifecycle event twice; ``fencepost audit`` exits 0.
+4. one verdict event, never a lifecycle event twice; ``fencepost audit`` exits 0;
+5. the state binding (ADR 0077): ``succeeded`` has exactly one ``StateTransitioned`` fact and order ``o-1`` is
+   ``charged`` by this invocation; any other verdict has neither a fact nor a recorded state (the handler writes
+   none).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from pathlib import Path
 
 from crash_harness import CrashDB, assert_cli_audit_clean
 
+from fencepost.host.state import STATE_TRANSITIONED, state_event_id
+from fencepost.store.host_records import EntityKey, Subject
 from helpers.processes import subprocess_env
 
 SUBJECT = Path(__file__).resolve().parent / "host_subject.py"
@@ -142,4 +147,18 @@ def run_host_flow(db: CrashDB, window: HostWindow) -> None:
     assert all(n == 1 for n in counts.values()), counts
     assert sum(1 for e in events if e.type.startswith("ActionInvocation") and e.type != "ActionInvocationStarted"
                ) == 1, [e.type for e in events]
+    check_state_fact(db, final[0].id, charged=expected == S)
     assert_cli_audit_clean(db)
+
+
+def check_state_fact(db: CrashDB, invocation_id: str, *, charged: bool, target: str = "charged") -> None:
+    """Order ``o-1``'s ``StateTransitioned`` facts and recorded state (ADR 0077): one fact naming the invocation
+    and the state ``target`` set by it when the host recorded the transition (``charged``), else neither."""
+    facts = [e for e in db.store.read(lambda tx: tx.events.list_events(
+        tenant_id="default", space_id="default", subject=Subject("order", "o-1"))) if e.type == STATE_TRANSITIONED]
+    recorded = db.store.read(lambda tx: tx.host.get_entity_state(EntityKey("default", "default", "order", "o-1")))
+    if charged:
+        assert [(f.id, f.payload["to"]) for f in facts] == [(state_event_id(invocation_id), target)], facts
+        assert recorded is not None and (recorded.state, recorded.updated_by_invocation) == (target, invocation_id)
+    else:
+        assert facts == [] and recorded is None, (facts, recorded)

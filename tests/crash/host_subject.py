@@ -28,6 +28,13 @@ add a policy requiring the ``ops`` authority's approval, expiring after an hour 
 ``Host.expire_approvals`` once and prints ``{"expired": n}``. ``work`` also stops at ``awaiting_approval``.
 ``FAULTS`` (optional) is a JSON object ``{query name: [occurrences]}``: the store is then wrapped in a
 ``FaultInjectingStore`` with that plan, so the process meets the store errors that force a degraded path.
+
+Both actions are bound to the order's state (ADR 0077): ``shop.charge`` moves order ``o-1`` to ``charged`` and
+``shop.payout`` to ``paid-out``, each guarded as a first transition (``from_state is None``), so every window
+also checks that the ``StateTransitioned`` fact and the recorded state commit with the success (or the parking)
+and with nothing else. ``domain`` is ``shop.charge`` whose handler writes a domain row (``shop_orders``, a table
+the test creates) and declares an ``OrderCharged`` event (host-spec A17: the row commits with the handler, the
+event with the finalization).
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ from fencepost.host import (
     PermanentFailure,
     RequireApproval,
     RetryPolicy,
+    StateBinding,
     Succeeded,
     TransientFailure,
 )
@@ -133,16 +141,29 @@ class DiskPayouts(DiskProvider):
             return Accepted(reference, {"status": "pending"})
 
 
+def order_state(target: str) -> StateBinding:
+    """The binding to order ``params.order_id``, moved to ``target`` once (a first transition)."""
+    return StateBinding("order", target, entity_id=lambda params: params.order_id,
+                        guard=lambda before, params: before is None)
+
+
 def payout_action(behaviour: str, idempotent: bool) -> Action:
     """``shop.payout``: a handoff step, then a step that runs before the invocation parks."""
     retry = RetryPolicy(max_attempts=1, initial=timedelta(0))
     return Action(id="shop.payout", version=1, params=Params, handler=handler, idempotent=idempotent,
-                  completion_deadline=PAYOUT_DEADLINES[behaviour],
+                  completion_deadline=PAYOUT_DEADLINES[behaviour], state=order_state("paid-out"),
                   steps=(AdapterStep(name="payout", adapter="payout", operation="payout", retry=retry),
                          AdapterStep(name="notify", adapter="payout", operation="notify", retry=retry)))
 
 
 def handler(ctx: Any, params: Params) -> dict[str, Any]:
+    return {"order": params.order_id}
+
+
+def domain_handler(ctx: Any, params: Params) -> dict[str, Any]:
+    """The handler's own domain row (committed with its unit) and a declared event (committed at finalization)."""
+    ctx.tx.execute_raw(f"INSERT INTO shop_orders (order_id) VALUES ('{params.order_id}') ON CONFLICT DO NOTHING")
+    ctx.emit("OrderCharged", {"order": params.order_id})
     return {"order": params.order_id}
 
 
@@ -186,10 +207,11 @@ def main(url: str, ledger: str, mode: str, idempotent: str, behaviour: str, faul
     if payout:
         action = payout_action(behaviour, idempotent == "1")
     else:
-        action = Action(id="shop.charge", version=1, params=Params, handler=handler, idempotent=idempotent == "1",
+        action = Action(id="shop.charge", version=1, params=Params,
+                        handler=domain_handler if behaviour == "domain" else handler, idempotent=idempotent == "1",
                         steps=(AdapterStep(name="charge", adapter="pay", operation="create_charge",
                                            retry=RetryPolicy(max_attempts=2, initial=timedelta(0))),),
-                        **governance(behaviour))
+                        state=order_state("charged"), **governance(behaviour))
     host = Host(store, actions=[action], adapters=[DiskPayouts(Path(ledger)) if payout else DiskProvider(Path(ledger))],
                 config=HostConfig(lease_seconds=LEASE_SECONDS))
     params = {"order_id": "o-1", "amount_cents": 1299, "behaviour": behaviour}

@@ -20,6 +20,7 @@ from fencepost.testing import (
     CatalogContract,
     ConcurrencyContract,
     ContractBackend,
+    EntityStateContract,
     EventRelayContract,
     EventsContract,
     GroupCommitContract,
@@ -82,6 +83,10 @@ class TestEventRelay(EventRelayContract):
 
 
 class TestGroupCommit(GroupCommitContract):
+    pass
+
+
+class TestEntityStates(EntityStateContract):
     pass
 
 

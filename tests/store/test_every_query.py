@@ -31,7 +31,14 @@ from fencepost.rehearsal.service import RehearsalService, release_gate
 from fencepost.store.base import Store
 from fencepost.store.delivery_records import DeliveryStartRecord
 from fencepost.store.faults import FaultInjectingStore
-from fencepost.store.host_records import InvocationVerdict, NewGovernanceRecord, NewResolution, VerdictHeld
+from fencepost.store.host_records import (
+    EntityBinding,
+    EntityKey,
+    InvocationVerdict,
+    NewGovernanceRecord,
+    NewResolution,
+    VerdictHeld,
+)
 from fencepost.store.sql.executor import Executor, Result
 from fencepost.store.sql.queries import Query
 from fencepost.store.sql.unit import SqlUnitOfWork
@@ -174,6 +181,15 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
     assert host_contract.create(store, "inv-every-query", lease, "ai-every-query")
     assert host_contract.update(store, "inv-every-query", lease, "ai-every-query", AdapterStatus.SUCCEEDED,
                                 expected=frozenset({AdapterStatus.RUNNING}))
+    # The recorded state of a bound entity (migration 0011, ADR 0077): a bound invocation, and a state set, set
+    # again unchanged, locked and read.
+    host_contract.dispatched(store, "inv-bound", state_binding=EntityBinding("order", "o-every-query", "charged"))
+    entity = EntityKey(host_contract.TENANT, host_contract.SPACE, "order", "o-every-query")
+    for _ in range(2):
+        assert store.transact(lambda tx: tx.host.set_entity_state(entity, "charged", invocation_id="inv-every-query",
+                                                                  lease=lease)) is not None
+    assert store.transact(lambda tx: tx.host.lock_entity_state(entity)) == store.read(
+        lambda tx: tx.host.get_entity_state(entity))
     store.transact(lambda tx: (tx.host.lock_invocation("inv-every-query"), tx.host.get_invocation("inv-inline"),
                                tx.host.get_adapter_invocation("ai-every-query"),
                            tx.host.list_adapter_invocations("inv-every-query"), tx.host.list_invocations(),

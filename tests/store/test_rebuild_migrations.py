@@ -445,6 +445,9 @@ def test_shipped_0006_adds_the_handoff_columns_to_existing_invocations(
     # every old invocation row keeps its values, and has no handoff
     assert [row[:-6] for row in after["invocations"]] == before["invocations"]
     assert [row[-6:] for row in after["invocations"]] == [(None,) * 6]
+    # The ports read the row once the later migrations are applied too (they read the columns those add).
+    monkeypatch.undo()
+    assert [s.version for s in store.migrate()] == list(range(7, store.expected_version + 1))
     got = host_contract.invocation(store, "inv_old")
     assert (got.status, got.handoff_provider, got.handoff_reference, got.completion_due_at, got.parked_at,
             got.overdue_at, got.external_completion) == (InvocationStatus.RUNNING, None, None, None, None, None, None)

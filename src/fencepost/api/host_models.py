@@ -64,6 +64,43 @@ class Step(_Model):
     output: dict[str, Any] | None
 
 
+class StateTransition(_Model):
+    """The invocation's ``StateTransitioned`` fact (host-spec A17, A19; ADR 0077)."""
+
+    event_id: str
+    sequence: int
+    occurred_at: str
+    from_: str | None = Field(alias="from", description="The entity's state before this invocation changed it "
+                                                       "(null: it had none).")
+    to: str = Field(description="The binding's target.")
+    set_by: Literal["host", "handler", "earlier"] = Field(
+        description="host: the fact set it; handler: the handler had set it (kept); earlier: the entity already "
+                    "had it before this invocation (kept).")
+    at: Literal["finalization", "parking"]
+
+
+class RecordedState(_Model):
+    """The entity's recorded state now (ADR 0077)."""
+
+    state: str
+    previous_state: str | None = Field(description="Its state before the invocation that last changed it.")
+    updated_by_invocation: str
+    updated_at: str
+
+
+class State(_Model):
+    """A state-bound invocation's binding, its fact and its entity's recorded state (ADR 0077)."""
+
+    subject: str = Field(description="The kind of entity, e.g. order.")
+    entity_id: str
+    target: str = Field(description="The state the invocation's success (or parked handoff) records.")
+    transition: StateTransition | None = Field(description="The StateTransitioned fact; null when the host "
+                                                           "recorded none (not finished, failed, "
+                                                           "reconciliation_required, resolved by an operator).")
+    recorded: RecordedState | None = Field(description="The entity's recorded state now (another invocation may "
+                                                       "have changed it since); null when it has none.")
+
+
 class Invocation(_Model):
     id: str
     tenant_id: str
@@ -90,6 +127,8 @@ class Invocation(_Model):
     external_completion: dict[str, Any] | None
     resolution: dict[str, Any] | None = Field(description="The operator's resolution (outcome, operator, note, "
                                                           "evidence, resolved_at, prior verdict), or null.")
+    state: State | None = Field(description="A state-bound action's entity and its transition (ADR 0077); null "
+                                            "for an action without a state binding.")
 
 
 class InvocationPage(_Model):

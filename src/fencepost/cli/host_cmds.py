@@ -99,12 +99,14 @@ def _view_json(view: InvocationView) -> dict[str, Any]:
 
 
 def _events(store: Store, view: InvocationView) -> list[dict[str, Any]]:
-    """The lifecycle events recorded about the invocation and its steps, in sequence order."""
+    """The lifecycle events recorded about the invocation and its steps, and its StateTransitioned fact (about
+    the bound entity, ADR 0077), in sequence order."""
     subjects = {view.id, *(step.adapter_invocation_id for step in view.steps)}
+    fact = ((view.state or {}).get("transition") or {}).get("event_id")
     events = store.read(lambda tx: tx.events.list_events(tenant_id=view.tenant_id, space_id=view.space_id))
     return [{"id": e.id, "sequence": e.sequence, "type": e.type, "subject": e.subject.subject_id,
              "occurred_at": e.occurred_at.isoformat(), "payload": e.payload}
-            for e in events if e.subject.subject_id in subjects]
+            for e in events if e.subject.subject_id in subjects or e.id == fact]
 
 
 def _reconciliations(store: Store, view: InvocationView) -> list[dict[str, Any]]:
@@ -144,6 +146,8 @@ def _show_text(view: InvocationView, events: list[dict[str, Any]] | None = None,
         print_(f"  resolved {r['outcome']} by {r['operator']} at {r['resolved_at']} (was {r['prior']['status']}): "
                f"{r['note']}" + (f"; evidence {jsonlib.dumps(r['evidence'], sort_keys=True)}" if r["evidence"] else ""),
                markup=False)
+    if view.state:
+        _state_text(view)
     for step in view.steps:
         ref = f"  external reference {step.external_reference}" if step.external_reference else ""
         print_(f"  step {step.name} {step.status}  attempts {step.attempts}  provider key "
@@ -159,6 +163,33 @@ def _show_text(view: InvocationView, events: list[dict[str, Any]] | None = None,
         about = f"  adapter invocation {record['adapter_invocation_id']}" if record["adapter_invocation_id"] else ""
         print_(f"  reconciliation record ({record['log']}) {record['kind']}{about}  {record['created_at']}",
                markup=False)
+
+
+_SET_BY = {"host": "set by the host", "handler": "set by the handler, kept by the host",
+           "earlier": "already so before this invocation, kept"}
+
+
+def _state_text(view: InvocationView) -> None:
+    """The state binding (ADR 0077): the bound entity and target, the StateTransitioned fact (or that there is
+    none) and the entity's recorded state now, saying whether this invocation or another one last changed it."""
+    print_ = render.console.print
+    state = view.state or {}
+    print_(f"  state: {state['subject']} {state['entity_id']} -> {state['target']}", markup=False)
+    fact = state.get("transition")
+    if fact:
+        print_(f"    transitioned {fact['from'] or '(no state)'} -> {fact['to']} at {fact['at']} "
+               f"({_SET_BY.get(fact['set_by'], fact['set_by'])}), event {fact['sequence']}", markup=False)
+    else:
+        print_("    no StateTransitioned fact" + (" (it records one when it succeeds or parks)"
+                                                   if not view.status.terminal else ""), markup=False)
+    recorded = state.get("recorded")
+    if recorded:
+        by = ("this invocation" if recorded["updated_by_invocation"] == view.id
+              else f"invocation {recorded['updated_by_invocation']}")
+        print_(f"    recorded state {recorded['state']}, last changed by {by} at {recorded['updated_at']}",
+               markup=False)
+    else:
+        print_("    recorded state: none", markup=False)
 
 
 #: The governance events whose payload says who decided what, and why: shown on their line (host-spec P; ADR 0044).

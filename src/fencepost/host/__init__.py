@@ -6,7 +6,8 @@ Public names: ``Host``, ``HostConfig``, ``Dispatch``, ``Inline``, ``InvocationVi
 replies), ``RecoverableFinalization``, the redaction hooks (``Redaction``, ``ErrorTextContext``,
 ``ErrorSource``, ``WITHHELD``, ``RedactionFailed``; host-spec Q), the circuit breakers (``Breakers``; R) and
 governance: ``Policy``, ``PolicyContext``, ``Allow``, ``Deny``, ``RequireApproval``, ``Obligations``,
-``TransientGovernanceError``, ``PolicyDenied``, ``Attestation``, ``ApprovalExpired`` (ADRs 0043-0045).
+``TransientGovernanceError``, ``PolicyDenied``, ``Attestation``, ``ApprovalExpired`` (ADRs 0043-0045); the state
+binding: ``StateBinding`` and ``BoundEntity`` (host-spec A13, A17, A19; ADR 0077).
 """
 
 from fencepost.core.errors import IdempotencyConflict, RecoverableFinalization
@@ -38,6 +39,7 @@ from fencepost.host.governance import (
 from fencepost.host.handler import KIND_PREFIX, kind_of
 from fencepost.host.redaction import WITHHELD, ErrorSource, ErrorTextContext, Redaction, RedactionFailed
 from fencepost.host.service import Dispatch, Host, HostConfig, Inline, InvocationView, StepView
+from fencepost.host.state import BoundEntity, StateBinding
 
 __all__ = [
     "KIND_PREFIX",
@@ -52,6 +54,7 @@ __all__ = [
     "ApprovalExpired",
     "ApprovalRequest",
     "Attestation",
+    "BoundEntity",
     "Breakers",
     "CircuitState",
     "DecisionRequired",
@@ -76,6 +79,7 @@ __all__ = [
     "RedactionFailed",
     "RequireApproval",
     "RetryPolicy",
+    "StateBinding",
     "StepInputContext",
     "StepView",
     "Succeeded",

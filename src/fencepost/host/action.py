@@ -1,4 +1,4 @@
-"""Action definitions and their registry (host-spec A1, A11, A17, E8; §2.2).
+"""Action definitions and their registry (host-spec A1, A11, A13, A17, A19, E8; §2.2).
 
 An ``Action`` is an id and version, a pydantic params model, an optional result model, an ``idempotent``
 flag (default False), a handler and an **ordered** tuple of ``AdapterStep``s. Recovery depends on exactly
@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from fencepost.core.errors import InvalidInput, NotFound
+from fencepost.core.errors import InvalidInput, LeaseLost, NotFound
 from fencepost.host.governance import check_policies
 from fencepost.host.private_fields import check_private_fields
+from fencepost.host.state import BoundEntity, StateBinding, check_state
+from fencepost.store.host_records import EntityKey
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,79}$")  # with the version, the command kind fits 100 chars
 _STEP = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
@@ -69,6 +71,8 @@ class HandlerContext:
         tx: the fenced unit of work the handler runs in, for its own domain writes in the control store; they
             commit with the handler's unit, before any adapter runs (A17). The handler may run more than once
             (a busy retry, a recovery): it must have no effect outside ``tx``.
+        bound_entity: the entity a state-bound action's invocation is bound to, as read under its lock when the
+            guard allowed the transition (ADR 0077); None for an action without a state binding.
     """
 
     invocation_id: str
@@ -78,7 +82,29 @@ class HandlerContext:
     attempt: int
     is_recovery: bool
     tx: Any
+    bound_entity: BoundEntity | None = None
     _events: list[tuple[str, dict[str, Any]]] = field(default_factory=list, repr=False)
+
+    def set_state(self, state: str | None = None) -> None:
+        """Set the bound entity's recorded state in the handler's unit (host-spec A19, "the handler already set
+        it"; ADR 0077). It commits with the handler's other writes, before any adapter runs, whatever the
+        invocation's verdict later is. When it sets the target, the Host keeps it: its fact names the handler.
+
+        Args:
+            state: the state to record (default: the binding's target), e.g. an intermediate ``charging``.
+        Raises:
+            InvalidInput: the action has no state binding, or ``state`` is not a valid state name.
+            LeaseLost: the invocation is no longer running under this execution's lease.
+        """
+        entity = self.bound_entity
+        if entity is None:
+            raise InvalidInput("set_state needs an action with a state binding (Action(state=StateBinding(...)))")
+        value = check_state(entity.target if state is None else state)
+        key = EntityKey(self.tenant_id, self.space_id, entity.subject, entity.entity_id)
+        stored = self.tx.host.set_entity_state(key, value, invocation_id=self.invocation_id, lease=self.tx.lease)
+        if stored is None:
+            raise LeaseLost(f"invocation {self.invocation_id} is no longer running under this lease")
+        object.__setattr__(self, "bound_entity", replace(entity, state=stored.state))
 
     def emit(self, event_type: str, payload: Mapping[str, Any] | None = None) -> None:
         """Declare a domain event; it commits with the invocation's finalization, not before (A17, J3)."""
@@ -162,6 +188,10 @@ class Action:
             depend on what it is asked to do (a delivery: one step per migration of the package; ADR 0055).
             Used instead of ``steps`` when given. It must depend on the params alone and be deterministic:
             the stored params never change, and recovery matches stored rows to steps by index and name.
+        state: the state binding (host-spec A13, A17, A19; ADR 0077; ``fencepost.host.state``): each invocation is
+            bound to one entity, its guard is checked before the handler (fail closed), and a success (or a
+            parked handoff) records the entity's target state with one ``StateTransitioned`` fact in the
+            finalization unit. None: no binding.
     """
 
     id: str
@@ -178,6 +208,7 @@ class Action:
     obligation_resolver: Callable[[Any, tuple[str, ...]], Iterable[str]] | None = None
     extract_execution_attestation: Callable[..., Any] | None = None
     plan_steps: Callable[[Any], tuple[AdapterStep, ...]] | None = None
+    state: StateBinding | None = None
 
     def steps_for(self, params: Any) -> tuple[AdapterStep, ...]:
         """The steps of the invocation with validated ``params``: ``plan_steps(params)`` or ``steps``.
@@ -216,6 +247,8 @@ class Action:
         if len(self.steps) > 64:
             raise InvalidInput(f"action {self.id}: at most 64 steps")
         object.__setattr__(self, "policies", check_policies(self.policies))
+        if self.state is not None and not isinstance(self.state, StateBinding):
+            raise InvalidInput(f"action {self.id}: state is a StateBinding or None")
 
 
 class ActionRegistry:

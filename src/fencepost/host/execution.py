@@ -8,15 +8,18 @@ The order of work (host-spec §G; the budget check, H3, is the worker's, before 
 2. **Claim unit** (``host.claim``): lock the invocation, confirm it is ``running`` under this lease (``pending``
    -> ``running`` on a first claim) and read every step row: the checkpoints come before anything else.
 3. **Resolve the action**; **ambiguity scan and non-idempotent gates** (``fencepost.host.recovery``, G1-G8).
-4. **Handler** (``host.handler``): its domain writes commit in their own fenced unit, before any adapter (A17);
-   ``DecisionRequired`` ends ``reconciliation_required`` (A11); any other error is a handler failure (A9, A10).
+4. **Handler** (``host.handler``): for a state-bound action its guard first, under the entity's lock (a refusal
+   fails closed: ``failed``, no handler, no adapter; A13, A14); its domain writes commit in their own fenced
+   unit, before any adapter (A17); ``DecisionRequired`` ends ``reconciliation_required`` (A11); any other error
+   is a handler failure (A9, A10).
 5. **Steps in order**. A ``succeeded`` checkpoint is reused, never called again (E7, G10, G13). Otherwise the
    row is written ``running`` **before** the provider is called (E5), each retry is preceded by a preparation
    write, the provider gets the stable ``adapter_invocation_id`` (E2, C5), and each reply is classified by
    ``fencepost.host.outcome`` alone (F). A success is checkpointed and the loop goes on; a failure, an unknown
    outcome or a handoff settles the invocation (``fencepost.host.finalization``).
-6. **Finalization** (``host.finalize``): repaired step events, declared events, the verdict and the command's
-   finish in one transaction, the fence last (J1, J3).
+6. **Finalization** (``host.finalize``): repaired step events, declared events, the state binding's
+   ``StateTransitioned`` fact and the entity's state (A17, A19; ADR 0077), the verdict and the command's finish
+   in one transaction, the fence last (J1, J3). Parking a handoff (``host.park``) records the fact the same way.
 
 Anything that cannot be recorded truthfully raises ``RecoverableFinalization`` and records nothing more: a lost
 lease (C8), a refused lease- or status-conditioned write (C4, C10), a store error (G15, J4). The lease is then
@@ -61,6 +64,7 @@ from fencepost.host.finalization import (
     evidence_of,
     fallback_verdict,
     lock_running,
+    record_transition,
     settlement,
     unknown_outcome,
     verdict_unit,
@@ -93,6 +97,7 @@ from fencepost.host.redaction import (
     redact_input,
     redact_output,
 )
+from fencepost.host.state import BoundEntity, StateRefused, Transition, TransitionPoint, check_guard, entity_key
 from fencepost.host.telemetry import NO_SPAN, LogTelemetry, SpanScope, Telemetry
 from fencepost.outbox.context import CommandContext
 from fencepost.store.host_records import (
@@ -168,6 +173,18 @@ def _json_object(value: Any, what: str) -> dict[str, Any]:
     plain = dict(value)
     canonical_json(plain)  # raises TypeError on anything that is not plain JSON
     return plain
+
+
+def _state_refused(error: BaseException) -> StateRefused | None:
+    """The guard's refusal when ``error`` is, or wraps, one (a store may wrap what its unit raised)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, StateRefused):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _handler_error(error: BaseException) -> BaseException | None:
@@ -301,17 +318,18 @@ class Execution:
 
     def _settle(self, invocation: InvocationRecord, verdict: Verdict, *, writes: tuple[AdapterWrite, ...] = (),
                 events: tuple[NewEvent, ...] = (), records: tuple[NewReconciliation, ...] = (),
-                final: bool = False) -> InvocationStatus:
+                final: bool = False, transition: Transition | None = None) -> InvocationStatus:
         """``_settle_verdict`` inside a ``host.finalize`` (a success) or ``host.settle`` span (S1)."""
         kind = None if verdict.kind is None else str(verdict.kind)
         with self._span(telemetry.FINALIZE_SPAN if final else telemetry.SETTLE_SPAN, status=str(verdict.status),
                         kind=kind):
             return self._settle_verdict(invocation, verdict, writes=writes, events=events, records=records,
-                                        final=final)
+                                        final=final, transition=transition)
 
     def _settle_verdict(self, invocation: InvocationRecord, verdict: Verdict, *,
                         writes: tuple[AdapterWrite, ...] = (), events: tuple[NewEvent, ...] = (),
-                        records: tuple[NewReconciliation, ...] = (), final: bool = False) -> InvocationStatus:
+                        records: tuple[NewReconciliation, ...] = (), final: bool = False,
+                        transition: Transition | None = None) -> InvocationStatus:
         """Commit ``verdict`` with its evidence (host-spec J4, K3-K9, L1-L3; ADR 0031):
 
         - a success (``final``, ``host.finalize``): one atomic attempt; a store error raises
@@ -322,8 +340,11 @@ class Execution:
         - ``failed`` after a second store error: ``RecoverableFinalization``; a failed verdict without its
           evidence would claim "the provider did nothing" with nothing to show for it, so the row stays as a
           crash would leave it and recovery decides (K10).
+
+        ``transition`` (a success of a state-bound action only) commits the ``StateTransitioned`` fact in the same
+        unit; a guard that no longer allows it raises ``StateRefused`` out of here, nothing written.
         """
-        plan = Settlement(invocation, verdict, writes, events, records)
+        plan = Settlement(invocation, verdict, writes, events, records, transition)
         tries = 1 if verdict.status is InvocationStatus.SUCCEEDED else 2
         error: StoreUnavailable | None = None
         for _ in range(tries):
@@ -452,13 +473,14 @@ class Execution:
             f"unknown action {invocation.action_id} version {invocation.action_version}")))
 
     def _fail(self, invocation: InvocationRecord, error: str, applied: list[AdapterRecord], *,
-              writes: tuple[AdapterWrite, ...] = (), events: tuple[NewEvent, ...] = ()) -> InvocationStatus:
+              writes: tuple[AdapterWrite, ...] = (), events: tuple[NewEvent, ...] = (),
+              evidence: dict[str, Any] | None = None) -> InvocationStatus:
         """A definite failure; earlier applied steps are named so ``failed`` is not read as "nothing happened"
-        (X1, G16)."""
-        evidence = None
+        (X1, G16). ``evidence``: more of what the failure is about (a refused state guard's transition)."""
+        evidence = dict(evidence) if evidence else None
         if applied:
             error = f"{error}; applied before it: {applied_summary(applied)}"
-            evidence = {"applied": applied_evidence(applied)}
+            evidence = {**(evidence or {}), "applied": applied_evidence(applied)}
         return self._settle(invocation, Verdict(InvocationStatus.FAILED, _text(error), evidence=evidence),
                             writes=writes, events=events)
 
@@ -475,7 +497,10 @@ class Execution:
             invocation, action, [r for r in decision.rows.values() if r.status is AdapterStatus.SUCCEEDED])
         if isinstance(governed, InvocationStatus):
             return governed
-        handled = self._handler(invocation, action, params, reclaim)
+        try:
+            handled = self._handler(invocation, action, params, reclaim)
+        except StateRefused as refused:  # A13, A14: fails closed before the handler and any adapter
+            return self._refused_before_handler(invocation, refused, decision)
         if isinstance(handled, InvocationStatus):
             return handled
         handler_output, declared = handled
@@ -503,15 +528,16 @@ class Execution:
         attested = Attesting(self).run(invocation, action, applied, governed)  # G17-G22, O1-O3
         if attested is not None:
             return attested
-        return self._finalize(invocation, action, handler_output, outputs, declared, repaired, applied)
+        return self._finalize(invocation, action, params, handler_output, outputs, declared, repaired, applied)
 
     def _handler(self, invocation: InvocationRecord, action: Action, params: Any,
                  reclaim: bool) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]] | InvocationStatus:
         def unit(tx: FencedUnit) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
             lock_running(tx, invocation.id)
+            bound = self._guarded(tx, invocation, action, params)  # A13: raises StateRefused, fail closed
             hctx = HandlerContext(invocation_id=invocation.id, tenant_id=invocation.tenant_id,
                                   space_id=invocation.space_id, actor=invocation.actor,
-                                  attempt=self.lease.delivery, is_recovery=reclaim, tx=tx)
+                                  attempt=self.lease.delivery, is_recovery=reclaim, tx=tx, bound_entity=bound)
             try:
                 output = _json_object(action.handler(hctx, params), "the handler's output")
             except Exception as error:  # a handler outcome (A9): its writes roll back with this unit
@@ -526,6 +552,9 @@ class Execution:
         except Exception as error:
             raised = _handler_error(error)
             if raised is None:
+                refused = _state_refused(error)
+                if refused is not None:
+                    raise refused from None
                 raise
             if isinstance(raised, DecisionRequired):  # A11: an operator decides; no adapter, no retry
                 reason = self._error_text(invocation, ErrorSource.HANDLER, raised.reason)
@@ -534,6 +563,72 @@ class Execution:
                     kind=ReconciliationKind.HANDLER_DECISION_REQUIRED))
             text = f"handler: {self._error_text(invocation, ErrorSource.HANDLER, describe_error(raised))}"
             return self._fail(invocation, _text(text), [])
+
+    @staticmethod
+    def _guarded(tx: FencedUnit, invocation: InvocationRecord, action: Action, params: Any) -> BoundEntity | None:
+        """The state guard, in the handler's unit before the handler (host-spec A13; ADR 0077): the entity locked
+        and read, the guard given the state before this invocation changed it. None for an unbound invocation.
+
+        Raises:
+            StateRefused: the guard did not allow the transition (the unit rolls back; the invocation fails).
+        """
+        binding = invocation.state_binding
+        if binding is None:
+            return None
+        row = tx.host.lock_entity_state(entity_key(invocation))
+        before = check_guard(action.state.guard if action.state is not None else None, invocation, row, params)
+        return BoundEntity(binding.subject, binding.entity_id, binding.target, before,
+                           None if row is None else row.state)
+
+    def _transition(self, invocation: InvocationRecord, action: Action, params: Any,
+                    at: TransitionPoint) -> Transition | None:
+        """The fact a success (or parking) of ``invocation`` records, or None when it is unbound. The binding is
+        the one stored at submission; the guard is the action's."""
+        if invocation.state_binding is None:
+            return None
+        return Transition(invocation, action.state.guard if action.state is not None else None, params, at)
+
+    def _refused_before_handler(self, invocation: InvocationRecord, refused: StateRefused,
+                                decision: Proceed) -> InvocationStatus:
+        """The guard refused before the handler (host-spec A13, A14: fail closed, terminal on recovery too):
+        ``failed`` with no handler and no adapter call, naming any step an earlier attempt applied (X1). A step an
+        earlier attempt left ``running`` (an idempotent action interrupted mid-call, whose recovery would have
+        asked the provider again) may have reached its provider: ``failed`` would deny it, so that step is settled
+        as unknown and the verdict is ``reconciliation_required`` (K1 order)."""
+        text = _text(self._error_text(invocation, ErrorSource.EXECUTION, str(refused)))
+        rows = sorted(decision.rows.values(), key=lambda r: r.step_index)
+        succeeded = [r for r in rows if r.status is AdapterStatus.SUCCEEDED]
+        running = tuple(r for r in rows if r.status is AdapterStatus.RUNNING)
+        if not running:
+            return self._fail(invocation, text, succeeded, evidence={"state_refused": refused.evidence()})
+        writes, events, records = self._unknown_writes(
+            invocation, running, "running step of an interrupted attempt, not sent again: the state guard refused "
+                                 "the recovery; outcome unknown")
+        evidence: dict[str, Any] = {"state_refused": refused.evidence(),
+                                    "unknown_steps": [r.step_name for r in running]}
+        if succeeded:
+            evidence["applied"] = applied_evidence(succeeded)
+        return self._settle(invocation, Verdict(
+            InvocationStatus.RECONCILIATION_REQUIRED,
+            _text(f"{text}; steps that may have reached their provider: {applied_summary([*succeeded, *running])}"),
+            kind=ReconciliationKind.ADAPTER_OUTCOME_AMBIGUOUS, evidence=evidence),
+            writes=writes, events=events, records=records)
+
+    def _state_refused_after(self, invocation: InvocationRecord, refused: StateRefused, at: TransitionPoint,
+                             applied: list[AdapterRecord]) -> InvocationStatus:
+        """The guard no longer allows the transition when the fact is to be recorded (another invocation moved the
+        entity while the steps ran; ADR 0077). Nothing of the fact is written. With a step's effect applied (a
+        success, an accepted handoff) it cannot fail closed any more: ``reconciliation_required``, kind
+        ``applied_effect``, naming the refusal and the effects; with none, ``failed``."""
+        text = self._error_text(invocation, ErrorSource.EXECUTION, f"{refused} (at {at})")
+        evidence: dict[str, Any] = {"state_refused": {**refused.evidence(), "at": at}}
+        if not applied:
+            return self._fail(invocation, _text(text), [], evidence=evidence)
+        evidence["applied"] = applied_evidence(applied)
+        return self._settle(invocation, Verdict(
+            InvocationStatus.RECONCILIATION_REQUIRED,
+            _text(f"{text}; the steps' effects stand: {applied_summary(applied)}; an operator decides"),
+            kind=ReconciliationKind.APPLIED_EFFECT, evidence=evidence))
 
     def _step(self, invocation: InvocationRecord, step: AdapterStep, index: int, adapter_id: str,
               row: AdapterRecord | None, params: Any, handler_output: dict[str, Any],
@@ -864,15 +959,19 @@ class Execution:
         return stored
 
     def _park(self, invocation: InvocationRecord, result: dict[str, Any], events: tuple[NewEvent, ...],
-              details: dict[str, Any]) -> InvocationStatus:
+              details: dict[str, Any], transition: Transition | None = None) -> InvocationStatus:
         """Parking (N2): after the remaining steps, the result and ``parked_at`` on the handoff, the declared and
-        repaired events, and the command finished: the invocation stays ``running`` with no lease, outside the
-        recovery budget, until its completion or the deadline sweep settles it."""
+        repaired events, the state binding's fact (A17: "or accept a parked external handoff"; ADR 0077), and the
+        command finished: the invocation stays ``running`` with no lease, outside the recovery budget, until its
+        completion or the deadline sweep settles it. A guard that no longer allows the transition raises
+        ``StateRefused`` out of here, nothing written."""
 
         def unit(tx: FencedUnit) -> None:
             lock_running(tx, invocation.id)
             for event in events:
                 tx.events.append_event_with_outbox(event)
+            if transition is not None:
+                record_transition(tx, transition)
             if not tx.host.park_invocation(invocation.id, tx.lease, {**details, "result": result}):
                 raise SettlementRefused("the invocation could not park")
 
@@ -897,14 +996,18 @@ class Execution:
         self.ctx.finished_status = FINISH
         return True
 
-    def _finalize(self, invocation: InvocationRecord, action: Action, handler_output: dict[str, Any],
+    def _finalize(self, invocation: InvocationRecord, action: Action, params: Any, handler_output: dict[str, Any],
                   outputs: dict[str, dict[str, Any]], declared: list[tuple[str, dict[str, Any]]],
                   repaired: list[AdapterRecord], applied: list[AdapterRecord]) -> InvocationStatus:
         # A16: private result fields are stripped before the result is parked, validated or stored
         result: dict[str, Any] = strip_private(action.result, {**handler_output, "steps": outputs}) or {}
         parked = self.handoff or (invocation.pending_completion if invocation.handoff_reference else None)
         if parked is not None:  # the result is validated when the completion settles it, merged (N9)
-            return self._park(invocation, result, self._final_events(invocation, repaired, declared), parked)
+            try:
+                return self._park(invocation, result, self._final_events(invocation, repaired, declared), parked,
+                                  self._transition(invocation, action, params, "parking"))
+            except StateRefused as refused:
+                return self._state_refused_after(invocation, refused, "parking", applied)
         if action.result is not None:
             try:
                 result = strip_private(action.result,
@@ -917,8 +1020,12 @@ class Execution:
                                                                         f"{applied_summary(applied)}"),
                         kind=ReconciliationKind.APPLIED_EFFECT))
                 return self._fail(invocation, text, [])
-        return self._settle(invocation, Verdict(InvocationStatus.SUCCEEDED, result=result),
-                            events=self._final_events(invocation, repaired, declared), final=True)
+        try:
+            return self._settle(invocation, Verdict(InvocationStatus.SUCCEEDED, result=result),
+                                events=self._final_events(invocation, repaired, declared), final=True,
+                                transition=self._transition(invocation, action, params, "finalization"))
+        except StateRefused as refused:  # A19 after the steps: the entity moved under this invocation
+            return self._state_refused_after(invocation, refused, "finalization", applied)
 
     @staticmethod
     def _final_events(invocation: InvocationRecord, repaired: list[AdapterRecord],

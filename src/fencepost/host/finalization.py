@@ -1,5 +1,5 @@
-"""Settling an invocation: what one verdict commits, and in which order (host-spec J1-J3, K, L1-L3, M; ADR 0002,
-ADR 0022, ADR 0031).
+"""Settling an invocation: what one verdict commits, and in which order (host-spec J1-J3, K, L1-L3, M, A19; ADR 0002,
+ADR 0022, ADR 0031, ADR 0077).
 
 A ``Settlement`` is a verdict with its evidence: adapter checkpoints, events and reconciliation records. The
 **atomic unit** (``settlement``) writes them in one fenced transaction, in the order of K1:
@@ -7,9 +7,12 @@ A ``Settlement`` is a verdict with its evidence: adapter checkpoints, events and
 1. the invocation row is locked and must still be ``running`` (lock order: invocation first);
 2. the adapter checkpoints (``write_adapter_invocation`` under the captured lease);
 3. the events (the step's lifecycle events, the action's declared events);
-4. the reconciliation records (first write wins on their stable ids);
-5. the verdict's own event and the verdict (``update_leased_invocation`` under the captured lease);
-6. the command's finish (``Store.fenced(..., finish=DELIVERED)``): the fence, last, which also releases the
+4. for a success of a state-bound action, the Host's ``StateTransitioned`` fact (``record_transition``: the
+   entity locked, its guard checked again, its state set to the target unless it has it, the fact appended;
+   host-spec A17, A19, J3; ADR 0077);
+5. the reconciliation records (first write wins on their stable ids);
+6. the verdict's own event and the verdict (``update_leased_invocation`` under the captured lease);
+7. the command's finish (``Store.fenced(..., finish=DELIVERED)``): the fence, last, which also releases the
    lease. A stale token touches zero rows there and the whole unit rolls back.
 
 The **verdict-first fallback** (``verdict_unit`` then ``write_evidence``) is for when the atomic unit failed twice
@@ -38,6 +41,7 @@ from fencepost.host.lifecycle import (
     reconciliation_record,
     step_event,
 )
+from fencepost.host.state import SetBy, Transition, check_guard, entity_key, transition_event
 from fencepost.host.telemetry import Telemetry
 from fencepost.store.base import Store
 from fencepost.store.host_records import (
@@ -100,6 +104,8 @@ class Settlement:
         invocation: the invocation as the execution claimed it. verdict: what it settles to.
         writes: adapter checkpoints, each ``LeaseHeld`` under the execution's captured lease.
         events: lifecycle and declared events, in order. records: reconciliation records (stable ids).
+        transition: the state binding's fact, with a ``succeeded`` verdict only (which never takes the
+            verdict-first fallback, K10, so the fact never becomes a separate evidence write).
     """
 
     invocation: InvocationRecord
@@ -107,6 +113,7 @@ class Settlement:
     writes: tuple[AdapterWrite, ...] = ()
     events: tuple[NewEvent, ...] = ()
     records: tuple[NewReconciliation, ...] = ()
+    transition: Transition | None = None
 
 
 def lock_running(tx: UnitOfWork | FencedUnit, invocation_id: str) -> InvocationRecord:
@@ -153,12 +160,42 @@ def _write_verdict(tx: FencedUnit, invocation: InvocationRecord, verdict: Verdic
         raise _refused(tx, NO_LONGER_RUNNING)
 
 
+def record_transition(tx: FencedUnit, transition: Transition) -> None:
+    """The state binding's fact, inside the unit that finalizes a success or parks a handoff (host-spec A17, A19;
+    ADR 0077), after the invocation row's lock: the entity's lock and its recorded state; the guard checked
+    again against the state before this invocation changed it (another invocation may have moved the entity
+    while the steps ran); the state set to the target unless it already has it (the handler set it, or it had
+    it before: kept); then ``StateTransitioned`` under its stable id, so a repeated unit keeps one.
+
+    Raises:
+        StateRefused: the guard no longer allows the transition; the unit rolls back and the caller decides.
+        SettlementRefused: the state write was refused (the invocation is no longer running under this lease).
+    """
+    invocation = transition.invocation
+    binding = invocation.state_binding
+    if binding is None:
+        raise ValueError(f"invocation {invocation.id} has no state binding")
+    key = entity_key(invocation)
+    row = tx.host.lock_entity_state(key)
+    before = check_guard(transition.guard, invocation, row, transition.params)
+    set_by: SetBy
+    if row is not None and row.state == binding.target:
+        set_by = "handler" if row.updated_by_invocation == invocation.id else "earlier"
+    else:
+        if tx.host.set_entity_state(key, binding.target, invocation_id=invocation.id, lease=tx.lease) is None:
+            raise SettlementRefused(NO_LONGER_RUNNING)
+        set_by = "host"
+    tx.events.append_event_with_outbox(transition_event(invocation, before, set_by, transition.at))
+
+
 def settlement(plan: Settlement) -> Callable[[FencedUnit], None]:
     """The atomic unit that settles ``plan`` (see the module docstring for the order).
 
     Run it with ``CommandContext.fenced(unit, name=..., finish=CommandStatus.DELIVERED)``: the finish is the
     fence. It may run more than once (busy retries, the K3 retry): it has no effect outside the transaction.
     """
+    if plan.transition is not None and plan.verdict.status is not InvocationStatus.SUCCEEDED:
+        raise ValueError("a state transition commits with a succeeded verdict only (ADR 0077)")
 
     def unit(tx: FencedUnit) -> None:
         lock_running(tx, plan.invocation.id)
@@ -166,6 +203,8 @@ def settlement(plan: Settlement) -> Callable[[FencedUnit], None]:
             checkpoint(tx, write)
         for event in plan.events:
             tx.events.append_event_with_outbox(event)
+        if plan.transition is not None:
+            record_transition(tx, plan.transition)
         for record in plan.records:
             tx.host.append_reconciliation(record)
         _write_verdict(tx, plan.invocation, plan.verdict)

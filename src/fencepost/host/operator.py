@@ -7,6 +7,8 @@ reconciliation queue.
 - ``QueueEntry``: one ``reconciliation_required`` invocation, oldest first: its kind and reason, and what to look
   up at the provider (``Lookup``: vendor, external reference and the ``adapter_invocation_id`` the provider saw
   as its idempotency key) for every step whose effect may exist.
+- ``state_json``: a state-bound invocation's binding, its ``StateTransitioned`` fact and the entity's recorded
+  state now (ADR 0077).
 """
 
 from __future__ import annotations
@@ -16,9 +18,36 @@ from typing import Any
 
 from fencepost.core.statuses import AdapterStatus
 from fencepost.host.lifecycle import adapter_subject, invocation_subject
+from fencepost.host.state import entity_key, state_event_id
 from fencepost.outbox.history import lease_history
 from fencepost.store.host_records import AdapterRecord, InvocationRecord, ReconciliationRecord, ResolutionRecord
 from fencepost.store.ports import UnitOfWork
+
+
+def state_json(tx: UnitOfWork, record: InvocationRecord) -> dict[str, Any] | None:
+    """A state-bound invocation's state, as an operator reads it (host-spec A19; ADR 0077); None when unbound.
+
+    Returns:
+        ``subject``, ``entity_id`` and ``target`` (the binding, fixed at submission); ``transition``: its
+        ``StateTransitioned`` fact (``event_id``, ``sequence``, ``occurred_at``, ``from``, ``to``, ``set_by``,
+        ``at``), or None when the host recorded none (not finished yet, or a verdict that records none); and
+        ``recorded``: the entity's recorded state now (``state``, ``previous_state``, ``updated_by_invocation``,
+        ``updated_at``), or None when it has none. A later transition by another invocation shows there.
+    """
+    binding = record.state_binding
+    if binding is None:
+        return None
+    fact = tx.events.get_event(state_event_id(record.id))
+    current = tx.host.get_entity_state(entity_key(record))
+    transition = None if fact is None else {
+        "event_id": fact.id, "sequence": fact.sequence, "occurred_at": fact.occurred_at.isoformat(),
+        "from": fact.payload.get("from"), "to": fact.payload.get("to"), "set_by": fact.payload.get("set_by"),
+        "at": fact.payload.get("at")}
+    recorded = None if current is None else {
+        "state": current.state, "previous_state": current.previous_state,
+        "updated_by_invocation": current.updated_by_invocation, "updated_at": current.updated_at.isoformat()}
+    return {"subject": binding.subject, "entity_id": binding.entity_id, "target": binding.target,
+            "transition": transition, "recorded": recorded}
 
 
 def resolution_json(record: ResolutionRecord | None) -> dict[str, Any] | None:
@@ -86,12 +115,16 @@ class QueueEntry:
 
 
 def events_of(tx: UnitOfWork, record: InvocationRecord, rows: list[AdapterRecord]) -> list[dict[str, Any]]:
-    """The events of the invocation and of its adapter invocations, in log (sequence) order, as plain JSON."""
+    """The events of the invocation and of its adapter invocations, and its ``StateTransitioned`` fact (whose
+    subject is the bound entity), in log (sequence) order, as plain JSON."""
     subjects = [invocation_subject(record.id)] + [adapter_subject(r.id) for r in rows]
     found = []
     for subject in subjects:
         found.extend(tx.events.list_events(tenant_id=record.tenant_id, space_id=record.space_id, subject=subject,
                                            limit=1000))
+    fact = tx.events.get_event(state_event_id(record.id)) if record.state_binding is not None else None
+    if fact is not None:
+        found.append(fact)
     found.sort(key=lambda e: e.sequence)
     return [{"id": e.id, "sequence": e.sequence, "type": e.type, "subject_type": e.subject.subject_type,
              "subject_id": e.subject.subject_id, "occurred_at": e.occurred_at.isoformat(), "payload": e.payload}

@@ -10,8 +10,10 @@
   so that the caller's own rows and the invocation commit together or not at all (§1.Y-16, ADR 0033).
 - ``execute(id)`` re-runs an inline invocation whose run raised ``RecoverableFinalization`` while this host
   still holds its caller lease (A3, A6: the caller caps its own retries); a settled invocation is returned.
-- ``get(id)`` and ``list(...)`` read ``InvocationView``s; ``register(registry)`` serves ``host.invoke`` on a
-  worker with the recovery budget as the kind's delivery budget (H1, H12).
+- ``get(id)`` and ``list(...)`` read ``InvocationView``s (with a state-bound invocation's binding, its
+  ``StateTransitioned`` fact and the entity's recorded state: ADR 0077); ``entity_state(subject, entity_id)``
+  reads an entity's recorded state; ``register(registry)`` serves ``host.invoke`` on a worker with the recovery
+  budget as the kind's delivery budget (H1, H12).
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ from fencepost.host.governance import (
 from fencepost.host.handler import HostHandler, kind_of
 from fencepost.host.idempotency import binding_digest, check_replay, invocation_id, params_digest
 from fencepost.host.lifecycle import STARTED, invocation_event
-from fencepost.host.operator import QueueEntry, history, lookups, resolution_json
+from fencepost.host.operator import QueueEntry, history, lookups, resolution_json, state_json
 from fencepost.host.redaction import Redaction, RedactionFailed, redact_params
 from fencepost.host.resolution import apply_resolution, parse_request
 from fencepost.host.sweep import sweep_overdue
@@ -72,7 +74,7 @@ from fencepost.outbox.handlers import HandlerRegistry
 from fencepost.outbox.heartbeat import Heartbeat
 from fencepost.outbox.worker import Sweep
 from fencepost.store.base import Store
-from fencepost.store.host_records import AdapterRecord, InvocationRecord, NewInvocation
+from fencepost.store.host_records import AdapterRecord, EntityKey, EntityStateRecord, InvocationRecord, NewInvocation
 from fencepost.store.ports import UnitOfWork
 from fencepost.store.records import ClaimedCommand
 
@@ -182,6 +184,9 @@ class InvocationView:
     external_completion: dict[str, Any] | None = None
     #: The operator's resolution (ADR 0048; ``operator.resolution_json``), None when nobody resolved it.
     resolution: dict[str, Any] | None = None
+    #: A state-bound invocation's binding, its ``StateTransitioned`` fact and the entity's recorded state now
+    #: (ADR 0077; ``operator.state_json``), None when the action has no state binding.
+    state: dict[str, Any] | None = None
 
     @property
     def parked(self) -> bool:
@@ -202,12 +207,13 @@ class InvocationView:
                            "attempts": s.attempts, "error": s.error, "external_reference": s.external_reference,
                            "output": s.output} for s in self.steps],
                 "handoff": self.handoff, "parked": self.parked, "external_completion": self.external_completion,
-                "resolution": self.resolution}
+                "resolution": self.resolution, "state": self.state}
 
 
 def view(record: InvocationRecord, rows: Iterable[AdapterRecord],
-         resolution: dict[str, Any] | None = None) -> InvocationView:
-    """An ``InvocationView`` of a stored invocation, its adapter rows and its resolution (plain JSON or None)."""
+         resolution: dict[str, Any] | None = None, state: dict[str, Any] | None = None) -> InvocationView:
+    """An ``InvocationView`` of a stored invocation, its adapter rows, its resolution and its state (plain JSON or
+    None; ``operator.resolution_json``, ``operator.state_json``)."""
     steps = tuple(StepView(r.step_name, r.id, r.status, r.attempts, r.error, r.external_reference, r.output)
                   for r in sorted(rows, key=lambda r: r.step_index))
     return InvocationView(id=record.id, tenant_id=record.tenant_id, space_id=record.space_id,
@@ -218,7 +224,7 @@ def view(record: InvocationRecord, rows: Iterable[AdapterRecord],
                           reconciliation=record.reconciliation, attempt_count=record.attempt_count,
                           lease_owner=record.lease_owner, created_at=record.created_at,
                           updated_at=record.updated_at, steps=steps, handoff=_handoff(record),
-                          external_completion=record.external_completion, resolution=resolution)
+                          external_completion=record.external_completion, resolution=resolution, state=state)
 
 
 def _handoff(record: InvocationRecord) -> dict[str, Any] | None:
@@ -395,6 +401,7 @@ class Host:
                                + "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
                                            for e in error.errors()[:5])) from None
         plain = validated.model_dump(mode="json")
+        bound = action.state.bind(validated) if action.state is not None else None  # A19: fixed from here on
         stored = self._redacted_params(action, plain)
         inline = isinstance(mode, Inline)
         if inline and tx is not None:
@@ -408,7 +415,7 @@ class Host:
             authority=authority, binding_digest=binding_digest(action.version, actor, authority),
             params_digest=params_digest(plain, key=self.config.params_digest_key), params=stored,
             mode=InvocationMode.INLINE if inline else InvocationMode.DISPATCH,
-            status=InvocationStatus.RUNNING if inline else InvocationStatus.PENDING)
+            status=InvocationStatus.RUNNING if inline else InvocationStatus.PENDING, state_binding=bound)
 
         kind = kind_of(action.id, action.version)
 
@@ -439,7 +446,7 @@ class Host:
             # The caller's unit: no retry (a busy retry would replay the caller's own writes, which only the
             # caller can do) and no read through a unit of ours, which could not see this uncommitted row.
             record, _ = unit(tx)
-            return view(record, tx.host.list_adapter_invocations(record.id))
+            return view(record, tx.host.list_adapter_invocations(record.id), state=state_json(tx, record))
         record, claimed = self.store.transact(unit, name="host.submit")
         if claimed is not None:  # inserted running under this caller's lease: its status change (S3)
             telemetry.emit(self.runtime.telemetry, telemetry.STATUS, invocation_id=record.id,
@@ -611,11 +618,21 @@ class Host:
             if record is None:
                 return None
             return view(record, tx.host.list_adapter_invocations(invocation_id),
-                        resolution_json(tx.host.get_resolution(invocation_id)))
+                        resolution_json(tx.host.get_resolution(invocation_id)), state_json(tx, record))
 
         found = self.store.read(read)
         if found is None:
             raise NotFound(f"no invocation {invocation_id}")
+        return found
+
+    def entity_state(self, subject: str, entity_id: str, *, tenant: str = "default",
+                     space: str = "default") -> EntityStateRecord | None:
+        """An entity's recorded state (host-spec A19; ADR 0077): ``state``, ``previous_state`` (before the
+        invocation that last changed it), ``updated_by_invocation`` and ``updated_at``; None when no invocation
+        recorded one. The entity's ``StateTransitioned`` facts are its history in the event log (subject
+        ``(subject, entity_id)``)."""
+        key = EntityKey(tenant, space, subject, entity_id)
+        found: EntityStateRecord | None = self.store.read(lambda tx: tx.host.get_entity_state(key))
         return found
 
     def list(self, *, tenant: str | None = None, space: str | None = None, status: InvocationStatus | None = None,
@@ -626,8 +643,8 @@ class Host:
             records = tx.host.list_invocations(tenant_id=tenant, space_id=space, status=status,
                                                action_id=action_id, limit=limit)
             # A resolved invocation says so in a list too, not just "succeeded" beside its ambiguity error.
-            return [view(r, (), resolution_json(tx.host.get_resolution(r.id)) if r.status.terminal else None)
-                    for r in records]
+            return [view(r, (), resolution_json(tx.host.get_resolution(r.id)) if r.status.terminal else None,
+                         state_json(tx, r)) for r in records]
 
         found: builtins.list[InvocationView] = self.store.read(read)
         return found
@@ -670,7 +687,8 @@ class Host:
             for record in tx.host.reconciliation_queue(tenant_id=tenant, space_id=space, limit=limit):
                 rows = tx.host.list_adapter_invocations(record.id)
                 entries.append(QueueEntry(
-                    invocation=view(record, rows).as_json(), kind=(record.reconciliation or {}).get("kind"),
+                    invocation=view(record, rows, state=state_json(tx, record)).as_json(),
+                    kind=(record.reconciliation or {}).get("kind"),
                     reason=record.error, waiting_since=record.updated_at.isoformat(),
                     lookups=tuple(lookups(record, rows))))
             return entries
@@ -688,7 +706,7 @@ class Host:
                 return None
             rows = tx.host.list_adapter_invocations(invocation_id)
             told = history(tx, record, rows)
-            return view(record, rows, told["resolution"]), told
+            return view(record, rows, told["resolution"], state_json(tx, record)), told
 
         found = self.store.read(read)
         if found is None:
@@ -705,8 +723,8 @@ class Host:
             records = tx.host.page_invocations(tenant_id=tenant, space_id=space, status=status, action_id=action_id,
                                                after_id=after, limit=limit)
             # A resolved invocation's row says so in a list too (one keyed read each: pages are small).
-            return [view(r, (), resolution_json(tx.host.get_resolution(r.id))
-                         if r.status.terminal else None) for r in records]
+            return [view(r, (), resolution_json(tx.host.get_resolution(r.id)) if r.status.terminal else None,
+                         state_json(tx, r)) for r in records]
 
         found: builtins.list[InvocationView] = self.store.read(read)
         return found

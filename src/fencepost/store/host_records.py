@@ -34,6 +34,8 @@ class NewInvocation:
         actor, authority: who submits and under which authority binding; binding_digest covers both and the
             action version. params_digest: ``<version>:<hex>`` (``cp1:...``, B5). params: the validated params.
         mode: dispatch or inline (A2). status: ``pending`` (dispatch) or ``running`` (inline, leased by the caller).
+        state_binding: the entity whose recorded state a success moves to its target (host-spec A19; ADR 0077),
+            fixed at submission from the validated params; None for an action without a state binding.
     """
 
     id: str
@@ -49,6 +51,7 @@ class NewInvocation:
     params: dict[str, Any]
     mode: InvocationMode
     status: InvocationStatus
+    state_binding: EntityBinding | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class InvocationRecord:
             the host parked the invocation after its remaining steps and finalization (N2). overdue_at: when
             the deadline sweep moved it to ``reconciliation_required`` (N12). external_completion: the first
             completion recorded for the handoff (N6, N7), a plain JSON object. Instants are aware UTC.
+        state_binding: the bound entity and its target (host-spec A19; ADR 0077), None when unbound.
     """
 
     id: str
@@ -97,6 +101,55 @@ class InvocationRecord:
     parked_at: datetime | None = None
     overdue_at: datetime | None = None
     external_completion: dict[str, Any] | None = None
+    state_binding: EntityBinding | None = None
+
+
+@dataclass(frozen=True)
+class EntityBinding:
+    """The entity an invocation is bound to and the state its success records (host-spec A17, A19; ADR 0077).
+
+    Attributes:
+        subject: the entity's kind, e.g. ``order`` (1..100 chars). entity_id: which one (1..200 chars).
+        target: the state the invocation's success (or parking) records for it (1..100 chars).
+    """
+
+    subject: str
+    entity_id: str
+    target: str
+
+
+@dataclass(frozen=True)
+class EntityKey:
+    """One entity whose state the host records: its scope, its kind (``subject``) and its id (ADR 0077)."""
+
+    tenant_id: str
+    space_id: str
+    subject: str
+    entity_id: str
+
+
+@dataclass(frozen=True)
+class EntityStateRecord:
+    """An entity's recorded state (``entity_states``; host-spec A19; ADR 0077).
+
+    Attributes:
+        key: which entity. state: its recorded state. updated_by_invocation: the invocation that last changed it
+            (a handler through ``HostPort.set_entity_state``, or the host's ``StateTransitioned`` fact).
+        previous_state: the state it had before that invocation first changed it (None: it had none), so the
+            state an invocation moves the entity *from* stays the same however often it changes it.
+        updated_at: when it last changed (aware UTC).
+    """
+
+    key: EntityKey
+    state: str
+    previous_state: str | None
+    updated_by_invocation: str
+    updated_at: datetime
+
+    def state_before(self, invocation_id: str) -> str | None:
+        """The state the entity had before ``invocation_id`` changed it: ``previous_state`` when that
+        invocation made the last change, else the current ``state`` (it has not changed it since)."""
+        return self.previous_state if self.updated_by_invocation == invocation_id else self.state
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,8 @@ from fencepost.store.host_records import (
     AdapterScope,
     AdapterWrite,
     ClaimedEvent,
+    EntityKey,
+    EntityStateRecord,
     EventLease,
     EventOutboxRecord,
     EventOutboxSummary,
@@ -456,7 +458,8 @@ class AuditPort(Protocol):
 
 
 class HostPort(Protocol):
-    """The action host's invocations and adapter rows (host-spec sections B, C, E, I, N; ADRs 0022, 0034).
+    """The action host's invocations, adapter rows and the recorded state of bound entities (host-spec sections A,
+    B, C, E, I, N; ADRs 0022, 0034, 0077).
 
     Reads are plain. The writes an execution makes under its lease take that lease as an argument (the
     credentials captured before the invocation was loaded, host-spec C3) and carry its condition themselves,
@@ -465,7 +468,8 @@ class HostPort(Protocol):
     """
 
     def insert_invocation(self, invocation: NewInvocation) -> bool:
-        """Insert a new invocation (host-spec B1); the caller writes its command in the same unit.
+        """Insert a new invocation (host-spec B1), with its state binding when it has one (ADR 0077); the caller
+        writes its command in the same unit.
 
         Returns:
             True when inserted; False when its id or its ``(tenant, space, action, key)`` already exists (the
@@ -678,6 +682,43 @@ class HostPort(Protocol):
     def get_adapter_invocation_in_scope(self, adapter_invocation_id: str, scope: AdapterScope) -> AdapterRecord | None:
         """The adapter row only when it lives in ``scope`` (host-spec V2): None for any other tenant, space or
         invocation."""
+        ...
+
+    # ADR 0077: the recorded state of the entities actions are bound to (host-spec A13, A17, A19; migration 0011).
+    def lock_entity_state(self, key: EntityKey) -> EntityStateRecord | None:
+        """The entity's recorded state, with the entity's lock taken until the unit ends, whether or not it has a
+        state yet (PostgreSQL: a transaction-scoped advisory lock on the key; SQLite: ``BEGIN IMMEDIATE``), so a
+        guard that reads it and the write that depends on it see one state. In the host's lock order: after the
+        invocation row and its adapter rows, before the command.
+
+        Returns:
+            The record, or None when the entity has no recorded state.
+        """
+        ...
+
+    def get_entity_state(self, key: EntityKey) -> EntityStateRecord | None:
+        """The entity's recorded state (a plain read), or None when it has none."""
+        ...
+
+    def set_entity_state(self, key: EntityKey, state: str, *, invocation_id: str,
+                         lease: Lease) -> EntityStateRecord | None:
+        """Record ``state`` for the entity, as changed by ``invocation_id`` under its ``lease`` (a handler's own
+        write through ``HandlerContext.set_state``, or the host's ``StateTransitioned`` fact; ADR 0077).
+
+        In order: the invocation row in ``key``'s tenant and space is locked and must be ``running`` with
+        ``lease`` its own command's (``lease.command_id == invocation_id``); the entity's lock; the write; the
+        lease check on the command, last. ``previous_state`` becomes the state the entity had before this
+        invocation first changed it (a second change by the same invocation keeps it). A ``state`` equal to the
+        current one changes nothing: the record, its ``updated_by_invocation`` and its ``updated_at`` are kept.
+
+        Returns:
+            The record as it is now; None, changing nothing, when the invocation is missing, in another scope, not
+            ``running``, or ``lease`` is another command's.
+        Raises:
+            LeaseLost: ``lease`` was no longer its command's current lease at the fence (after the write): the
+                caller's unit must roll back (``Store.transact`` does, as the error leaves ``fn``).
+            Conflict: a value breaks the schema (a state outside 1..100 characters, an entity id outside 1..200).
+        """
         ...
 
     # ADR 0048/0049: operator resolutions and the operator's reads (a separate block; migration 0007).

@@ -35,6 +35,7 @@ from fencepost.testing.admission import AdmissionContract
 from fencepost.testing.backend import ContractBackend, ContractHarness, StoreContract
 from fencepost.testing.catalog import CatalogContract
 from fencepost.testing.concurrency import ConcurrencyContract
+from fencepost.testing.entity_states import EntityStateContract
 from fencepost.testing.events import EventRelayContract
 from fencepost.testing.group_commit import GroupCommitContract
 from fencepost.testing.host import EventsContract, HostContract
@@ -46,7 +47,8 @@ from fencepost.testing.unit_of_work import UnitOfWorkContract
 #: Every contract class, for a backend that runs them all.
 CONTRACTS: tuple[type[StoreContract], ...] = (
     OutboxContract, RehearsalContract, CatalogContract, AdmissionContract, UnitOfWorkContract, ConcurrencyContract,
-    HostContract, EventsContract, EventRelayContract, ProgressContract, GroupCommitContract)
+    HostContract, EventsContract, EventRelayContract, ProgressContract, GroupCommitContract,
+    EntityStateContract)
 
 __all__ = [
     "CONTRACTS",
@@ -55,6 +57,7 @@ __all__ = [
     "ConcurrencyContract",
     "ContractBackend",
     "ContractHarness",
+    "EntityStateContract",
     "EventRelayContract",
     "EventsContract",
     "GroupCommitContract",

@@ -174,6 +174,16 @@ json_array_elements_text(CAST(:expected AS json)) AS value
 -- fragment: invocation_reconciliation_adapter
 (CAST(i.reconciliation AS json) ->> 'adapter_invocation_id')
 
+-- fragment: entity_lock
+-- A transaction-scoped advisory lock on the entity's key (as lock_package's), released at COMMIT or ROLLBACK:
+-- it locks an entity with no row yet too, which FOR UPDATE cannot, so two first transitions of one entity
+-- cannot both read "no state". A hash collision only serializes two entities, never mixes their states.
+pg_advisory_xact_lock(hashtextextended(
+    'fencepost.entity:' || :tenant_id || chr(31) || :space_id || chr(31) || :subject || chr(31) || :entity_id, 0))
+
+-- fragment: event_payload_invocation
+(CAST(e.payload AS json) ->> 'invocation_id')
+
 -- fragment: lock_invocation_row
 -- The invocation row lock, first in the host's lock order (invocation, adapter row, command; ADR 0022):
 -- held until COMMIT, so a conditional adapter write and the verdict see one parent (host-spec I17).

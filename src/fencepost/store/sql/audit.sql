@@ -255,3 +255,39 @@ WHERE (i.status = 'reconciliation_required' OR EXISTS (SELECT 1 FROM host_resolu
   AND NOT EXISTS (SELECT 1 FROM host_reconciliations r
                   WHERE r.invocation_id = i.id AND r.log = 'governance'
                     AND r.adapter_invocation_id = {{invocation_reconciliation_adapter}});
+
+-- fragment: event_payload_invocation
+-- per-dialect
+-- The text of the "invocation_id" field of the payload of the event aliased e (NULL when absent).
+
+-- name: audit_entity_states
+-- The state binding (ADR 0077; host-spec A17, A19). An invocation bound to an entity has exactly one
+-- StateTransitioned fact (about that entity, naming the invocation) when the host recorded the transition: it
+-- parked, or it succeeded by the host's own verdict (an operator's resolution writes no fact); every other
+-- invocation has none (a failed or reconciliation_required verdict moves nothing). An invocation whose fact
+-- exists left its entity with a recorded state, and when it is still the last to have changed that entity, the
+-- state is its target (unless a later transition changed it, the entity holds what the fact says).
+SELECT b.id AS subject, b.status || ' invocation bound to ' || b.state_subject || ' ' || b.state_entity_id
+       || ' has ' || b.facts || ' StateTransitioned fact(s), not ' || b.expected AS detail
+FROM (SELECT i.id, i.status, i.state_subject, i.state_entity_id,
+             (SELECT count(*) FROM host_events e
+              WHERE e.subject_type = i.state_subject AND e.subject_id = i.state_entity_id
+                AND e.type = 'StateTransitioned' AND {{event_payload_invocation}} = i.id) AS facts,
+             CASE WHEN i.parked_at IS NOT NULL
+                       OR (i.status = 'succeeded'
+                           AND NOT EXISTS (SELECT 1 FROM host_resolutions r WHERE r.invocation_id = i.id))
+                  THEN 1 ELSE 0 END AS expected
+      FROM invocations i
+      WHERE i.state_subject IS NOT NULL) AS b
+WHERE b.facts <> b.expected
+UNION ALL
+SELECT i.id AS subject, 'the StateTransitioned fact of ' || i.state_subject || ' ' || i.state_entity_id
+       || CASE WHEN s.state IS NULL THEN ' left no recorded state'
+               ELSE ' left it ' || s.state || ', not its target ' || i.state_target END AS detail
+FROM invocations i
+JOIN host_events e ON e.subject_type = i.state_subject AND e.subject_id = i.state_entity_id
+     AND e.type = 'StateTransitioned' AND {{event_payload_invocation}} = i.id
+LEFT JOIN entity_states s ON s.tenant_id = i.tenant_id AND s.space_id = i.space_id
+     AND s.subject = i.state_subject AND s.entity_id = i.state_entity_id
+WHERE i.state_subject IS NOT NULL
+  AND (s.state IS NULL OR (s.updated_by_invocation = i.id AND s.state <> i.state_target));

@@ -1,10 +1,11 @@
-"""``HostPort`` over SQL: invocations, the conditional adapter-row write, the reconciliation logs and the
-external completion handoffs of ``host.sql``, written once.
+"""``HostPort`` over SQL: invocations, the conditional adapter-row write, the reconciliation logs, the external
+completion handoffs and the recorded state of bound entities of ``host.sql``, written once.
 
-Seed: platform-host-8.1-readme-excerpt.md; host-spec sections B, C, E, I and N. Every write the lease protects
-names the lease it was given (``LeaseHeld``: the credentials the execution captured before it loaded the
-invocation, C3), never a value read back from a row, and follows the host's lock order: the invocation row,
-then the adapter row, then the command, whose lease check comes last (ADR 0002, ADR 0022).
+Seed: platform-host-8.1-readme-excerpt.md; host-spec sections A (the state binding, ADR 0077), B, C, E, I and
+N. Every write the lease protects names the lease it was given (``LeaseHeld``: the credentials the execution
+captured before it loaded the invocation, C3), never a value read back from a row, and follows the host's lock
+order: the invocation row, then the adapter row, then the bound entity's state, then the command, whose lease
+check comes last (ADR 0002, ADR 0022, ADR 0077).
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ from fencepost.store.host_records import (
     AdapterScope,
     AdapterWrite,
     CreateAdapterRow,
+    EntityBinding,
+    EntityKey,
+    EntityStateRecord,
     GovernanceRecord,
     Handoff,
     HostHealthCounts,
@@ -79,7 +83,14 @@ class SqlHost:
                   "authority": invocation.authority, "binding_digest": invocation.binding_digest,
                   "params_digest": invocation.params_digest, "params": canonical_json(invocation.params),
                   "mode": str(invocation.mode), "status": str(invocation.status), "now": self._unit.now()}
-        return bool(self._unit.run("insert_invocation", params).rows)
+        if not self._unit.run("insert_invocation", params).rows:
+            return False
+        binding = invocation.state_binding
+        if binding is not None and self._unit.run("bind_invocation_state", {
+                "id": invocation.id, "state_subject": binding.subject, "state_entity_id": binding.entity_id,
+                "state_target": binding.target}).rowcount != 1:  # pragma: no cover - inserted unbound just above
+            raise Conflict(f"invocation {invocation.id} could not be bound to its entity")
+        return True
 
     def get_invocation(self, invocation_id: str) -> InvocationRecord | None:
         rows = self._unit.run("get_invocation", {"id": invocation_id}).rows
@@ -295,6 +306,32 @@ class SqlHost:
         return adapter_from_row(rows[0]) if rows else None
 
 
+    # ── the recorded state of bound entities (ADR 0077; host-spec A13, A17, A19) ──
+    def lock_entity_state(self, key: EntityKey) -> EntityStateRecord | None:
+        self._unit.run("lock_entity", _entity_params(key))
+        return self.get_entity_state(key)
+
+    def get_entity_state(self, key: EntityKey) -> EntityStateRecord | None:
+        rows = self._unit.run("get_entity_state", _entity_params(key)).rows
+        return entity_state_from_row(rows[0]) if rows else None
+
+    def set_entity_state(self, key: EntityKey, state: str, *, invocation_id: str,
+                         lease: Lease) -> EntityStateRecord | None:
+        # Lock order (ADR 0022, ADR 0077): the invocation row, then the entity, then the command's lease, last.
+        parent = self._unit.run("lock_invocation_for_adapter_write", {
+            "invocation_id": invocation_id, "tenant_id": key.tenant_id, "space_id": key.space_id}).rows
+        if (not parent or parent[0]["status"] != InvocationStatus.RUNNING or lease.command_id != invocation_id):
+            return None  # not this scope's invocation, not running, or not its own lease
+        self._unit.run("lock_entity", _entity_params(key))
+        changed = self._unit.run("set_entity_state", {**_entity_params(key), "state": state,
+                                                      "invocation_id": invocation_id, "now": self._unit.now()}).rows
+        if not lease_held(self._unit, lease):
+            # Fence last (ADR 0002): the write above must not commit; the caller's unit rolls back.
+            raise LeaseLost(f"lease on command {lease.command_id} (delivery {lease.delivery}) was lost")
+        if changed:
+            return entity_state_from_row(changed[0])
+        return self.get_entity_state(key)  # already in that state: kept as it was
+
     # ── operator resolutions and reads (ADRs 0048, 0049; resolutions.sql) ──
     def record_resolution(self, resolution: NewResolution) -> bool:
         if resolution.outcome not in (InvocationStatus.SUCCEEDED, InvocationStatus.FAILED):
@@ -353,7 +390,21 @@ def invocation_from_row(row: dict[str, Any]) -> InvocationRecord:
         command_status=None if command_status is None else CommandStatus(command_status),
         handoff_provider=row["handoff_provider"], handoff_reference=row["handoff_reference"],
         completion_due_at=row["completion_due_at"], parked_at=row["parked_at"], overdue_at=row["overdue_at"],
-        external_completion=_parsed(row["external_completion"]))
+        external_completion=_parsed(row["external_completion"]),
+        state_binding=None if row["state_subject"] is None else EntityBinding(
+            row["state_subject"], row["state_entity_id"], row["state_target"]))
+
+
+def _entity_params(key: EntityKey) -> dict[str, Any]:
+    return {"tenant_id": key.tenant_id, "space_id": key.space_id, "subject": key.subject, "entity_id": key.entity_id}
+
+
+def entity_state_from_row(row: dict[str, Any]) -> EntityStateRecord:
+    """An ``EntityStateRecord`` from a row of the ``entity_state_columns`` fragment."""
+    return EntityStateRecord(
+        key=EntityKey(row["tenant_id"], row["space_id"], row["subject"], row["entity_id"]), state=row["state"],
+        previous_state=row["previous_state"], updated_by_invocation=row["updated_by_invocation"],
+        updated_at=row["updated_at"])
 
 
 def adapter_from_row(row: dict[str, Any]) -> AdapterRecord:

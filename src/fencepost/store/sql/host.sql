@@ -3,7 +3,8 @@
 -- Common to every dialect; blocks marked per-dialect are written in each <backend>/dialect.sql. Instants
 -- arrive as parameters read once per transaction from the store's clock (:now).
 --
--- Lock order (ADR 0022): the invocation row, then its adapter row, then the command (the lease, last).
+-- Lock order (ADR 0022): the invocation row, then its adapter row, then the bound entity's state (ADR 0077),
+-- then the command (the lease, last).
 
 -- name: insert_invocation
 -- A new invocation; an existing id (the derived id of the same tenant, space, action and key: ADR 0023) or
@@ -15,12 +16,20 @@ VALUES (:id, :tenant_id, :space_id, :action_id, :action_version, :idempotency_ke
 ON CONFLICT DO NOTHING
 RETURNING id;
 
+-- name: bind_invocation_state
+-- A state-bound action's invocation names its entity and target (ADR 0077), in the unit that just inserted it.
+-- A separate statement so that the insert every other invocation takes names no column of migration 0011.
+UPDATE invocations
+SET state_subject = :state_subject, state_entity_id = :state_entity_id, state_target = :state_target
+WHERE id = :id AND state_subject IS NULL;
+
 -- fragment: invocation_columns
 i.id, i.tenant_id, i.space_id, i.action_id, i.action_version, i.idempotency_key, i.actor, i.authority,
 i.binding_digest, i.params_digest, i.params, i.mode, i.status, i.error, i.result, i.reconciliation,
 i.pending_completion, i.created_at, i.updated_at, coalesce(c.delivery_count, 0) AS attempt_count,
 c.lease_owner, c.lease_until, c.status AS command_status, i.handoff_provider, i.handoff_reference,
-i.completion_due_at, i.parked_at, i.overdue_at, i.external_completion
+i.completion_due_at, i.parked_at, i.overdue_at, i.external_completion, i.state_subject, i.state_entity_id,
+i.state_target
 
 -- name: get_invocation
 -- instants: created_at, updated_at, lease_until, completion_due_at, parked_at, overdue_at
@@ -66,8 +75,8 @@ WHERE id = :id AND status IN (SELECT value FROM {{json_text_array}})
   AND {{lease_held}};
 
 -- name: lock_invocation_for_adapter_write
--- The parent check of a conditional adapter write (host-spec I2, I3, I5): the row in the write's scope, in
--- the same lock order as every host write.
+-- The parent check of a conditional adapter write (host-spec I2, I3, I5) and of an entity state write (ADR
+-- 0077): the row in the write's scope, in the same lock order as every host write.
 SELECT i.status, i.error FROM invocations AS i
 WHERE i.id = :invocation_id AND i.tenant_id = :tenant_id AND i.space_id = :space_id
 {{lock_invocation_row}};
@@ -301,3 +310,39 @@ SET status = 'PROCESSING', lease_owner = :owner, lease_token = :token, lease_unt
     delivery_count = CASE WHEN delivery_count < 1 THEN 1 ELSE delivery_count END
 WHERE id = :id AND status = 'DELIVERED'
 RETURNING delivery_count, lease_until;
+
+-- ── the recorded state of bound entities (ADR 0077; host-spec A13, A17, A19) ──
+
+-- fragment: entity_lock
+-- per-dialect
+-- An expression that takes the lock of one entity (:tenant_id, :space_id, :subject, :entity_id) until the
+-- transaction ends, whether or not it has a recorded state yet.
+
+-- name: lock_entity
+-- The entity's lock, held until the transaction ends: a guard's read and the write that depends on it see one
+-- state. After the invocation row and its adapter rows in the host's lock order, before the command.
+SELECT {{entity_lock}} AS locked;
+
+-- fragment: entity_state_columns
+tenant_id, space_id, subject, entity_id, state, previous_state, updated_by_invocation, updated_at
+
+-- name: get_entity_state
+-- instants: updated_at
+SELECT {{entity_state_columns}} FROM entity_states
+WHERE tenant_id = :tenant_id AND space_id = :space_id AND subject = :subject AND entity_id = :entity_id;
+
+-- name: set_entity_state
+-- instants: updated_at
+-- Record :state for the entity, set by :invocation_id (the caller checked that invocation is running under its
+-- lease, in the entity's scope, and holds the entity's lock). previous_state keeps the state the entity had
+-- before that invocation first changed it: a second change by the same invocation keeps it. The same state
+-- again changes nothing (no row returned), so a state an earlier change set is kept with its provenance.
+INSERT INTO entity_states (tenant_id, space_id, subject, entity_id, state, previous_state, updated_by_invocation,
+                           updated_at)
+VALUES (:tenant_id, :space_id, :subject, :entity_id, :state, NULL, :invocation_id, :now)
+ON CONFLICT (tenant_id, space_id, subject, entity_id) DO UPDATE
+SET previous_state = CASE WHEN entity_states.updated_by_invocation = excluded.updated_by_invocation
+                          THEN entity_states.previous_state ELSE entity_states.state END,
+    state = excluded.state, updated_by_invocation = excluded.updated_by_invocation, updated_at = excluded.updated_at
+WHERE entity_states.state <> excluded.state
+RETURNING {{entity_state_columns}};

@@ -122,6 +122,13 @@ json_extract(i.reconciliation, '$.kind')
 -- fragment: invocation_reconciliation_adapter
 json_extract(i.reconciliation, '$.adapter_invocation_id')
 
+-- fragment: entity_lock
+-- SQLite's BEGIN IMMEDIATE already holds the database write reservation: no other writer can change the entity.
+1
+
+-- fragment: event_payload_invocation
+json_extract(e.payload, '$.invocation_id')
+
 -- fragment: lock_invocation_row
 -- BEGIN IMMEDIATE holds the write reservation: the row cannot change until COMMIT.
 LIMIT 1

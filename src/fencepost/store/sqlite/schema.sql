@@ -331,6 +331,11 @@ CREATE TABLE invocations (
     parked_at TEXT CONSTRAINT invocations_parked_needs_handoff CHECK (parked_at IS NULL OR handoff_reference IS NOT NULL),
     overdue_at TEXT CONSTRAINT invocations_overdue_needs_handoff CHECK (overdue_at IS NULL OR handoff_reference IS NOT NULL),
     external_completion TEXT CHECK (external_completion IS NULL OR (json_valid(external_completion) AND json_type(external_completion) = 'object')),
+    -- The state binding (migration 0011, ADR 0077; host-spec A19): the bound entity and the state a success
+    -- records, all set or none; added by ALTER TABLE like the handoff columns.
+    state_subject TEXT CHECK (state_subject IS NULL OR length(state_subject) BETWEEN 1 AND 100),
+    state_entity_id TEXT CHECK (state_entity_id IS NULL OR length(state_entity_id) BETWEEN 1 AND 200),
+    state_target TEXT CHECK (state_target IS NULL OR length(state_target) BETWEEN 1 AND 100) CONSTRAINT invocations_state_binding_whole CHECK ((state_subject IS NULL) = (state_entity_id IS NULL) AND (state_subject IS NULL) = (state_target IS NULL)),
     UNIQUE (tenant_id, space_id, action_id, idempotency_key),
     UNIQUE (tenant_id, space_id, id),
     CHECK (updated_at >= created_at)
@@ -588,3 +593,23 @@ CREATE TABLE workflow_step_starts (
     UNIQUE (step_run_id, attempt)
 );
 CREATE INDEX workflow_step_starts_by_run ON workflow_step_starts (run_id);
+
+-- The recorded state of the entities actions are bound to (migration 0011, ADR 0077; host-spec A19): one row
+-- per entity, the state, the state before the invocation that last changed it first changed it, and that
+-- invocation, in its scope.
+CREATE TABLE entity_states (
+    tenant_id             TEXT NOT NULL,
+    space_id              TEXT NOT NULL,
+    subject               TEXT NOT NULL CHECK (length(subject) BETWEEN 1 AND 100),
+    entity_id             TEXT NOT NULL CHECK (length(entity_id) BETWEEN 1 AND 200),
+    state                 TEXT NOT NULL CHECK (length(state) BETWEEN 1 AND 100),
+    previous_state        TEXT CHECK (previous_state IS NULL OR length(previous_state) BETWEEN 1 AND 100),
+    updated_by_invocation TEXT NOT NULL,
+    updated_at            TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, space_id, subject, entity_id),
+    -- The composite reference keeps a recorded state in the scope of the invocation that set it (host-spec V1).
+    FOREIGN KEY (tenant_id, space_id, updated_by_invocation) REFERENCES invocations (tenant_id, space_id, id)
+);
+
+-- The entities an invocation last changed (the audit, an operator's view).
+CREATE INDEX entity_states_by_invocation ON entity_states (updated_by_invocation);
