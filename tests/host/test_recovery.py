@@ -8,6 +8,7 @@ import dataclasses
 from typing import Any
 
 import pytest
+from pydantic import Field
 
 from fencepost.core.statuses import AdapterStatus, InvocationStatus
 from fencepost.host import Ambiguous, Host
@@ -15,7 +16,7 @@ from fencepost.host.action import StepInputContext
 from fencepost.host.handler import kind_of
 from fencepost.store.base import Store
 from helpers.store_backends import StoreBackend
-from host.kit import PARAMS, Crash, Ledger, Scripted, Spy, charge_action, events_of, make_host, run_worker
+from host.kit import PARAMS, Crash, Ledger, Params, Scripted, Spy, charge_action, events_of, make_host, run_worker
 
 STATES = ("none", "running", "failed", "succeeded")
 
@@ -166,3 +167,51 @@ def test_killed_claims_consume_budget(store: Store, backend: StoreBackend, ledge
     run_worker(host, backend)
     done = host.get(queued.id)
     assert done.error == "recovery attempts exhausted (3/2)" and adapter.calls == []
+
+
+class StricterParams(Params):
+    """What a redeployed action accepts: an amount the stored params do not satisfy (they fail validation)."""
+
+    amount_cents: int = Field(gt=100_000)
+
+
+@pytest.mark.parametrize("fails", ["handler", "params"])
+def test_a_failure_before_any_call_of_a_recovery_does_not_deny_a_step_left_in_flight(
+        store: Store, backend: StoreBackend, ledger: Ledger, fails: str) -> None:
+    """E5, G5, X1: an idempotent charge died mid-call (its first step ``running``). Its recovery fails before it
+    sends anything (the handler raises, or the redeployed action's params no longer validate). The step in flight
+    may have charged, so the verdict is ``reconciliation_required`` with that step settled as unknown, never
+    ``failed``: "failed" promises the provider did nothing (found by the break-it trial of ADR 0077)."""
+    host, adapter, spy, invocation_id = interrupted(store, backend, ledger, "running", idempotent=True)
+    calls = len(adapter.calls)
+    if fails == "handler":
+        spy.raises = ValueError("inventory service down")
+    else:
+        action = dataclasses.replace(charge_action(spy, steps=("charge", "ship"), idempotent=True),
+                                     params=StricterParams)
+        host = make_host(store, action, adapter)
+    run_worker(host, backend)
+    done = host.get(invocation_id)
+    assert done.status is InvocationStatus.RECONCILIATION_REQUIRED, done.error
+    assert done.reconciliation is not None and done.reconciliation["kind"] == "adapter_outcome_ambiguous"
+    assert done.reconciliation["unknown_steps"] == ["charge"]
+    assert ("inventory service down" if fails == "handler" else "invalid params") in (done.error or "")
+    assert done.steps[0].status is AdapterStatus.AMBIGUOUS and len(adapter.calls) == calls  # nothing sent again
+    assert "AdapterInvocationAmbiguous" in [e.type for e in events_of(store, invocation_id)]
+
+
+@pytest.mark.parametrize("fails", ["handler", "params"])
+def test_a_failure_before_any_call_without_a_step_in_flight_is_failed(
+        store: Store, backend: StoreBackend, ledger: Ledger, fails: str) -> None:
+    """The control: the same failures when the earlier attempt left no step recorded (it died before its first
+    row) are definite failures: nothing was sent."""
+    host, adapter, spy, invocation_id = interrupted(store, backend, ledger, "none", idempotent=True)
+    if fails == "handler":
+        spy.raises = ValueError("inventory service down")
+    else:
+        action = dataclasses.replace(charge_action(spy, steps=("charge", "ship"), idempotent=True),
+                                     params=StricterParams)
+        host = make_host(store, action, adapter)
+    run_worker(host, backend)
+    done = host.get(invocation_id)
+    assert done.status is InvocationStatus.FAILED and done.steps == () and adapter.calls == []

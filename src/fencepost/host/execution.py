@@ -222,6 +222,9 @@ class Execution:
         self.action: Action | None = None
         self.action_id = ""  # the claimed invocation's action id, for the error-text context (ADR 0042)
         self.handoff: dict[str, Any] | None = None  # the handoff this execution recorded (N1)
+        # Steps an earlier attempt left ``running`` (an idempotent action's recovery re-sends them), while no step
+        # of this execution has run yet: a definite failure then may not say "nothing was applied" (E5, G5, X1).
+        self._in_flight: tuple[AdapterRecord, ...] = ()
         self._root: SpanScope = NO_SPAN  # the host.invocation span (S1)
         self._step_scope: SpanScope = NO_SPAN  # the current host.step span
 
@@ -476,7 +479,13 @@ class Execution:
               writes: tuple[AdapterWrite, ...] = (), events: tuple[NewEvent, ...] = (),
               evidence: dict[str, Any] | None = None) -> InvocationStatus:
         """A definite failure; earlier applied steps are named so ``failed`` is not read as "nothing happened"
-        (X1, G16). ``evidence``: more of what the failure is about (a refused state guard's transition)."""
+        (X1, G16). ``evidence``: more of what the failure is about (a refused state guard's transition).
+
+        Before any step of this execution ran, a step that an earlier attempt left ``running`` may have reached its
+        provider (an idempotent action's recovery would have sent it again): ``failed`` would deny that, so the
+        step is settled unknown and the verdict is ``reconciliation_required`` instead (``_unknown_in_flight``)."""
+        if self._in_flight:
+            return self._unknown_in_flight(invocation, error, applied, events, evidence)
         evidence = dict(evidence) if evidence else None
         if applied:
             error = f"{error}; applied before it: {applied_summary(applied)}"
@@ -487,6 +496,8 @@ class Execution:
     # ── handler, steps, finalization ──
     def _proceed(self, invocation: InvocationRecord, action: Action, decision: Proceed,
                  reclaim: bool) -> InvocationStatus:
+        self._in_flight = tuple(sorted((r for r in decision.rows.values() if r.status is AdapterStatus.RUNNING),
+                                       key=lambda r: r.step_index))
         try:
             params = action.params.model_validate(invocation.params)
         except ValidationError as error:
@@ -504,6 +515,7 @@ class Execution:
         if isinstance(handled, InvocationStatus):
             return handled
         handler_output, declared = handled
+        self._in_flight = ()  # from here the steps run: each settles its own recorded row (E5, F4)
         outputs: dict[str, dict[str, Any]] = {}
         applied: list[AdapterRecord] = []
         repaired: list[AdapterRecord] = []
@@ -562,7 +574,7 @@ class Execution:
                     InvocationStatus.RECONCILIATION_REQUIRED, _text(f"handler: {reason}"),
                     kind=ReconciliationKind.HANDLER_DECISION_REQUIRED))
             text = f"handler: {self._error_text(invocation, ErrorSource.HANDLER, describe_error(raised))}"
-            return self._fail(invocation, _text(text), [])
+            return self._fail(invocation, _text(text), [])  # reconciliation_required if a step is in flight
 
     @staticmethod
     def _guarded(tx: FencedUnit, invocation: InvocationRecord, action: Action, params: Any) -> BoundEntity | None:
@@ -591,28 +603,31 @@ class Execution:
     def _refused_before_handler(self, invocation: InvocationRecord, refused: StateRefused,
                                 decision: Proceed) -> InvocationStatus:
         """The guard refused before the handler (host-spec A13, A14: fail closed, terminal on recovery too):
-        ``failed`` with no handler and no adapter call, naming any step an earlier attempt applied (X1). A step an
-        earlier attempt left ``running`` (an idempotent action interrupted mid-call, whose recovery would have
-        asked the provider again) may have reached its provider: ``failed`` would deny it, so that step is settled
-        as unknown and the verdict is ``reconciliation_required`` (K1 order)."""
+        ``failed`` with no handler and no adapter call, naming any step an earlier attempt applied (X1); with a step
+        an earlier attempt left ``running``, ``reconciliation_required`` (``_fail``)."""
         text = _text(self._error_text(invocation, ErrorSource.EXECUTION, str(refused)))
-        rows = sorted(decision.rows.values(), key=lambda r: r.step_index)
-        succeeded = [r for r in rows if r.status is AdapterStatus.SUCCEEDED]
-        running = tuple(r for r in rows if r.status is AdapterStatus.RUNNING)
-        if not running:
-            return self._fail(invocation, text, succeeded, evidence={"state_refused": refused.evidence()})
-        writes, events, records = self._unknown_writes(
-            invocation, running, "running step of an interrupted attempt, not sent again: the state guard refused "
-                                 "the recovery; outcome unknown")
-        evidence: dict[str, Any] = {"state_refused": refused.evidence(),
-                                    "unknown_steps": [r.step_name for r in running]}
-        if succeeded:
-            evidence["applied"] = applied_evidence(succeeded)
+        succeeded = sorted((r for r in decision.rows.values() if r.status is AdapterStatus.SUCCEEDED),
+                           key=lambda r: r.step_index)
+        return self._fail(invocation, text, succeeded, evidence={"state_refused": refused.evidence()})
+
+    def _unknown_in_flight(self, invocation: InvocationRecord, error: str, applied: list[AdapterRecord],
+                           events: tuple[NewEvent, ...], evidence: dict[str, Any] | None) -> InvocationStatus:
+        """A definite failure before any step of this execution ran, while an earlier attempt's step is still
+        recorded ``running``: that step may have reached its provider, so it is checkpointed ``ambiguous`` with
+        its event and reconciliation record, and the verdict is ``reconciliation_required`` naming it (K1 order,
+        G7, X1). The failure's own reason, events and evidence are kept."""
+        running = self._in_flight
+        writes, unknown_events, records = self._unknown_writes(
+            invocation, running, "running step of an interrupted attempt, not sent again: this attempt failed "
+                                 "before any call; outcome unknown")
+        found: dict[str, Any] = {**(evidence or {}), "unknown_steps": [r.step_name for r in running]}
+        if applied:
+            found["applied"] = applied_evidence(applied)
         return self._settle(invocation, Verdict(
             InvocationStatus.RECONCILIATION_REQUIRED,
-            _text(f"{text}; steps that may have reached their provider: {applied_summary([*succeeded, *running])}"),
-            kind=ReconciliationKind.ADAPTER_OUTCOME_AMBIGUOUS, evidence=evidence),
-            writes=writes, events=events, records=records)
+            _text(f"{error}; steps that may have reached their provider: {applied_summary([*applied, *running])}"),
+            kind=ReconciliationKind.ADAPTER_OUTCOME_AMBIGUOUS, evidence=found),
+            writes=writes, events=events + unknown_events, records=records)
 
     def _state_refused_after(self, invocation: InvocationRecord, refused: StateRefused, at: TransitionPoint,
                              applied: list[AdapterRecord]) -> InvocationStatus:
