@@ -81,8 +81,16 @@ WRITES = ("update_adapter_invocation", "insert_event", "insert_reconciliation", 
           "finish_command")
 
 
-def writes_of(ran: list[str]) -> list[str]:
-    return [q for q in ran if q in WRITES]
+def writes_of(backend: StoreBackend, ran: list[str]) -> list[str]:
+    """The writes among the statements ``ran``. PostgreSQL's one-statement event append is named as the event
+    insert it does; on SQLite it returns nothing and the insert follows it (ADR 0079)."""
+    fused = {"append_event_fused": "insert_event"} if backend.is_postgres else {}
+    return [fused.get(q, q) for q in ran if fused.get(q, q) in WRITES]
+
+
+def event_insert(backend: StoreBackend) -> str:
+    """The statement that inserts an event on ``backend`` (where a fault is planned to fail one)."""
+    return "append_event_fused" if backend.is_postgres else "insert_event"
 
 
 # ── K: unknown-outcome settlement ──
@@ -95,7 +103,7 @@ def test_unknown_outcome_atomic_order(backend: StoreBackend, ledger: Ledger) -> 
     assert raised is None
     settled = units(faulty, "host.settle")
     assert [name for name, _ in settled] == ["host.settle"]
-    assert writes_of(settled[0][1]) == ["update_adapter_invocation", "insert_event", "insert_reconciliation",
+    assert writes_of(backend, settled[0][1]) == ["update_adapter_invocation", "insert_event", "insert_reconciliation",
                                         "insert_event", "update_leased_invocation", "finish_command"]
     [record] = reconciliations(faulty.inner, invocation_id)
     assert record.kind is ReconciliationKind.ADAPTER_OUTCOME_AMBIGUOUS and record.adapter_invocation_id
@@ -125,8 +133,8 @@ def test_second_failure_takes_the_verdict_first_fallback_in_order(backend: Store
     settled = units(faulty, "host.settle.verdict") + units(faulty, "host.evidence")
     assert [name for name, _ in settled] == ["host.settle.verdict", "host.evidence", "host.evidence",
                                              "host.evidence"]
-    assert writes_of(settled[0][1]) == ["insert_event", "update_leased_invocation", "finish_command"]
-    assert [writes_of(ran) for _, ran in settled[1:]] == [["update_adapter_invocation"], ["insert_event"],
+    assert writes_of(backend, settled[0][1]) == ["insert_event", "update_leased_invocation", "finish_command"]
+    assert [writes_of(backend, ran) for _, ran in settled[1:]] == [["update_adapter_invocation"], ["insert_event"],
                                                          ["insert_reconciliation"]]
     view = host.get(invocation_id)
     assert view.status is InvocationStatus.RECONCILIATION_REQUIRED
@@ -181,9 +189,9 @@ def test_checkpoint_failure_still_writes_event_and_record(backend: StoreBackend,
 
 def test_event_failure_does_not_skip_the_record(backend: StoreBackend, ledger: Ledger) -> None:
     """K7: the evidence event fails after the verdict: the record is still written, then the error is raised."""
-    # insert_event: 1 = Started (claim), 2 and 3 = the two atomic attempts, 4 = the fallback's verdict event,
+    # the event insert: 1 = Started (claim), 2 and 3 = the two atomic attempts, 4 = the fallback's verdict event,
     # 5 = the evidence event.
-    faulty = FaultInjectingStore(backend.migrated(), plan={"insert_event": {2, 3, 5}})
+    faulty = FaultInjectingStore(backend.migrated(), plan={event_insert(backend): {2, 3, 5}})
     host, invocation_id, raised = inline(faulty, Scripted(ledger, Ambiguous("reset after send")))
     assert raised is not None and raised.verdict_durable
     assert host.get(invocation_id).steps[0].status is AdapterStatus.AMBIGUOUS

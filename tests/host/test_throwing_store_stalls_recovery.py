@@ -30,7 +30,9 @@ class _RaisingOnDuplicate:
 
     def run(self, query: Query, params: Mapping[str, Any]) -> Result:
         result = self._inner.run(query, params)
-        if query.name == "next_event_sequence" and not result.rows:
+        duplicate = ((query.name == "next_event_sequence" and not result.rows)  # SQLite's three statements
+                     or (query.name == "append_event_fused" and result.rows and not result.rows[0]["inserted"]))
+        if duplicate:
             self._refused.append(str(params["id"]))
             raise Conflict(f"duplicate event id {params['id']}")
         return result
