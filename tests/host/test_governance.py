@@ -303,7 +303,35 @@ def test_default_caps_governance_exhaustion_on_claim_5(store: Store, backend: St
 
 def test_policy_denial_after_effect_still_fails_naming_it(store: Store, backend: StoreBackend,
                                                           ledger: Ledger) -> None:
-    """G16: a policy is a decision, not a store error, also after an effect; the applied step is named."""
+    """G16: a policy is a decision, not a store error, also after an effect; the applied step is named. The first
+    execution dies after the charge's checkpoint and before the ship row (its input dies), so nothing is in flight;
+    with a step left ``running`` the verdict is ``reconciliation_required`` instead (ADR 0082, the next test)."""
+    spy = Spy()
+    adapter = Scripted(ledger)
+
+    def ship_input(ctx: Any, params: Any) -> dict[str, Any]:
+        if ctx.step_name == "ship" and spy.calls == 1:
+            raise Crash()
+        return {"amount_cents": 1}
+    action = charge_action(spy, steps=("charge", "ship"), idempotent=True)
+    action = dataclasses.replace(action, policies=(Rules("sanctions", Allow(), Deny("list updated")),),
+                                 steps=(action.steps[0], dataclasses.replace(action.steps[1], input=ship_input)))
+    host = Host(store, actions=[action], adapters=[adapter])
+    queued = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k")
+    run_worker(host, backend)
+    backend.expire()
+    run_worker(host, backend)
+    done = host.get(queued.id)
+    assert done.status is InvocationStatus.FAILED and spy.calls == 1  # decided before the handler ran again
+    assert (done.error or "").startswith("policy sanctions denied: list updated; applied before it: charge")
+    assert done.reconciliation is not None and done.reconciliation["applied"][0]["step"] == "charge"
+
+
+def test_policy_denial_with_a_step_left_in_flight_is_reconciliation_required(store: Store, backend: StoreBackend,
+                                                                             ledger: Ledger) -> None:
+    """ADR 0082: the ship call died mid-call, so the ship may have happened. A recovery denied by a policy before
+    it sends anything must not deny that effect: ``reconciliation_required``, the ship row settled unknown, the
+    policy's reason kept."""
     spy = Spy()
     adapter = Scripted(ledger, None, Crash())  # charge succeeds, ship dies in its call
     action = dataclasses.replace(charge_action(spy, steps=("charge", "ship"), idempotent=True),
@@ -314,6 +342,7 @@ def test_policy_denial_after_effect_still_fails_naming_it(store: Store, backend:
     backend.expire()
     run_worker(host, backend)
     done = host.get(queued.id)
-    assert done.status is InvocationStatus.FAILED and spy.calls == 1  # decided before the handler ran again
-    assert (done.error or "").startswith("policy sanctions denied: list updated; applied before it: charge")
-    assert done.reconciliation is not None and done.reconciliation["applied"][0]["step"] == "charge"
+    assert done.status is InvocationStatus.RECONCILIATION_REQUIRED and spy.calls == 1, done.error
+    assert "policy sanctions denied: list updated" in (done.error or "")
+    assert done.reconciliation is not None and done.reconciliation["unknown_steps"] == ["ship"]
+    assert len(adapter.calls) == 2  # the recovery sent nothing
