@@ -313,6 +313,7 @@ def bench_host(rep: Report, args: argparse.Namespace) -> None:
                      f"Store.transaction counted by name): submit {per['submit']:.2f} + worker {per['worker']:.2f} "
                      f"= {per['total']:.2f} write transactions; submit also reads the invocation back once "
                      f"({commits['reads']['submit']} reads); worker write transactions by name: {commits['worker']}; "
+                     f"worker units of write work by name (grouped or alone): {commits['worker_units']}; "
                      f"worker statements per invocation (named, besides BEGIN/COMMIT): "
                      f"{per['worker_statements']:.1f}, by name: {commits['worker_statements']}")
     print(f"  host commits per invocation: {per}", flush=True)

@@ -36,6 +36,7 @@ from fencepost.host import Action, AdapterCall, AdapterStep, Dispatch, Host, Hos
 from fencepost.host.handler import kind_of
 from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
 from fencepost.store.base import Store
+from fencepost.store.group_commit import GroupCommit
 from fencepost.store.open import open_store
 from fencepost.store.sql.unit import SqlUnitOfWork
 
@@ -197,34 +198,66 @@ def run_host(url: str, n: int, workers: int, *, batch: int = DEFAULT_BATCH, conc
 
 # ── commits per invocation ──
 
+@dataclass
+class Counts:
+    """What ``counting`` saw: ``commits`` by ``(name, write)`` (a group commit's shared transaction is
+    ``"(group)"``, a transaction without a name ``"(unnamed)"``), ``units`` of work by name (a unit alone in its
+    transaction and a unit inside a group each count once, so ``units`` is what the code asked for and
+    ``commits`` what the store paid), and ``statements`` by name."""
+
+    commits: Counter[tuple[str, bool]]
+    units: Counter[str]
+    statements: Counter[str]
+
+
 @contextmanager
-def counting(store: Store) -> Iterator[tuple[Counter[tuple[str, bool]], Counter[str]]]:
+def counting(store: Store) -> Iterator[Counts]:
     """Count every transaction ``store`` opens (its ``transaction`` method, which ``transact``, ``read`` and
-    ``fenced`` all go through), keyed by ``(name, write)``, and every named statement a unit of work runs
-    (``SqlUnitOfWork.run``, patched for the duration: only one store may be counted at a time), keyed by the
-    statement's name; a unit retried on busy counts each try."""
-    seen: Counter[tuple[str, bool]] = Counter()
-    statements: Counter[str] = Counter()
+    ``fenced`` all go through), keyed by ``(name, write)``, every unit of work by name (units a group commit
+    writes in one shared transaction each count once), and every named statement a unit of work runs
+    (``SqlUnitOfWork.run``). ``SqlUnitOfWork.run`` and ``GroupCommit._write`` are patched for the duration: only
+    one store may be counted at a time. A unit retried on busy counts each try in ``commits`` and
+    ``statements``."""
+    counts = Counts(Counter(), Counter(), Counter())
     original = store.transaction
     original_run = SqlUnitOfWork.run
+    original_write = GroupCommit._write
     lock = threading.Lock()
+    local = threading.local()
 
     def transaction(*, write: bool = True, name: str | None = None) -> Any:
+        grouped = getattr(local, "grouped", False) and name is None
         with lock:
-            seen[(name or "(unnamed)", write)] += 1
+            counts.commits[("(group)" if grouped else name or "(unnamed)", write)] += 1
+            if write and not grouped:
+                counts.units[name or "(unnamed)"] += 1
         return original(write=write, name=name)
 
     def run(self: SqlUnitOfWork, name: str, params: Any) -> Any:
         with lock:
-            statements[name] += 1
+            counts.statements[name] += 1
         return original_run(self, name, params)
+
+    def write_group(self: GroupCommit, group: list[Any]) -> None:
+        if len(group) == 1:  # alone: its own named transaction, counted by ``transaction``
+            original_write(self, group)
+            return
+        with lock:
+            counts.units.update(unit.name or "(unnamed)" for unit in group)
+        local.grouped = True
+        try:
+            original_write(self, group)
+        finally:
+            local.grouped = False
 
     store.transaction = transaction  # type: ignore[method-assign]
     SqlUnitOfWork.run = run  # type: ignore[method-assign]
+    GroupCommit._write = write_group  # type: ignore[method-assign]
     try:
-        yield seen, statements
+        yield counts
     finally:
         SqlUnitOfWork.run = original_run  # type: ignore[method-assign]
+        GroupCommit._write = original_write  # type: ignore[method-assign]
         del store.transaction  # back to the class's method
 
 
@@ -233,37 +266,39 @@ def count_commits(url: str, n: int = 100, *, batch: int = DEFAULT_BATCH,
     """Submit ``n`` invocations and run one in-process worker over them, counting transactions.
 
     Returns:
-        ``{"submit": {name: count}, "worker": {name: count}, "reads": {...}, "per_invocation": {...},
-        "worker_statements": {name: count}, "verified": ...}``: write transactions by name for each phase, read
-        transactions, the worker's named statements (BEGIN, COMMIT and the server clock read not included), and
-        per invocation the write transactions (submit, worker, total) and the worker's statements.
+        ``{"submit": {name: count}, "worker": {name: count}, "worker_units": {name: count}, "reads": {...},
+        "per_invocation": {...}, "worker_statements": {name: count}, "verified": ...}``: write transactions
+        (commits) by name for each phase (a group commit's shared one is ``"(group)"``), the worker's units of
+        write work by name (one per unit, grouped or not), read transactions, the worker's named statements
+        (BEGIN, COMMIT and the server clock read not included), and per invocation the commits (submit, worker,
+        total), the worker's units and its statements.
     """
     store = migrated(url)
     try:
-        with counting(store) as (seen_submit, _):
+        with counting(store) as at_submit:
             submit(store, n)
-        submit_counts = dict(seen_submit)
-        with counting(store) as (seen_worker, statements):
+        with counting(store) as at_worker:
             process_in_process(store, batch=batch, concurrency=concurrency)
-        worker_counts = dict(seen_worker)
-        worker_statements = dict(statements.most_common())
         verified = verify(store, n)
     finally:
         store.close()
 
-    def writes(counts: dict[tuple[str, bool], int]) -> dict[str, int]:
-        return {name: c for (name, write), c in sorted(counts.items()) if write}
+    def writes(counts: Counts) -> dict[str, int]:
+        return {name: c for (name, write), c in sorted(counts.commits.items()) if write}
 
-    def reads(counts: dict[tuple[str, bool], int]) -> int:
-        return sum(c for (_, write), c in counts.items() if not write)
+    def reads(counts: Counts) -> int:
+        return sum(c for (_, write), c in counts.commits.items() if not write)
 
-    w_submit, w_worker = writes(submit_counts), writes(worker_counts)
-    return {"n": n, "submit": w_submit, "worker": w_worker,
-            "reads": {"submit": reads(submit_counts), "worker": reads(worker_counts)},
+    w_submit, w_worker = writes(at_submit), writes(at_worker)
+    units = dict(sorted(at_worker.units.items()))
+    statements = dict(at_worker.statements.most_common())
+    return {"n": n, "submit": w_submit, "worker": w_worker, "worker_units": units,
+            "reads": {"submit": reads(at_submit), "worker": reads(at_worker)},
             "per_invocation": {"submit": sum(w_submit.values()) / n, "worker": sum(w_worker.values()) / n,
                                "total": (sum(w_submit.values()) + sum(w_worker.values())) / n,
-                               "worker_statements": sum(worker_statements.values()) / n},
-            "worker_statements": worker_statements, "verified": verified}
+                               "worker_units": sum(units.values()) / n,
+                               "worker_statements": sum(statements.values()) / n},
+            "worker_statements": statements, "verified": verified}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -58,7 +58,8 @@ RUNS = 1000
 CONCURRENCY = 10
 POLL = 0.01
 #: The transactions that do a step's work (the advance rounds and the task invocation's host protocol); the
-#: rest are the workers' claims (empty ones included: they depend on timing) and their registration.
+#: rest are the workers' claims (empty ones included: they depend on timing) and their registration. A group
+#: commit's shared transaction (``"(group)"``) holds the workers' execution units, so it counts as step work too.
 STEP_WORK = ("workflow.", "host.")
 
 
@@ -166,7 +167,7 @@ def worker_main(url: str, work: str, concurrency: int) -> None:
                                                           concurrency=concurrency, lease_seconds=30, listen=False))
     print(json.dumps({"ready": True}), flush=True)
     sys.stdin.readline()
-    with counting(store) as (seen, _):
+    with counting(store) as counts:
         thread = threading.Thread(target=worker.run)
         thread.start()
         sys.stdin.readline()  # "stop"
@@ -174,12 +175,12 @@ def worker_main(url: str, work: str, concurrency: int) -> None:
         thread.join(timeout=60)
     writes: dict[str, int] = {}
     reads = 0
-    for (name, write), count in seen.items():
+    for (name, write), count in counts.commits.items():
         if write:
             writes[name] = writes.get(name, 0) + count
         else:
             reads += count
-    print(json.dumps({"writes": writes, "reads": reads}), flush=True)
+    print(json.dumps({"writes": writes, "units": dict(counts.units), "reads": reads}), flush=True)
     store.close()
 
 
@@ -195,6 +196,7 @@ class WorkflowResult:
     writes_per_step: float
     reads_per_step: float
     writes: dict[str, int]
+    units: dict[str, int]
     work_writes_per_step: float
     xact_commit_per_step: float | None
     verified: dict[str, Any]
@@ -274,16 +276,21 @@ def run_case(url: str, scratch: Path, shape: str, workers: int, *, dag_size: int
                     proc.kill()
                     proc.wait(timeout=30)
         writes: dict[str, int] = {}
+        units: dict[str, int] = {}
         for r in reports:
             for name, count in r["writes"].items():
                 writes[name] = writes.get(name, 0) + count
+            for name, count in r["units"].items():
+                units[name] = units.get(name, 0) + count
         reads = sum(r["reads"] for r in reports)
         verified = _verify(store, target, steps)
     finally:
         store.close()
-    work = sum(c for name, c in writes.items() if name.startswith(STEP_WORK))
+    # a group commit's shared transaction writes units of step work (the workers' executions)
+    work = sum(c for name, c in writes.items() if name.startswith(STEP_WORK) or name == "(group)")
     return WorkflowResult(shape, workers, steps, seconds, steps / seconds, sum(writes.values()) / steps,
-                          reads / steps, dict(sorted(writes.items())), work / steps, xact, verified)
+                          reads / steps, dict(sorted(writes.items())), dict(sorted(units.items())), work / steps,
+                          xact, verified)
 
 
 def main(argv: list[str] | None = None) -> None:
