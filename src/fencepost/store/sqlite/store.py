@@ -145,8 +145,13 @@ class SQLiteExecutor:
         return self._now
 
     def run(self, query: Query, params: Mapping[str, Any]) -> Result:
-        cursor = self._conn.execute(query.sql, {k: _adapt(v) for k, v in params.items()})
-        raw = cursor.fetchall()
+        # Translated here, not only when the transaction ends: a unit in a group commit's savepoint reports its
+        # own error to its caller (Conflict for a constraint, as when written alone), never the driver's.
+        try:
+            cursor = self._conn.execute(query.sql, {k: _adapt(v) for k, v in params.items()})
+            raw = cursor.fetchall()
+        except sqlite3.Error as error:
+            raise _explained(error, self._store.path) from None
         rowcount = cursor.rowcount
         if cursor.description is None:
             return Result(rows=[], rowcount=rowcount)
@@ -167,10 +172,16 @@ class SQLiteExecutor:
         return self._conn.execute(sql, params).fetchall()
 
     def savepoint(self, name: str) -> None:
-        self._conn.execute(f"SAVEPOINT {name}")
+        try:
+            self._conn.execute(f"SAVEPOINT {name}")
+        except sqlite3.Error as error:
+            raise _explained(error, self._store.path) from None
 
     def release(self, name: str) -> None:
-        self._conn.execute(f"RELEASE SAVEPOINT {name}")
+        try:
+            self._conn.execute(f"RELEASE SAVEPOINT {name}")
+        except sqlite3.Error as error:
+            raise _explained(error, self._store.path) from None
 
     def rollback_to(self, name: str) -> None:
         # Some errors (SQLITE_FULL, I/O errors, an interrupt) make SQLite roll the whole transaction back
