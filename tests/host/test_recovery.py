@@ -5,13 +5,14 @@ lease expires, and a new worker's claim is the takeover."""
 from __future__ import annotations
 
 import dataclasses
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from pydantic import Field
 
 from fencepost.core.statuses import AdapterStatus, InvocationStatus
-from fencepost.host import Ambiguous, Host
+from fencepost.host import Ambiguous, Host, RetryPolicy, TransientFailure
 from fencepost.host.action import StepInputContext
 from fencepost.host.handler import kind_of
 from fencepost.store.base import Store
@@ -198,6 +199,26 @@ def test_a_failure_before_any_call_of_a_recovery_does_not_deny_a_step_left_in_fl
     assert ("inventory service down" if fails == "handler" else "invalid params") in (done.error or "")
     assert done.steps[0].status is AdapterStatus.AMBIGUOUS and len(adapter.calls) == calls  # nothing sent again
     assert "AdapterInvocationAmbiguous" in [e.type for e in events_of(store, invocation_id)]
+
+
+def test_a_reclaimed_running_step_whose_deadline_ends_its_retries_is_ambiguous(
+        store: Store, backend: StoreBackend, ledger: Ledger) -> None:
+    """ADR 0076 on the deadline's path: an idempotent charge died mid-call (``running``); its recovery's re-send
+    answers a transient failure and the step's deadline passes before the retry. The retry did nothing, but the
+    first call may still apply, so the step is unknown, never "failed" (found by the break-it trial)."""
+    host, adapter, spy, invocation_id = interrupted(store, backend, ledger, "running", idempotent=True)
+    adapter.script.append(TransientFailure("provider busy"))
+    action = charge_action(spy, steps=("charge", "ship"), idempotent=True)
+    slow = dataclasses.replace(action.steps[0], timeout=timedelta(seconds=0.2),
+                               retry=RetryPolicy(max_attempts=3, initial=timedelta(seconds=1)))
+    host = make_host(store, dataclasses.replace(action, steps=(slow, action.steps[1])), adapter)
+    calls = len(adapter.calls)
+    run_worker(host, backend)
+    done = host.get(invocation_id)
+    assert len(adapter.calls) == calls + 1  # the re-send, then the deadline: no second retry
+    assert done.status is InvocationStatus.RECONCILIATION_REQUIRED, done.error
+    assert done.steps[0].status is AdapterStatus.AMBIGUOUS
+    assert "deadline" in (done.steps[0].error or "") and "may have reached the provider" in (done.steps[0].error or "")
 
 
 @pytest.mark.parametrize("fails", ["handler", "params"])

@@ -118,6 +118,8 @@ from fencepost.store.host_records import (
 from fencepost.store.ports import FencedUnit
 
 MAX_ERROR_CHARS = 2000
+#: Why a reclaimed ``running`` step whose calls now did nothing is still unknown (ADR 0076).
+EARLIER_MAY_APPLY = "an earlier attempt of this step may have reached the provider, so its outcome is unknown"
 FINISH = CommandStatus.DELIVERED
 
 
@@ -771,7 +773,11 @@ class Execution:
         for call_number in range(1, step.retry.max_attempts + 1):
             self.ctx.check()
             if deadline is not None and time.monotonic() >= deadline:
-                return StepOutcome(StepVerdict.FAILED, reason="the step's deadline expired before the call"), attempts
+                reason = "the step's deadline expired before the call"
+                if earlier_unknown:  # ADR 0076: no call now, but the reclaimed row's earlier one may still apply
+                    return StepOutcome(StepVerdict.AMBIGUOUS, reason=f"{reason}; {EARLIER_MAY_APPLY}",
+                                       outcome=outcome.outcome), attempts
+                return StepOutcome(StepVerdict.FAILED, reason=reason), attempts
             if not prepared:
                 attempts += 1
                 self._prepare(scope, adapter_id, attempts, from_status)
@@ -801,8 +807,8 @@ class Execution:
         reason = f"exhausted after {step.retry.max_attempts} attempt(s): {outcome.reason}"
         if earlier_unknown:  # each retry did nothing, but the reclaimed row's earlier call may still apply (F4):
             # a frozen worker past its lease can hold the provider (a target's write lock) and commit later
-            return StepOutcome(StepVerdict.AMBIGUOUS, reason=f"{reason}; an earlier attempt of this step may have "
-                               "reached the provider, so its outcome is unknown", outcome=outcome.outcome), attempts
+            return StepOutcome(StepVerdict.AMBIGUOUS, reason=f"{reason}; {EARLIER_MAY_APPLY}",
+                               outcome=outcome.outcome), attempts
         return StepOutcome(StepVerdict.FAILED, reason=reason, outcome=outcome.outcome), attempts
 
     def _checkpoint(self, invocation: InvocationRecord, step: AdapterStep, adapter: Adapter, adapter_id: str,
