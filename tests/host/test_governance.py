@@ -301,6 +301,17 @@ def test_default_caps_governance_exhaustion_on_claim_5(store: Store, backend: St
     assert "at the cap: attempt 5 of retryable_execution_max_attempts 5" in (done.error or "")
 
 
+def interrupted_then_recovered(store: Store, backend: StoreBackend, action: Any, adapter: Scripted) -> Any:
+    """Submit once, let a first worker die mid-way (a ``Crash`` in the action), expire its lease, let a second
+    worker recover it; the invocation's view afterwards."""
+    host = Host(store, actions=[action], adapters=[adapter])
+    queued = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k")
+    run_worker(host, backend)
+    backend.expire()
+    run_worker(host, backend)
+    return host.get(queued.id)
+
+
 def test_policy_denial_after_effect_still_fails_naming_it(store: Store, backend: StoreBackend,
                                                           ledger: Ledger) -> None:
     """G16: a policy is a decision, not a store error, also after an effect; the applied step is named. The first
@@ -316,12 +327,7 @@ def test_policy_denial_after_effect_still_fails_naming_it(store: Store, backend:
     action = charge_action(spy, steps=("charge", "ship"), idempotent=True)
     action = dataclasses.replace(action, policies=(Rules("sanctions", Allow(), Deny("list updated")),),
                                  steps=(action.steps[0], dataclasses.replace(action.steps[1], input=ship_input)))
-    host = Host(store, actions=[action], adapters=[adapter])
-    queued = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k")
-    run_worker(host, backend)
-    backend.expire()
-    run_worker(host, backend)
-    done = host.get(queued.id)
+    done = interrupted_then_recovered(store, backend, action, adapter)
     assert done.status is InvocationStatus.FAILED and spy.calls == 1  # decided before the handler ran again
     assert (done.error or "").startswith("policy sanctions denied: list updated; applied before it: charge")
     assert done.reconciliation is not None and done.reconciliation["applied"][0]["step"] == "charge"
@@ -336,12 +342,7 @@ def test_policy_denial_with_a_step_left_in_flight_is_reconciliation_required(sto
     adapter = Scripted(ledger, None, Crash())  # charge succeeds, ship dies in its call
     action = dataclasses.replace(charge_action(spy, steps=("charge", "ship"), idempotent=True),
                                  policies=(Rules("sanctions", Allow(), Deny("list updated")),))
-    host = Host(store, actions=[action], adapters=[adapter])
-    queued = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k")
-    run_worker(host, backend)
-    backend.expire()
-    run_worker(host, backend)
-    done = host.get(queued.id)
+    done = interrupted_then_recovered(store, backend, action, adapter)
     assert done.status is InvocationStatus.RECONCILIATION_REQUIRED and spy.calls == 1, done.error
     assert "policy sanctions denied: list updated" in (done.error or "")
     assert done.reconciliation is not None and done.reconciliation["unknown_steps"] == ["ship"]

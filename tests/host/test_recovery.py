@@ -176,6 +176,16 @@ class StricterParams(Params):
     amount_cents: int = Field(gt=100_000)
 
 
+def failing_before_any_call(host: Host, store: Store, adapter: Scripted, spy: Spy, fails: str) -> Host:
+    """The host whose next execution fails before any call: its handler raises (``fails == "handler"``), or the
+    redeployed action's params no longer validate (``"params"``)."""
+    if fails == "handler":
+        spy.raises = ValueError("inventory service down")
+        return host
+    action = dataclasses.replace(charge_action(spy, steps=("charge", "ship"), idempotent=True), params=StricterParams)
+    return make_host(store, action, adapter)
+
+
 @pytest.mark.parametrize("fails", ["handler", "params"])
 def test_a_failure_before_any_call_of_a_recovery_does_not_deny_a_step_left_in_flight(
         store: Store, backend: StoreBackend, ledger: Ledger, fails: str) -> None:
@@ -185,12 +195,7 @@ def test_a_failure_before_any_call_of_a_recovery_does_not_deny_a_step_left_in_fl
     ``failed``: "failed" promises the provider did nothing (found by the break-it trial of ADR 0077)."""
     host, adapter, spy, invocation_id = interrupted(store, backend, ledger, "running", idempotent=True)
     calls = len(adapter.calls)
-    if fails == "handler":
-        spy.raises = ValueError("inventory service down")
-    else:
-        action = dataclasses.replace(charge_action(spy, steps=("charge", "ship"), idempotent=True),
-                                     params=StricterParams)
-        host = make_host(store, action, adapter)
+    host = failing_before_any_call(host, store, adapter, spy, fails)
     run_worker(host, backend)
     done = host.get(invocation_id)
     assert done.status is InvocationStatus.RECONCILIATION_REQUIRED, done.error
@@ -227,12 +232,7 @@ def test_a_failure_before_any_call_without_a_step_in_flight_is_failed(
     """The control: the same failures when the earlier attempt left no step recorded (it died before its first
     row) are definite failures: nothing was sent."""
     host, adapter, spy, invocation_id = interrupted(store, backend, ledger, "none", idempotent=True)
-    if fails == "handler":
-        spy.raises = ValueError("inventory service down")
-    else:
-        action = dataclasses.replace(charge_action(spy, steps=("charge", "ship"), idempotent=True),
-                                     params=StricterParams)
-        host = make_host(store, action, adapter)
+    host = failing_before_any_call(host, store, adapter, spy, fails)
     run_worker(host, backend)
     done = host.get(invocation_id)
     assert done.status is InvocationStatus.FAILED and done.steps == () and adapter.calls == []
