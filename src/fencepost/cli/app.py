@@ -50,6 +50,7 @@ from fencepost.cli.package_cmds import app as package_app
 from fencepost.cli.rehearsal_cmds import app as rehearsal_app
 from fencepost.cli.seal_keys_cmd import app as seal_keys_app
 from fencepost.cli.serve import serve
+from fencepost.cli.signals import acting_on_signals
 from fencepost.cli.target_cmds import app as target_app
 from fencepost.cli.telemetry_opt import TelemetryOpt, attach_telemetry
 from fencepost.cli.workers_cmd import HELP as WORKERS_HELP
@@ -444,43 +445,38 @@ def rehearse(
         unfinished: str | None = None  # why rehearse stopped waiting: exit 1, like a blocked gate
         interrupted = threading.Event()
 
-        handled_signal = [False]
-
-        def stop(signum: int, frame: FrameType | None) -> None:
+        def stop(received: int) -> None:
             # rehearse is interactive: Ctrl-C interrupts at once (nothing is recorded, the lease is released).
-            # Once only: a second signal arriving inside this handler must not re-enter the locks it holds.
-            if handled_signal[0]:
-                return
-            handled_signal[0] = True
-            interrupted.set()
-            w.interrupt_now()
-            exit_soon(130, 2.0)()
+            # On the signal watcher's thread (cli/signals.py): never inside the main thread's locks.
+            if received == 1:
+                exit_soon(130, 2.0)()  # first, so that nothing below can keep the process alive
+                interrupted.set()
+                w.interrupt_now()
 
-        previous = signal.signal(signal.SIGINT, stop)
-        previous_term = signal.signal(signal.SIGTERM, stop)
         try:
-            for _ in range(attempts):
-                if interrupted.is_set():
-                    break
-                attempt = service.enqueue_attempt(run.id)
-                w.serve_only([attempt.command_id])
-                w.wake()
-                if not json:
-                    render.console.print(f"attempt #{attempt.seq} {attempt.id} enqueued")
-                view = (_watch(service, attempt.id, timeout, interrupted) if not json
-                        else _quiet_wait(service, attempt.id, timeout, interrupted))
-                finished.append(view)
-                if interrupted.is_set():
-                    break
-                if view["status"] not in ("SUCCEEDED", "FAILED", "ABORTED"):
-                    unfinished = (f"attempt {attempt.id} did not finish within {timeout:g} s (still "
-                                  f"{view['status']}); it stays queued for `fencepost worker`")
-                    break
+            with acting_on_signals(stop, (signal.SIGINT, signal.SIGTERM)):
+                try:
+                    for _ in range(attempts):
+                        if interrupted.is_set():
+                            break
+                        attempt = service.enqueue_attempt(run.id)
+                        w.serve_only([attempt.command_id])
+                        w.wake()
+                        if not json:
+                            render.console.print(f"attempt #{attempt.seq} {attempt.id} enqueued")
+                        view = (_watch(service, attempt.id, timeout, interrupted) if not json
+                                else _quiet_wait(service, attempt.id, timeout, interrupted))
+                        finished.append(view)
+                        if interrupted.is_set():
+                            break
+                        if view["status"] not in ("SUCCEEDED", "FAILED", "ABORTED"):
+                            unfinished = (f"attempt {attempt.id} did not finish within {timeout:g} s (still "
+                                          f"{view['status']}); it stays queued for `fencepost worker`")
+                            break
+                finally:
+                    w.request_stop(0.0)  # nothing of ours is left running: nothing to wait for
+                    thread.join(timeout=lease_seconds + 5)
         finally:
-            w.request_stop(0.0)  # nothing of ours is left running: nothing to wait for
-            thread.join(timeout=lease_seconds + 5)
-            signal.signal(signal.SIGINT, previous)
-            signal.signal(signal.SIGTERM, previous_term)
             logging.getLogger("fencepost").removeHandler(quiet)
         if interrupted.is_set():
             # Read after the worker stopped: a unit already committing when the signal came has committed.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -12,6 +11,7 @@ import typer
 from fencepost.cli import logs, render
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, fail, handled, opened
 from fencepost.cli.exit_codes import exit_code
+from fencepost.cli.signals import acting_on_signals
 from fencepost.core.clock import to_iso
 from fencepost.core.errors import Conflict, FencepostError, InvalidInput, NotFound
 from fencepost.core.statuses import EventOutboxStatus
@@ -119,16 +119,13 @@ def relay(
     with opened(database) as store, handled():
         runner = Relay(store, publisher, config)
 
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            runner.stop()
-
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
-            typer.echo(f"fencepost relay {config.owner}: publishing to {redacted(sink)}", err=True)
-            stats = runner.run()
+            # The relay's loop waits on the event ``stop`` sets: set from the signal watcher's thread, never from
+            # the handler (cli/signals.py).
+            with acting_on_signals(lambda _received: runner.stop(), (signal.SIGTERM, signal.SIGINT)):
+                typer.echo(f"fencepost relay {config.owner}: publishing to {redacted(sink)}", err=True)
+                stats = runner.run()
         finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
             close = getattr(publisher, "close", None)
             if close is not None:
                 close()

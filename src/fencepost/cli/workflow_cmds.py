@@ -9,7 +9,6 @@ when ``--timeout`` ran out; 130 interrupted (Ctrl-C stops following, never the R
 from __future__ import annotations
 
 import json as jsonlib
-import signal
 import sys
 import threading
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from rich.markup import escape
 from fencepost.cli import render
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
 from fencepost.cli.exit_codes import FOLLOW_TIMEOUT_EXIT, INTERRUPTED_EXIT, RUN_VERDICT_EXIT
+from fencepost.cli.signals import acting_on_signals
 from fencepost.cli.workflow_follow import Followed, follow, headline, one_line, steps_table, verdict_line
 from fencepost.core.canonical import parse_json
 from fencepost.core.errors import InvalidInput, InvalidPlan
@@ -146,12 +146,11 @@ def _read_view(store: Store, run_id: str) -> dict[str, Any]:
 
 @contextmanager
 def _sigint_stops(stop: threading.Event) -> Iterator[None]:
-    """While inside: SIGINT sets ``stop`` (following ends at its next poll) instead of raising in a store call."""
-    previous = signal.signal(signal.SIGINT, lambda _sig, _frame: stop.set())
-    try:
+    """While inside: SIGINT sets ``stop`` (following ends at its next poll) instead of raising in a store call;
+    set from the signal watcher's thread, never from the handler (``cli/signals.py``: following waits on
+    ``stop`` itself, and a handler setting it there could wait for its own lock)."""
+    with acting_on_signals(lambda _received: stop.set()):
         yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _follow(store: Store, run_id: str, timeout: float | None, *, quiet: bool,

@@ -154,7 +154,8 @@ class Relay:
         self._stop = threading.Event()
 
     def stop(self) -> None:
-        """Ask the loop to stop after the event being published now (safe from a signal handler)."""
+        """Ask the loop to stop after the event being published now (from any thread; not from a signal handler
+        on the thread running the loop, which may hold the event's lock: ``fencepost.cli.signals``)."""
         self._stop.set()
 
     @property
