@@ -59,13 +59,17 @@ def test_package_and_workflow_verbs_end_to_end(sq: World, tmp_path: Path) -> Non
     assert (shown["disposition"], shown["quarantine"]) == ("active", None)
 
     # plan: to stdout or a file; the same plan id and inputs give the same normalized plan and digest
-    to_stdout = json.loads(ok(op.run("workflow", "plan", PACKAGE, WORKFLOW, "--plan-id", "c1")).stdout)
+    planned = ok(op.run("workflow", "plan", PACKAGE, WORKFLOW, "--plan-id", "c1"))
+    to_stdout = json.loads(planned.stdout)
+    # delivered to no target: planned and admitted as ADR-0224 allows, but the user is told it can never start
+    assert "target_id" not in to_stdout and "warning: the plan names no target" in planned.stderr, planned.stderr
     c1 = op.plan("c1")
     assert json.loads(c1.read_text()) == to_stdout
     assert [s["ready"] for s in to_stdout["steps"]] == [True, False]
 
-    created = op.json("workflow", "admit", str(c1))
-    assert created["outcome"] == "created"
+    admitted = ok(op.run("workflow", "admit", str(c1), "--json"))
+    created = admitted.json()
+    assert created["outcome"] == "created" and "warning: the plan names no target" in admitted.stderr
     existing = op.json("workflow", "admit", str(c1))
     assert existing == {**created, "outcome": "existing"}
     text = ok(op.run("workflow", "admit", str(c1))).stdout

@@ -162,12 +162,17 @@ def test_bad_input_is_refused_with_exit_2(site: Site) -> None:
                          (["run", "nopkg", "flow"], "nopkg is not installed"),
                          (["run", "ok"], "name the PACKAGE and WORKFLOW"),
                          (["run", "ok", "flow", "--plan", "x.json"], "not both"),
-                         (["run", "--plan", "missing.json"], "cannot read the plan")):
+                         (["run", "--plan", "missing.json"], "cannot read the plan missing.json")):
         result = CliRunner().invoke(fencepost_app, ["workflow", *args, "-d", site.url])
         assert result.exit_code == 2, (args, result.output)
         assert needle in result.output and "Traceback" not in result.output, (args, result.output)
     helped = site.inline("workflow", "run", "--help")
-    assert "7 it timed out" in " ".join(helped.split()), helped
+    flat = " ".join(helped.split())
+    for code in ("3 the --plan-id was admitted before", "4 the database needs", "5 the store is unavailable",
+                 "6 a start guard refuses", "7 it timed out"):
+        assert code in flat, (code, helped)
+    listed = site.inline("workflow", "list", "--help")
+    assert "``" not in listed and '{"items": [...]}' in " ".join(listed.split()), listed
     # a process-level check of one: one line on stderr, nothing on stdout
     unknown = site.cli("workflow", "status", "wfr_nope")
     assert (unknown.returncode, unknown.stdout, unknown.error_line) == (

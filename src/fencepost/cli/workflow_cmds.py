@@ -30,7 +30,7 @@ from fencepost.core.statuses import WorkflowRunStatus
 from fencepost.rehearsal.views import iso
 from fencepost.store.base import Store
 from fencepost.store.url import DEFAULT_URL
-from fencepost.workflows.service import WorkflowService
+from fencepost.workflows.service import WorkflowService, require_target
 from fencepost.workflows.views import runs_view
 
 app = typer.Typer(help="Plan, admit, run, follow and cancel workflow runs of installed packages.", no_args_is_help=True)
@@ -63,16 +63,26 @@ def read_plan(plan_file: str) -> Any:
     Raises:
         InvalidPlan: unreadable, not UTF-8, not JSON (exit 2).
     """
+    source = "on standard input" if plan_file == "-" else plan_file  # the message names what the user gave
     try:
         raw = sys.stdin.read() if plan_file == "-" else Path(plan_file).read_text(encoding="utf-8")
     except OSError as error:
-        raise InvalidPlan(f"cannot read the plan: {error.strerror}") from None
+        raise InvalidPlan(f"cannot read the plan {source}: {error.strerror}") from None
     except UnicodeDecodeError:
-        raise InvalidPlan("the plan is not UTF-8 text") from None
+        raise InvalidPlan(f"the plan {source} is not UTF-8 text") from None
     try:
         return parse_json(raw)
     except ValueError as error:
-        raise InvalidPlan(f"the plan is not valid JSON: {error}") from None
+        raise InvalidPlan(f"the plan {source} is not valid JSON: {error}") from None
+
+
+def _warn_untargeted(plan: Any) -> None:
+    """Warn on stderr when ``plan`` names no target: admission (ADR-0224) accepts it, but ``workflow run`` refuses
+    it and every step of an admitted one is refused by the ``target`` start guard, so the user hears it now."""
+    try:
+        require_target(plan)
+    except InvalidInput as error:
+        typer.echo(f"warning: {error}", err=True)
 
 
 @app.command()
@@ -86,6 +96,7 @@ def plan(package: Annotated[str, typer.Argument(help="Installed package name.")]
         parsed = parse_inputs(inputs)
     with opened(database) as store, handled():
         data = WorkflowService(store).plan(package, workflow, plan_id=plan_id, inputs=parsed, target=target)
+    _warn_untargeted(data)
     text = jsonlib.dumps(data, indent=2, sort_keys=True) + "\n"
     if output is not None:
         output.write_text(text, encoding="utf-8")
@@ -103,6 +114,7 @@ def admit(plan_file: Annotated[str, typer.Argument(help="Plan JSON file, or - fo
         data = read_plan(plan_file)
     with opened(database) as store, handled():
         result = WorkflowService(store).admit(data)
+    _warn_untargeted(data)  # after admission: a refused plan's one stderr line is its refusal
     view = {"outcome": result.outcome, "run_id": result.run_id, "receipt": result.receipt}
     emit(json, view, lambda: typer.echo(f"{result.outcome}: run {result.run_id} "
                                         f"({len(result.receipt['step_runs'])} steps, receipt "
@@ -217,7 +229,9 @@ def run(package: Annotated[str | None, typer.Argument(help="Installed package na
     Exit codes: 0 the Run succeeded; 1 it failed (the failed step and its reason are printed); 7 it timed out
     (a task passed its timeout_seconds); 8 it was cancelled; 9 still running when --timeout ran out; 130
     interrupted (Ctrl-C); 2 bad input (bad --inputs or plan, unknown package, workflow or target, no target
-    to run on); 6 a start guard refuses (quarantine, disabled package)."""
+    to run on); 3 the --plan-id was admitted before with a different plan; 4 the database needs `fencepost
+    migrate`; 5 the store is unavailable or a record is corrupt; 6 a start guard refuses (quarantine, disabled
+    package)."""
     with handled():
         if plan_file is not None and (package is not None or workflow is not None):
             raise InvalidInput("give PACKAGE WORKFLOW or --plan FILE, not both")
@@ -291,7 +305,7 @@ def list_runs(database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False,
               status: Annotated[WorkflowRunStatus | None, typer.Option(
                   "--status", case_sensitive=False, help="Only Runs of this status.")] = None,
               limit: Annotated[int, typer.Option(min=1, max=10000, help="At most this many Runs.")] = 50) -> None:
-    """List workflow Runs, newest first (``--json``: ``{"items": [...]}``)."""
+    """List workflow Runs, newest first (with --json, one object: {"items": [...]})."""
     with opened(database) as store, handled():
         items = store.read(lambda tx: runs_view(tx, status=status, limit=limit))
 
