@@ -79,8 +79,17 @@ def steps_table(view: dict[str, Any]) -> Table:
         table.add_column(column, overflow="fold")
     for step in view["steps"]:
         table.add_row(escape(step["key"]), escape(step["task"]), escape(", ".join(step["needs"]) or "-"),
-                      styled(step["status"]), str(step["attempts"]), escape(one_line(step.get("reason"), 100)))
+                      step_status(step), str(step["attempts"]), escape(one_line(step.get("reason"), 100)))
     return table
+
+
+def step_status(step: dict[str, Any]) -> str:
+    """A step's status (rich markup); a ``running`` step whose task no worker has claimed yet reads
+    ``running (queued)``: it passed the start barrier, but nothing executes it until a worker claims the task."""
+    shown = styled(step["status"])
+    if step["status"] == "running" and step.get("invocation_status") == "pending":
+        return f"{shown} (queued)"
+    return shown
 
 
 def headline(view: dict[str, Any]) -> str:
