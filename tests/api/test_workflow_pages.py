@@ -91,6 +91,9 @@ def test_a_failure_reason_is_escaped_and_dependents_show_skipped(tmp_path: Path)
     assert "no such table: &lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert 'data-step="root" data-status="failed"' in page
     assert 'data-step="join" data-status="skipped"' in page
+    join_row = page.split('<tr id="step-join"', 1)[1].split("</tr>", 1)[0]
+    assert "dependency_not_succeeded: " in join_row and "skipped" in join_row.split("dependency_not_succeeded: ")[1], \
+        join_row
 
 
 def test_unknown_runs_bad_filters_and_closed_reads(site: Site) -> None:

@@ -184,9 +184,11 @@ def test_a_failing_task_exits_1_naming_the_step_and_its_reason(site: Site, worke
     assert failed.returncode == 1, failed.describe()
     assert "failed: 1 failed, 1 skipped" in failed.stdout, failed.describe()
     assert "failed step a (task ta): " in failed.stdout and "no such table: nowhere" in failed.stdout, failed.describe()
-    assert "skipped step b (task tb): dependency_not_succeeded" in failed.stdout, failed.describe()
+    assert "skipped step b (task tb): dependency_not_succeeded: a failed" in failed.stdout, failed.describe()
     data = site.inline_json("workflow", "run", "bad", "flow", "--plan-id", "bad-1", code=1)
     assert {s["key"]: s["status"] for s in data["run"]["steps"]} == {"a": "failed", "b": "skipped"}
+    assert {s["key"]: s["blocked_by"] for s in data["run"]["steps"]} == {
+        "a": [], "b": [{"key": "a", "status": "failed"}]}
 
 
 def test_cancel_finalizes_the_waiting_steps_at_once_and_the_run_settles_after_the_running_one(

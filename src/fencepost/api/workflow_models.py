@@ -63,6 +63,13 @@ class WorkflowRunSummary(_Model):
     package: str | None = None
 
 
+class BlockingNeed(_Model):
+    """A need of a skipped step that did not succeed, and its status."""
+
+    key: str
+    status: str
+
+
 class WorkflowStep(_Model):
     key: str
     step_run_id: str
@@ -74,6 +81,7 @@ class WorkflowStep(_Model):
     invocation_id: str | None
     invocation_status: str | None
     reason: str | None
+    blocked_by: list[BlockingNeed] = []
     started_at: str | None
     deadline_at: str | None
 

@@ -23,7 +23,7 @@ from fencepost.cli import render
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
 from fencepost.cli.exit_codes import FOLLOW_TIMEOUT_EXIT, INTERRUPTED_EXIT, RUN_VERDICT_EXIT
 from fencepost.cli.signals import acting_on_signals
-from fencepost.cli.workflow_follow import Followed, follow, headline, one_line, steps_table, verdict_line
+from fencepost.cli.workflow_follow import Followed, follow, headline, one_line, step_reason, steps_table, verdict_line
 from fencepost.core.canonical import parse_json
 from fencepost.core.errors import InvalidInput, InvalidPlan
 from fencepost.core.statuses import WorkflowRunStatus
@@ -199,7 +199,7 @@ def _print_verdict(view: dict[str, Any]) -> None:
         if step["status"] in ("failed", "timed_out", "lost") or (step["status"] == "skipped"
                                                                   and view["status"] == "failed"):
             render.console.print(f"  {escape(step['status'])} step {escape(step['key'])} (task "
-                                 f"{escape(step['task'])}): {escape(one_line(step['reason']) or '-')}",
+                                 f"{escape(step['task'])}): {escape(one_line(step_reason(step)) or '-')}",
                                  soft_wrap=True)
 
 

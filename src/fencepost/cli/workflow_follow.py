@@ -79,7 +79,7 @@ def steps_table(view: dict[str, Any]) -> Table:
         table.add_column(column, overflow="fold")
     for step in view["steps"]:
         table.add_row(escape(step["key"]), escape(step["task"]), escape(", ".join(step["needs"]) or "-"),
-                      step_status(step), str(step["attempts"]), escape(one_line(step.get("reason"), 100)))
+                      step_status(step), str(step["attempts"]), escape(one_line(step_reason(step), 100)))
     return table
 
 
@@ -90,6 +90,16 @@ def step_status(step: dict[str, Any]) -> str:
     if step["status"] == "running" and step.get("invocation_status") == "pending":
         return f"{shown} (queued)"
     return shown
+
+
+def step_reason(step: dict[str, Any]) -> str | None:
+    """A step's reason, naming for a skipped step the needs that did not succeed:
+    ``dependency_not_succeeded: build failed, lint skipped``."""
+    reason, blockers = step.get("reason"), step.get("blocked_by") or []
+    if not blockers:
+        return reason
+    named = ", ".join(f"{b['key']} {b['status']}" for b in blockers)
+    return f"{reason}: {named}" if reason else named
 
 
 def headline(view: dict[str, Any]) -> str:

@@ -38,8 +38,8 @@ def run_view(tx: UnitOfWork, run_id: str) -> dict[str, Any]:
     Returns:
         ``run_summary`` plus ``package``, ``target`` (``{"id", "name"}`` or None), ``steps`` (in step-key order:
         ``key``, ``task``, ``needs``, ``status``, ``fence``, ``attempts``, ``invocation_id``,
-        ``invocation_status``, ``reason``, ``started_at``, ``deadline_at``), ``counts`` (steps per status) and
-        ``events`` (the Run's event count).
+        ``invocation_status``, ``reason``, ``blocked_by``, ``started_at``, ``deadline_at``), ``counts`` (steps per
+        status) and ``events`` (the Run's event count).
     Raises:
         NotFound: no such Run.
     """
@@ -72,11 +72,24 @@ def run_view(tx: UnitOfWork, run_id: str) -> dict[str, Any]:
                       "reason": reasons.get(row.id),
                       "started_at": _iso(start.started_at) if start is not None else None,
                       "deadline_at": _iso(start.deadline_at) if start is not None else None})
+    _name_blockers(steps)
     counts = Counter(s["status"] for s in steps)
     return {**run_summary(run), "package": admission.package_name if admission is not None else None,
             "target": None if target is None else {"id": target.id, "name": target.name},
             "steps": steps, "counts": {str(s): counts.get(str(s), 0) for s in StepRunStatus},
             "events": tx.progress.next_event_seq(run_id) - 1}
+
+
+def _name_blockers(steps: list[dict[str, Any]]) -> None:
+    """Give each skipped step ``blocked_by``: its needs that did not succeed, as ``{"key", "status"}`` in the
+    order the plan names them (the stored reason, ``dependency_not_succeeded``, does not say which); ``[]`` for
+    every other step."""
+    status = {s["key"]: s["status"] for s in steps}
+    for step in steps:
+        skipped = step["status"] == str(StepRunStatus.SKIPPED)
+        needs = step["needs"] if skipped and isinstance(step["needs"], list) else []
+        step["blocked_by"] = [{"key": n, "status": status[n]} for n in needs
+                              if n in status and status[n] != str(StepRunStatus.SUCCEEDED)]
 
 
 def runs_view(tx: UnitOfWork, *, status: WorkflowRunStatus | None = None, limit: int = 100) -> list[dict[str, Any]]:

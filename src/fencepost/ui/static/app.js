@@ -1090,7 +1090,7 @@
       h("td", { "data-field": "attempts" }, s.attempts),
       h("td", { "data-field": "invocation" }, s.invocation_id ? [h("a", { href: "/invocations/" + encodeURIComponent(s.invocation_id) }, fp(s.invocation_id)), " ", badge(s.invocation_status || "unknown")]
         : h("span", { className: "muted" }, "not started")),
-      h("td", { "data-field": "reason", className: "reason" }, s.reason || "—"),
+      h("td", { "data-field": "reason", className: "reason" }, (s.reason || "—") + ((s.blocked_by || []).length ? ": " + s.blocked_by.map((b) => b.key + " " + b.status).join(", ") : "")),
       h("td", { "data-field": "started" }, when(s.started_at)),
       h("td", { "data-field": "deadline" }, when(s.deadline_at)));
   }
