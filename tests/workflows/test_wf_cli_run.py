@@ -203,6 +203,9 @@ def test_cancel_finalizes_the_waiting_steps_at_once_and_the_run_settles_after_th
     assert cancelled["run"]["status"] == "running" and cancelled["run"]["cancel"]["reason"] == "operator stop"
     again = site.inline("workflow", "cancel", run_id, "--reason", "twice")
     assert "cancel was already requested" in again and "still running: slow" in again, again
+    assert "(operator stop)" in again and "this one was not recorded" in again, again
+    same = site.inline("workflow", "cancel", run_id, "--reason", "operator stop")
+    assert "cancel was already requested" in same and "not recorded" not in same, same
     settled = site.cli("workflow", "status", run_id, "--watch", "--timeout", "30")
     assert settled.returncode == 7, settled.describe()  # the running step ended at its deadline: timed_out
     assert "timed_out step slow" in settled.stdout, settled.describe()

@@ -348,8 +348,10 @@ def cancel(run_id: Annotated[str, typer.Argument(help="Workflow run id (wfr_...)
                                  soft_wrap=True)
             return
         said = "cancel requested" if outcome == "requested" else "cancel was already requested"
-        render.console.print(f"{said}: run {run_id} ({escape(str((after['cancel'] or {}).get('reason')))})",
-                             soft_wrap=True)
+        kept = (after["cancel"] or {}).get("reason")
+        render.console.print(f"{said}: run {run_id} ({escape(str(kept))})", soft_wrap=True)
+        if outcome == "existing" and kept != reason:
+            render.console.print("  the first request's reason is kept; this one was not recorded", soft_wrap=True)
         render.console.print(f"  cancelled now: {', '.join(cancelled_now) or 'none'}", soft_wrap=True)
         for step in still:
             ends = (f"until it finishes or reaches its deadline {render.when(step['deadline_at'])}"
