@@ -3,6 +3,7 @@ heartbeats and the sandbox interrupt when a lease is lost mid-statement."""
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import Any
 
@@ -12,7 +13,9 @@ from fencepost.core.errors import InvalidInput, LeaseLost
 from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus
 from fencepost.outbox import CommandContext, FunctionHandler, HandlerRegistry, Worker, WorkerConfig
 from fencepost.outbox.heartbeat import Heartbeat
+from fencepost.outbox.worker import Sweep
 from fencepost.rehearsal.scenarios import ScenarioEnv, ScenarioFailed
+from fencepost.store.base import Store
 from fencepost.store.ports import UnitOfWork
 from integration.rig import LEASE_SECONDS, Rig, Scenario, copy_example, write_package
 
@@ -90,6 +93,29 @@ def test_a_failing_function_handler_fails_only_its_command(rig: Rig) -> None:
     assert bad is not None and bad.status is CommandStatus.FAILED
     assert bad.last_error == "ValueError: bad payload"
     assert _status(rig, "cmd_good") is CommandStatus.DELIVERED
+
+
+def test_a_sweep_that_fails_with_a_fault_is_logged_and_backed_off_and_claims_go_on(
+        rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
+    """ADR 0089: one sweep's fault (here a bug in its code) does not stop the worker: every worker would stop
+    on the same data. The sweep runs again only after the back-off; the commands are still delivered."""
+    calls: list[float] = []
+
+    def broken(store: Store, budget_seconds: float) -> int:
+        calls.append(budget_seconds)
+        raise KeyError("a sweep's own bug")
+
+    _insert(rig, "cmd_1")
+    _insert(rig, "cmd_2")
+    worker = _worker(rig, {"test.echo": FunctionHandler(lambda ctx: None)}, batch_size=1)
+    worker.sweeps.append(Sweep(name="test.broken", run=broken, interval_seconds=0.0, budget_seconds=0.5))
+    with caplog.at_level(logging.ERROR, logger="fencepost.worker"):
+        assert worker.run_once() == 1
+        assert worker.run_once() == 1
+    assert calls == [0.5]  # the second cycle came before the back-off ended
+    assert (_status(rig, "cmd_1"), _status(rig, "cmd_2")) == (CommandStatus.DELIVERED, CommandStatus.DELIVERED)
+    [failed] = [r for r in caplog.records if getattr(r, "event", None) == "sweep_failed"]
+    assert failed.sweep == "test.broken" and "KeyError" in failed.error and failed.exc_info is not None  # type: ignore[attr-defined]
 
 
 def test_a_handler_that_loses_its_lease_is_not_delivered(rig: Rig) -> None:

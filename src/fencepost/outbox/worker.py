@@ -55,6 +55,9 @@ INTERRUPT_WAIT_SECONDS = 5.0
 #: While other commands still run, a returned command waits at most this long (seconds) for them, so that
 #: one completion transaction marks a claimed batch DELIVERED together (ADR 0008).
 COMPLETION_DELAY_SECONDS = 0.05
+#: After a sweep fails with anything but an unavailable store (a fault in its code or its data), it is run
+#: again no sooner than this many seconds later (ADR 0089).
+SWEEP_FAILURE_BACKOFF_SECONDS = 5.0
 
 
 def default_worker_id() -> str:
@@ -125,7 +128,9 @@ class Sweep:
     Attributes:
         name: names the sweep in logs; its transactions carry their own names (and so crash points).
         run: ``run(store, budget_seconds) -> items handled``; must return within about ``budget_seconds``
-            (work in bounded pages) and be safe to run on many workers at once.
+            (work in bounded pages) and be safe to run on many workers at once. ``StoreUnavailable`` is logged
+            and the sweep runs again at its interval; any other error is logged with its traceback and the sweep
+            waits ``SWEEP_FAILURE_BACKOFF_SECONDS`` (ADR 0089). Neither stops the worker.
         interval_seconds: at most one run per this many seconds on one worker.
         budget_seconds: the time a run may take.
     """
@@ -315,6 +320,12 @@ class Worker:
                     log.info("sweep", extra={"event": "sweep", "sweep": sweep.name, "handled": handled})
             except StoreUnavailable as error:
                 log.warning("sweep failed", extra={"event": "sweep_failed", "sweep": sweep.name, "error": str(error)})
+            except Exception as error:
+                # The same data fails the same way on every worker: stopping would stop the whole fleet. The
+                # sweep is retried after a back-off; claims go on; the traceback is logged for the operator.
+                self._swept[sweep.name] = now + max(0.0, SWEEP_FAILURE_BACKOFF_SECONDS - sweep.interval_seconds)
+                log.error("sweep failed", exc_info=True, extra={
+                    "event": "sweep_failed", "sweep": sweep.name, "error": f"{type(error).__name__}: {error}"})
         self._collect_returned()
         waited = time.monotonic() - (self._first_returned or time.monotonic())
         if not self.in_flight or waited >= COMPLETION_DELAY_SECONDS:
