@@ -47,6 +47,7 @@ from fencepost.delivery.urls import target_path
 from fencepost.host import Host, HostConfig
 from fencepost.host.action import Action, AdapterStep, HandlerContext, StepInputContext
 from fencepost.host.adapter import AdapterCall, PermanentFailure, Succeeded, TransientFailure
+from fencepost.host.outcome import describe_error
 from fencepost.rehearsal.host_functions import resolve
 from fencepost.rehearsal.sandbox import deny_escapes, register_host_functions
 from fencepost.store.base import Store
@@ -63,10 +64,19 @@ DEFAULT_TIMEOUT_SECONDS = 300
 TASK_LEDGER = target_db.TASK_LEDGER_TABLE
 #: Rows of a task's last result set kept in its output (the rest are counted).
 SAMPLE_ROWS = 20
+#: The task action's one adapter step.
+RUN_STEP = "run"
 #: Markers in a failure's text that say which StepRun verdict it is (the host stores the text as the error).
 TIMED_OUT_MARK = "[task_timed_out]"
 CANCELLED_MARK = "guard run_cancelled"
 DEADLINE_MARK = "guard task_deadline"
+#: Where the host writes them (``fencepost.host.execution``): a definite failure of the adapter step is stored as
+#: ``step run failed: <reason>`` (the adapter puts ``TIMED_OUT_MARK`` first in its reason), the handler's refusal
+#: as ``handler: NotAllowed: not allowed by guard <name>: ...``. A marker counts only at the start of the text: a
+#: task's own SQL error (``no such table: [task_timed_out]``) may quote any words, further on.
+_TIMED_OUT_PREFIXES = (f"step {RUN_STEP} failed: {TIMED_OUT_MARK}",
+                       f"handler: {describe_error(not_allowed('task_deadline', ''))}")
+_CANCELLED_PREFIX = f"handler: {describe_error(not_allowed('run_cancelled', ''))}"
 #: A locked target (another step's task, a delivery) is retried within the step: about a minute of waiting in all
 #: (a target runs one writer at a time, so the tasks of a wide fan-out queue on it), as deliveries do.
 TARGET_RETRY = DELIVERY_TARGET_RETRY
@@ -121,9 +131,9 @@ def task_verdict(outcome: TaskOutcome) -> Verdict | None:
         return Verdict(StepRunStatus.SUCCEEDED, None)
     if outcome.status == InvocationStatus.FAILED:
         text = error or ""
-        if TIMED_OUT_MARK in text or DEADLINE_MARK in text:
+        if text.startswith(_TIMED_OUT_PREFIXES):
             return Verdict(StepRunStatus.TIMED_OUT, error)
-        if CANCELLED_MARK in text:
+        if text.startswith(_CANCELLED_PREFIX):
             return Verdict(StepRunStatus.CANCELLED, error)
         return Verdict(StepRunStatus.FAILED, error)
     if outcome.status == InvocationStatus.RECONCILIATION_REQUIRED:
@@ -162,7 +172,7 @@ def _input(ctx: StepInputContext, params: TaskParams) -> dict[str, Any]:
 
 TASK = Action(id=TASK_ACTION_ID, version=TASK_ACTION_VERSION, params=TaskParams, handler=start_check,
               idempotent=True,
-              steps=(AdapterStep("run", ADAPTER_TYPE, "run_task", input=_input, retry=TARGET_RETRY),))
+              steps=(AdapterStep(RUN_STEP, ADAPTER_TYPE, "run_task", input=_input, retry=TARGET_RETRY),))
 
 
 class TaskAdapter:
