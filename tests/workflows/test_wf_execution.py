@@ -207,3 +207,27 @@ def test_a_task_whose_own_error_quotes_a_marker_word_fails_and_is_not_timed_out_
     reasons = [m.reason or "" for m in control.read(lambda tx: tx.progress.mutations(run_id))
                if m.to_status is StepRunStatus.FAILED]
     assert len(reasons) == 3 and all("no such table" in r for r in reasons), reasons
+
+
+def test_a_task_whose_result_holds_a_non_finite_number_fails_rolled_back_and_the_run_settles(
+        control: Store, tmp_path: Path) -> None:
+    """A step's result is JSON, which has no infinity or NaN: a task whose last result set holds one (SQLite reads
+    ``1e999`` as inf) fails naming the column, its target transaction rolled back, and the Run settles. Found by
+    breaking it: the target committed, the host read the output as unreadable, the step was lost for good."""
+    shape = Steps(steps={"a": ("ta", ()), "b": ("tb", ("a",))},
+                  tasks={"ta": log_task("a") + "SELECT 1 AS n, -1e999 AS ratio;\n", "tb": log_task("b")})
+    kit = install(control, tmp_path, shape)
+    run_id = kit.admit()
+    kit.drain(run_id, seconds=20)
+    assert statuses(control, run_id) == {"a": StepRunStatus.FAILED, "b": StepRunStatus.SKIPPED}
+    assert run_status(control, run_id) is WorkflowRunStatus.FAILED
+    (failed,) = [m for m in control.read(lambda tx: tx.progress.mutations(run_id))
+                 if m.to_status is StepRunStatus.FAILED]
+    assert "'ratio'" in (failed.reason or "") and "-inf" in (failed.reason or ""), failed.reason
+    assert "rolled back" in (failed.reason or "")
+    assert kit.log() == []  # the task's INSERT was rolled back
+    with target_db.connect("t", str(kit.target_path)) as conn:  # no ledger row (its table's DDL rolled back too)
+        ledger = conn.execute("SELECT name FROM sqlite_master WHERE name = ?",
+                              (target_db.TASK_LEDGER_TABLE,)).fetchone()
+        assert ledger is None or conn.execute(
+            f'SELECT count(*) FROM "{target_db.TASK_LEDGER_TABLE}"').fetchone() == (0,)

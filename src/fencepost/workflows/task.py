@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sqlite3
 import threading
 import time
@@ -274,7 +275,12 @@ class TaskAdapter:
                 result = _statements(conn, sql)
             finally:
                 conn.set_progress_handler(None, 0)
-            text = json.dumps(result, sort_keys=True, separators=(",", ":"), default=str)
+            problem = _non_finite(result)
+            if problem is not None:  # the step's result is JSON: it could never be recorded, so nothing commits
+                _rollback(conn)
+                return PermanentFailure(f"task {params.task} of step {params.step_key} returned {problem}, which "
+                                        "its result (JSON) cannot hold; rolled back, nothing was applied")
+            text = json.dumps(result, sort_keys=True, separators=(",", ":"), allow_nan=False)
             conn.execute(f'INSERT INTO "{TASK_LEDGER}" (adapter_invocation_id, run_id, step_key, task, task_digest, '
                          "result, applied_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                          (adapter_id, params.run_id, params.step_key, params.task, params.task_digest, text,
@@ -319,6 +325,17 @@ def _version_problem(conn: sqlite3.Connection, params: TaskParams) -> str | None
         held = ", ".join(sorted({r.version for r in rows}))
         return (f"target {params.target} holds {params.package} at {held}, not {params.version}; deliver "
                 f"{params.version} to it first (nothing was applied)")
+    return None
+
+
+def _non_finite(result: dict[str, Any]) -> str | None:
+    """The first infinite or NaN number in the sample of ``_statements``' result, named by its column and row, or
+    None (every other value of the result is an int, text or None)."""
+    columns: list[str] = result["columns"]
+    for index, row in enumerate(result["sample"]):
+        for column, value in zip(columns, row, strict=True):
+            if isinstance(value, float) and not math.isfinite(value):
+                return f"a non-finite number ({value}) in column {column!r} of result row {index + 1}"
     return None
 
 
