@@ -174,3 +174,20 @@ def test_invalid_plans_exit_2_and_conflicts_exit_3(sq: World, tmp_path: Path) ->
 
     from_stdin = cli(op.url, "workflow", "admit", "-", "--json", stdin=p1.read_text())
     assert ok(from_stdin).json()["outcome"] == "existing"
+
+
+@pytest.mark.slow
+def test_a_plan_holding_a_lone_surrogate_is_refused_as_an_invalid_plan(sq: World, tmp_path: Path) -> None:
+    """The JSON escape ``\\ud800`` parses to a string with no UTF-8 form: ``workflow admit`` (a plan file) and
+    ``workflow plan`` (``--inputs``) refuse it with exit 2 and one line naming where, no traceback (found by
+    breaking it; the UnicodeEncodeError escaped as a traceback, exit 1)."""
+    op = Operator(sq, tmp_path)
+    sq.ready()
+    plan = json.loads(op.plan("p1").read_text())
+    edited = tmp_path / "surrogate.json"
+    edited.write_text(json.dumps({**{k: v for k, v in plan.items() if k != "digest"}, "inputs": {"day": "\ud800"}}))
+    assert "\\ud800" in edited.read_text()  # ASCII JSON text: the file itself is valid UTF-8
+    assert_refused(op.run("workflow", "admit", str(edited)), 2, "not plain JSON", "$.inputs.day")
+    assert_refused(op.run("workflow", "plan", PACKAGE, WORKFLOW, "--plan-id", "p2", "--inputs", '{"day": "\\ud800"}'),
+                   2, "not plain JSON", "$.inputs.day")
+    assert sq.counts(("workflow_admissions",)) == {"workflow_admissions": 0}

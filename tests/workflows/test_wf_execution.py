@@ -189,3 +189,45 @@ def test_a_run_is_found_by_its_plan_id_too(control: Store, tmp_path: Path) -> No
     assert service.run("nightly-2026-12-02")["run_id"] == run_id
     cancelled = service.cancel("nightly-2026-12-02", reason="by plan id", actor="ops")
     assert cancelled["run_id"] == run_id and cancelled["outcome"] == "requested"
+
+
+def test_a_task_whose_own_error_quotes_a_marker_word_fails_and_is_not_timed_out_or_cancelled(
+        control: Store, tmp_path: Path) -> None:
+    """The markers of ADR 0074 are the host's words at the start of the error text; a task's own SQL error that
+    quotes them (here: a missing table named after them) is a plain failure (found by breaking it)."""
+    shape = Steps(steps={"a": ("ta", ()), "b": ("tb", ()), "c": ("tc", ())},
+                  tasks={"ta": 'SELECT * FROM "[task_timed_out]";\n', "tb": 'SELECT * FROM "guard run_cancelled";\n',
+                         "tc": 'SELECT * FROM "guard task_deadline";\n'})
+    kit = install(control, tmp_path, shape)
+    run_id = kit.admit()
+    kit.drain(run_id)
+    assert statuses(control, run_id) == {"a": StepRunStatus.FAILED, "b": StepRunStatus.FAILED,
+                                         "c": StepRunStatus.FAILED}
+    assert run_status(control, run_id) is WorkflowRunStatus.FAILED
+    reasons = [m.reason or "" for m in control.read(lambda tx: tx.progress.mutations(run_id))
+               if m.to_status is StepRunStatus.FAILED]
+    assert len(reasons) == 3 and all("no such table" in r for r in reasons), reasons
+
+
+def test_a_task_whose_result_holds_a_non_finite_number_fails_rolled_back_and_the_run_settles(
+        control: Store, tmp_path: Path) -> None:
+    """A step's result is JSON, which has no infinity or NaN: a task whose last result set holds one (SQLite reads
+    ``1e999`` as inf) fails naming the column, its target transaction rolled back, and the Run settles. Found by
+    breaking it: the target committed, the host read the output as unreadable, the step was lost for good."""
+    shape = Steps(steps={"a": ("ta", ()), "b": ("tb", ("a",))},
+                  tasks={"ta": log_task("a") + "SELECT 1 AS n, -1e999 AS ratio;\n", "tb": log_task("b")})
+    kit = install(control, tmp_path, shape)
+    run_id = kit.admit()
+    kit.drain(run_id, seconds=20)
+    assert statuses(control, run_id) == {"a": StepRunStatus.FAILED, "b": StepRunStatus.SKIPPED}
+    assert run_status(control, run_id) is WorkflowRunStatus.FAILED
+    (failed,) = [m for m in control.read(lambda tx: tx.progress.mutations(run_id))
+                 if m.to_status is StepRunStatus.FAILED]
+    assert "'ratio'" in (failed.reason or "") and "-inf" in (failed.reason or ""), failed.reason
+    assert "rolled back" in (failed.reason or "")
+    assert kit.log() == []  # the task's INSERT was rolled back
+    with target_db.connect("t", str(kit.target_path)) as conn:  # no ledger row (its table's DDL rolled back too)
+        ledger = conn.execute("SELECT name FROM sqlite_master WHERE name = ?",
+                              (target_db.TASK_LEDGER_TABLE,)).fetchone()
+        assert ledger is None or conn.execute(
+            f'SELECT count(*) FROM "{target_db.TASK_LEDGER_TABLE}"').fetchone() == (0,)

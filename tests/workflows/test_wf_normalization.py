@@ -132,6 +132,18 @@ def test_inputs_must_be_plain_json_data(inputs: dict[str, Any]) -> None:
     refused(base_plan(inputs=inputs), "plain JSON")
 
 
+@pytest.mark.parametrize(("plan", "where"), [
+    (base_plan(inputs={"x": "\ud800"}), "$.inputs.x"),
+    (base_plan(inputs={"x": ["ok", {"deep": "a\udfffb"}]}), "$.inputs.x[1].deep"),
+    (base_plan(inputs={"\ud800": 1}), "$.inputs"),
+    (base_plan(digest="sha256:\ud800"), "$.digest"),
+])
+def test_a_lone_surrogate_is_not_plain_json_data_and_is_named(plan: dict[str, Any], where: str) -> None:
+    """JSON text may spell a lone surrogate (``"\\ud800"``); it has no UTF-8 form, so the plan is refused as bad
+    input naming where, never a raw UnicodeEncodeError (found by breaking it)."""
+    refused(plan, "plain JSON", where)
+
+
 def test_finite_floats_and_nesting_are_plain_data() -> None:
     plan = normalize_plan(base_plan(inputs={"ratio": 0.25, "list": [1, "two", None, True, {"deep": -3.5}]}))
     assert plan.data["inputs"]["list"][4] == {"deep": -3.5}

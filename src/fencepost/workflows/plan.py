@@ -81,6 +81,32 @@ def _digest(value: Any, what: str) -> str:
     return str(value)
 
 
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _not_unicode(value: Any, path: str) -> str | None:
+    """Where in ``value`` (plain JSON data) the first string with no UTF-8 form is, ``a key at <path>`` or ``the
+    string at <path>`` (paths as ``canonical_json`` names them), or None. Its nesting is no deeper than what
+    ``canonical_json`` already walked."""
+    if isinstance(value, str):
+        return None if _encodes(value) else f"the string at {path}"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _not_unicode(item, f"{path}.{key}") if _encodes(key) else f"a key at {path}"
+            if found is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            if (found := _not_unicode(item, f"{path}[{i}]")) is not None:
+                return found
+    return None
+
+
 def normalize_plan(raw: Any) -> NormalizedPlan:
     """Normalize ``raw`` (parsed JSON) or raise ``InvalidPlan`` naming the first broken rule.
 
@@ -96,9 +122,13 @@ def normalize_plan(raw: Any) -> NormalizedPlan:
     if raw["format"] != PLAN_FORMAT or isinstance(raw["format"], bool):
         raise InvalidPlan(f"plan format must be {PLAN_FORMAT}")
     try:
-        canonical_json(raw)
+        canonical_json(raw).encode("utf-8")
     except TypeError as error:
         raise InvalidPlan(f"plan is not plain JSON data: {error}") from None
+    except UnicodeEncodeError:
+        where = _not_unicode(raw, "$") or "a string"
+        raise InvalidPlan(f"plan is not plain JSON data: {where} is not Unicode text (it holds a lone surrogate "
+                          "such as \\ud800, which has no UTF-8 form)") from None
     if not isinstance(raw["inputs"], dict):
         raise InvalidPlan("plan inputs must be a JSON object")
     steps_raw = raw["steps"]

@@ -172,8 +172,24 @@ def _kind(transition: Transition) -> StepMutationKind:
     return StepMutationKind.ADVANCE
 
 
-def _states(rows: dict[str, StepRunRow]) -> list[StepState]:
-    return [StepState(r.step_key, tuple(parse_json(r.needs)), r.status, r.fence) for r in rows.values()]
+def _states(run_id: str, rows: dict[str, StepRunRow]) -> list[StepState]:
+    """The resolver's view of the Run's StepRuns (``rows`` by step key).
+
+    Raises:
+        IntegrityViolation: a StepRun's needs are not a list of the Run's step keys (the plan's rules and the
+            schema admit nothing else, so the row was edited behind our back).
+    """
+    states = []
+    for row in rows.values():
+        try:
+            needs = parse_json(row.needs)
+        except ValueError:
+            needs = None
+        if not isinstance(needs, list) or not all(isinstance(n, str) and n in rows for n in needs):
+            raise IntegrityViolation(f"run {run_id}: the needs of step {row.step_key} ({row.needs[:200]}) are not "
+                                     "a list of the run's step keys")
+        states.append(StepState(row.step_key, tuple(needs), row.status, row.fence))
+    return states
 
 
 def advance(store: Store, host: Host, run_id: str) -> Advance:
@@ -210,8 +226,11 @@ def advance(store: Store, host: Host, run_id: str) -> Advance:
         started: list[str] = []
         refused: str | None = None
         while True:
-            resolution = resolve(_states(rows), run_status=run.status, run_fence=work.fence,
-                                 cancel_requested=cancel, verdicts=verdicts)
+            try:
+                resolution = resolve(_states(run_id, rows), run_status=run.status, run_fence=work.fence,
+                                     cancel_requested=cancel, verdicts=verdicts)
+            except ValueError as error:  # a cycle (or duplicate keys): rows edited behind our back
+                raise IntegrityViolation(f"run {run_id}: {error}") from None
             for t in resolution.transitions:
                 row = rows[t.key]
                 invocation = outcomes[row.id].invocation_id if _kind(t) is StepMutationKind.SETTLE else None

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sqlite3
 import threading
 import time
@@ -47,6 +48,7 @@ from fencepost.delivery.urls import target_path
 from fencepost.host import Host, HostConfig
 from fencepost.host.action import Action, AdapterStep, HandlerContext, StepInputContext
 from fencepost.host.adapter import AdapterCall, PermanentFailure, Succeeded, TransientFailure
+from fencepost.host.outcome import describe_error
 from fencepost.rehearsal.host_functions import resolve
 from fencepost.rehearsal.sandbox import deny_escapes, register_host_functions
 from fencepost.store.base import Store
@@ -63,10 +65,19 @@ DEFAULT_TIMEOUT_SECONDS = 300
 TASK_LEDGER = target_db.TASK_LEDGER_TABLE
 #: Rows of a task's last result set kept in its output (the rest are counted).
 SAMPLE_ROWS = 20
+#: The task action's one adapter step.
+RUN_STEP = "run"
 #: Markers in a failure's text that say which StepRun verdict it is (the host stores the text as the error).
 TIMED_OUT_MARK = "[task_timed_out]"
 CANCELLED_MARK = "guard run_cancelled"
 DEADLINE_MARK = "guard task_deadline"
+#: Where the host writes them (``fencepost.host.execution``): a definite failure of the adapter step is stored as
+#: ``step run failed: <reason>`` (the adapter puts ``TIMED_OUT_MARK`` first in its reason), the handler's refusal
+#: as ``handler: NotAllowed: not allowed by guard <name>: ...``. A marker counts only at the start of the text: a
+#: task's own SQL error (``no such table: [task_timed_out]``) may quote any words, further on.
+_TIMED_OUT_PREFIXES = (f"step {RUN_STEP} failed: {TIMED_OUT_MARK}",
+                       f"handler: {describe_error(not_allowed('task_deadline', ''))}")
+_CANCELLED_PREFIX = f"handler: {describe_error(not_allowed('run_cancelled', ''))}"
 #: A locked target (another step's task, a delivery) is retried within the step: about a minute of waiting in all
 #: (a target runs one writer at a time, so the tasks of a wide fan-out queue on it), as deliveries do.
 TARGET_RETRY = DELIVERY_TARGET_RETRY
@@ -121,9 +132,9 @@ def task_verdict(outcome: TaskOutcome) -> Verdict | None:
         return Verdict(StepRunStatus.SUCCEEDED, None)
     if outcome.status == InvocationStatus.FAILED:
         text = error or ""
-        if TIMED_OUT_MARK in text or DEADLINE_MARK in text:
+        if text.startswith(_TIMED_OUT_PREFIXES):
             return Verdict(StepRunStatus.TIMED_OUT, error)
-        if CANCELLED_MARK in text:
+        if text.startswith(_CANCELLED_PREFIX):
             return Verdict(StepRunStatus.CANCELLED, error)
         return Verdict(StepRunStatus.FAILED, error)
     if outcome.status == InvocationStatus.RECONCILIATION_REQUIRED:
@@ -162,7 +173,7 @@ def _input(ctx: StepInputContext, params: TaskParams) -> dict[str, Any]:
 
 TASK = Action(id=TASK_ACTION_ID, version=TASK_ACTION_VERSION, params=TaskParams, handler=start_check,
               idempotent=True,
-              steps=(AdapterStep("run", ADAPTER_TYPE, "run_task", input=_input, retry=TARGET_RETRY),))
+              steps=(AdapterStep(RUN_STEP, ADAPTER_TYPE, "run_task", input=_input, retry=TARGET_RETRY),))
 
 
 class TaskAdapter:
@@ -264,7 +275,12 @@ class TaskAdapter:
                 result = _statements(conn, sql)
             finally:
                 conn.set_progress_handler(None, 0)
-            text = json.dumps(result, sort_keys=True, separators=(",", ":"), default=str)
+            problem = _non_finite(result)
+            if problem is not None:  # the step's result is JSON: it could never be recorded, so nothing commits
+                _rollback(conn)
+                return PermanentFailure(f"task {params.task} of step {params.step_key} returned {problem}, which "
+                                        "its result (JSON) cannot hold; rolled back, nothing was applied")
+            text = json.dumps(result, sort_keys=True, separators=(",", ":"), allow_nan=False)
             conn.execute(f'INSERT INTO "{TASK_LEDGER}" (adapter_invocation_id, run_id, step_key, task, task_digest, '
                          "result, applied_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                          (adapter_id, params.run_id, params.step_key, params.task, params.task_digest, text,
@@ -309,6 +325,17 @@ def _version_problem(conn: sqlite3.Connection, params: TaskParams) -> str | None
         held = ", ".join(sorted({r.version for r in rows}))
         return (f"target {params.target} holds {params.package} at {held}, not {params.version}; deliver "
                 f"{params.version} to it first (nothing was applied)")
+    return None
+
+
+def _non_finite(result: dict[str, Any]) -> str | None:
+    """The first infinite or NaN number in the sample of ``_statements``' result, named by its column and row, or
+    None (every other value of the result is an int, text or None)."""
+    columns: list[str] = result["columns"]
+    for index, row in enumerate(result["sample"]):
+        for column, value in zip(columns, row, strict=True):
+            if isinstance(value, float) and not math.isfinite(value):
+                return f"a non-finite number ({value}) in column {column!r} of result row {index + 1}"
     return None
 
 
