@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -30,10 +31,15 @@ from browser.test_operator_page import assert_not_reloaded, mark_no_reload
 from browser.test_operator_page_issue11 import PHONE, assert_fits
 from fencepost.store import open_store
 from helpers.processes import Process, kill_all, start, worker_args
-from workflows.exec_kit import fan, install
+from workflows.exec_kit import fan, install, log_task
 
 #: A little work per parallel step (a recursive CTE of 20,000 rows, a few ms), so the fan-out is visibly under way.
 WORK = "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 20000) SELECT count(*) FROM n;\n"
+#: The join's work: about 2 s alone, so that the page (polling each second) sees the run part-way however fast
+#: the fan steps finish (on a loaded machine the whole fan fit between two polls and the page jumped from one
+#: step running to all succeeded).
+JOIN_WORK = ("WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 10000000) "
+             "SELECT count(*) FROM n;\n")
 
 
 def _workers(deployment: Deployment, count: int) -> list[Process]:
@@ -75,7 +81,9 @@ def run_fan_live(page: Page, browser: Browser, deployment: Deployment, width: in
     total = width + 2
     tmp = deployment.tmp
     store = open_store(deployment.database)
-    kit = install(store, tmp, fan(width, task=WORK))
+    shape = fan(width, task=WORK)
+    shape = replace(shape, tasks={**shape.tasks, "t_join": log_task("join") + JOIN_WORK})
+    kit = install(store, tmp, shape)
     run_id = kit.admit("wide-1")
     deployment.serve("--no-worker")
 
