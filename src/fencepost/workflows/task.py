@@ -42,7 +42,7 @@ from fencepost.core.fingerprint import sha256_bytes
 from fencepost.core.statuses import InvocationStatus, StepRunStatus
 from fencepost.delivery import target_db
 from fencepost.delivery.action import TARGET_RETRY as DELIVERY_TARGET_RETRY
-from fencepost.delivery.lock import rehearsal_run_of
+from fencepost.delivery.lock import checksum_of, rehearsal_run_of
 from fencepost.delivery.target_db import TargetBusy, TargetMissing
 from fencepost.delivery.urls import target_path
 from fencepost.host import Host, HostConfig
@@ -234,7 +234,7 @@ class TaskAdapter:
             with target_db.connect(name, path, busy_timeout=self.busy_timeout) as conn:
                 register_host_functions(conn, resolve(package.functions))
                 deny_escapes(conn)
-                return self._run(conn, call.adapter_invocation_id, params, sql, deadline)
+                return self._run(conn, call.adapter_invocation_id, params, package, sql, deadline)
         except (TargetMissing, InvalidInput) as error:
             return PermanentFailure(f"{error}; nothing was applied")
         except TargetBusy as error:
@@ -244,7 +244,7 @@ class TaskAdapter:
                 return TransientFailure(f"target {name} is locked: {error}; nothing was applied")
             return PermanentFailure(f"target {name}: {error}; nothing was applied")
 
-    def _run(self, conn: sqlite3.Connection, adapter_id: str, params: TaskParams, sql: str,
+    def _run(self, conn: sqlite3.Connection, adapter_id: str, params: TaskParams, package: PackageSpec, sql: str,
              deadline: float) -> object:
         """The task's one target transaction. The ledger is read first: a task an earlier run applied is reported
         applied whatever has changed since (the deadline passed, the target moved on to another version)."""
@@ -266,7 +266,7 @@ class TaskAdapter:
                 _rollback(conn)
                 return PermanentFailure(f"{TIMED_OUT_MARK} step {params.step_key} reached its "
                                         f"{params.timeout_seconds} s deadline before its task ran; nothing was applied")
-            problem = _version_problem(conn, params)
+            problem = _version_problem(conn, params, package)
             if problem is not None:
                 _rollback(conn)
                 return PermanentFailure(problem)
@@ -311,20 +311,32 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
 
 
-def _version_problem(conn: sqlite3.Connection, params: TaskParams) -> str | None:
-    """Why the target cannot run a task of ``params.package`` at ``params.version``, or None."""
-    rows = target_db.ledger_rows(conn, params.package)
-    if not rows:
+def _version_problem(conn: sqlite3.Connection, params: TaskParams, package: PackageSpec) -> str | None:
+    """Why the target cannot run a task of ``package`` (``params.version``), or None.
+
+    The target qualifies when every migration of that version is in its ledger, applied, with the version's
+    checksum. The ledger names the version that *applied* each migration, so a version that adds no migration
+    (a patch of task SQL only) is recognised by its migrations, not by its version string.
+    """
+    rows = {r.migration: r for r in target_db.ledger_rows(conn, params.package)}
+    wanted = {m.id: checksum_of(package.files[m.up]) for m in package.migrations}
+    if not rows and wanted:
         return (f"target {params.target} has no delivery of {params.package} in its ledger; deliver "
                 f"{params.package} {params.version} to it first (nothing was applied)")
-    unfinished = [r.migration for r in rows if r.state != "applied"]
+    unfinished = [mid for mid, r in rows.items() if r.state != "applied"]
     if unfinished:
         return (f"target {params.target} has migrations of {params.package} started and never marked applied "
                 f"({', '.join(unfinished)}); resolve its delivery first (nothing was applied)")
-    if params.version not in {r.version for r in rows}:
-        held = ", ".join(sorted({r.version for r in rows}))
-        return (f"target {params.target} holds {params.package} at {held}, not {params.version}; deliver "
-                f"{params.version} to it first (nothing was applied)")
+    changed = [mid for mid, checksum in wanted.items() if mid in rows and rows[mid].checksum != checksum]
+    if changed:
+        return (f"target {params.target} has migrations of {params.package} whose checksum differs from "
+                f"{params.version}'s ({', '.join(changed)}): migrated outside fencepost or changed after delivery; "
+                "resolve its delivery first (nothing was applied)")
+    missing = [mid for mid in wanted if mid not in rows]
+    if missing:
+        held = ", ".join(sorted({r.version for r in rows.values()}))
+        return (f"target {params.target} holds {params.package} at {held}, without {params.version}'s migrations "
+                f"{', '.join(missing)}; deliver {params.version} to it first (nothing was applied)")
     return None
 
 
