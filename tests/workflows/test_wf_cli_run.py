@@ -162,7 +162,10 @@ def test_bad_input_is_refused_with_exit_2(site: Site) -> None:
                          (["run", "nopkg", "flow"], "nopkg is not installed"),
                          (["run", "ok"], "name the PACKAGE and WORKFLOW"),
                          (["run", "ok", "flow", "--plan", "x.json"], "not both"),
-                         (["run", "--plan", "missing.json"], "cannot read the plan missing.json")):
+                         (["run", "--plan", "missing.json"], "cannot read the plan missing.json"),
+                         (["status", "wfr_nope", "--timeout", "1"], "--timeout bounds --watch"),
+                         (["plan", "ok", "flow", "-o", "/nonexistent/dir/x.json"],
+                          "cannot write the plan to /nonexistent/dir/x.json")):
         result = CliRunner().invoke(fencepost_app, ["workflow", *args, "-d", site.url])
         assert result.exit_code == 2, (args, result.output)
         assert needle in result.output and "Traceback" not in result.output, (args, result.output)

@@ -99,7 +99,11 @@ def plan(package: Annotated[str, typer.Argument(help="Installed package name.")]
     _warn_untargeted(data)
     text = jsonlib.dumps(data, indent=2, sort_keys=True) + "\n"
     if output is not None:
-        output.write_text(text, encoding="utf-8")
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as error:
+            typer.echo(f"fencepost: cannot write the plan to {output}: {error.strerror or error}", err=True)
+            raise typer.Exit(2) from None
         typer.echo(f"plan {data['plan_id']} ({len(data['steps'])} steps, digest {data['digest']}) -> {output}",
                    err=True)
     else:
@@ -203,6 +207,7 @@ def _print_verdict(view: dict[str, Any]) -> None:
                                  soft_wrap=True)
 
 
+RunIdArg = Annotated[str, typer.Argument(help="Workflow run id (wfr_...), or the plan id it was admitted with.")]
 TimeoutOpt = Annotated[float | None, typer.Option(
     "--timeout", min=0.0, help="Seconds to follow at most (default: until the Run settles); then exit 9, the Run "
                                "goes on.")]
@@ -269,16 +274,20 @@ def run(package: Annotated[str | None, typer.Argument(help="Installed package na
 
 
 @app.command()
-def status(run_id: Annotated[str, typer.Argument(help="Workflow run id (wfr_...).")],
+def status(run_id: RunIdArg,
            database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False,
            watch: Annotated[bool, typer.Option("--watch", help="Follow the Run until it settles (a live table on "
                                                                "a terminal, a line per step transition "
                                                                "elsewhere).")] = False,
            timeout: TimeoutOpt = None) -> None:
-    """Show a workflow Run: its status, cancel intent and every step (status, attempts, task invocation, reason).
+    """Show a workflow Run: its status, cancel intent and every step (status, attempts, reason; --json adds
+    each step's task invocation).
 
     Exit 0 (shown), 2 no such run. With --watch it follows the Run like `workflow run` and exits by its verdict:
     0 succeeded, 1 failed, 7 timed_out, 8 cancelled, 9 still running after --timeout, 130 interrupted."""
+    if timeout is not None and not watch:
+        with handled():
+            raise InvalidInput("--timeout bounds --watch; without --watch the Run is shown once")
     with opened(database) as store, handled():
         view = _read_view(store, run_id)
         if not watch:
@@ -325,7 +334,7 @@ def list_runs(database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False,
 
 
 @app.command()
-def cancel(run_id: Annotated[str, typer.Argument(help="Workflow run id (wfr_...).")],
+def cancel(run_id: RunIdArg,
            reason: Annotated[str, typer.Option("--reason", help="Why (1-1000 characters; kept on the Run and in its "
                                                                 "ledger).")],
            database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False,

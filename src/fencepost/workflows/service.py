@@ -137,9 +137,9 @@ def require_target(plan: Any) -> None:
     """
     if isinstance(plan, dict) and "target_id" not in plan:
         name = plan.get("package") if isinstance(plan.get("package"), str) else "PACKAGE"
-        raise InvalidInput(f"the plan names no target, so its steps could never start: {name} was delivered to no "
-                           f"live target (deliver it with `fencepost package install {name} --target NAME`, or "
-                           "name a target with --target)")
+        raise InvalidInput(f"the plan names no target (no target_id), so its steps could never start: plan it "
+                           f"again with --target NAME, or deliver {name} first (`fencepost package install {name} "
+                           "--target NAME`; `workflow plan` then names the one live target it was delivered to)")
 
 
 def _target(tx: UnitOfWork, package: str, publication_id: str, name: str | None) -> TargetRecord | None:
