@@ -175,6 +175,13 @@ class _CountingExecutor:
     def now(self) -> datetime:
         return self._inner.now()
 
+    @property
+    def single_statement(self) -> bool:
+        return self._inner.single_statement
+
+    def begin_block(self) -> None:
+        self._inner.begin_block()
+
     def execute_raw(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         return self._inner.execute_raw(sql, params)
 

@@ -21,20 +21,26 @@ WHERE :available_at::timestamptz <= :now::timestamptz;
 -- against LIMIT. A row changed by a concurrent committed claim is re-checked against the WHERE clause on
 -- its newest version before it is locked. Each claimed row gets its own fresh random token. One kind per
 -- statement keeps both scans index range scans on the partial indexes (no sort of all due rows). The
--- picked ids reach the UPDATE as one array (= ANY (ARRAY(...))), so it finds them by primary key: joining
--- the CTEs instead let the planner guess 10% of the table for the computed LIMIT and hash-join a
--- sequential scan of every row (claim time grew with the table: 3.6 ms at 10^3 rows, 250 ms at 10^6).
--- The same statement writes each claimed row's claim (delivery 1) or takeover history row at :now, the
--- rows the caller would otherwise insert next: one round trip instead of two (ADR 0018).
-WITH expired AS MATERIALIZED (
-    SELECT id FROM commands
-    WHERE status = 'PROCESSING' AND kind = :kind AND lease_until <= :now
+-- locked rows reach the UPDATE as one array of ctids (= ANY (ARRAY(...))), so it fetches each by its tuple
+-- id: the version the CTE locked, which nobody else can change before this statement ends (a tid scan, no
+-- index descent per row; ids did the same by primary key). Joining the CTEs instead let the planner guess
+-- 10% of the table for the computed LIMIT and hash-join a sequential scan of every row (claim time grew with
+-- the table: 3.6 ms at 10^3 rows, 250 ms at 10^6).
+-- The same statement writes each claimed row's claim (delivery 1) or takeover history row at its instant,
+-- the rows the caller would otherwise insert next: one round trip instead of two (ADR 0018).
+-- :now is NULL in the worker's single-statement unit (ADR 0090): the statement's own instant is then the
+-- clock (``clock`` below), exactly as the clock read with BEGIN is in a transaction block.
+WITH clock AS MATERIALIZED (
+    SELECT coalesce(:now::timestamptz, statement_timestamp()) AS now
+), expired AS MATERIALIZED (
+    SELECT ctid FROM commands
+    WHERE status = 'PROCESSING' AND kind = :kind AND lease_until <= (SELECT now FROM clock)
     ORDER BY lease_until
     LIMIT :limit::integer
     FOR UPDATE SKIP LOCKED
 ), due AS MATERIALIZED (
-    SELECT id FROM commands
-    WHERE status = 'PENDING' AND kind = :kind AND available_at <= :now
+    SELECT ctid FROM commands
+    WHERE status = 'PENDING' AND kind = :kind AND available_at <= (SELECT now FROM clock)
     ORDER BY available_at
     LIMIT (SELECT :limit::integer - count(*) FROM expired)
     FOR UPDATE SKIP LOCKED
@@ -43,19 +49,21 @@ WITH expired AS MATERIALIZED (
 -- name: claim_given_commands
 -- claim_commands over the listed ids only: each is found by primary key, then checked as claim_commands
 -- checks it; history rows as in claim_commands.
-WITH given AS MATERIALIZED (
+WITH clock AS MATERIALIZED (
+    SELECT coalesce(:now::timestamptz, statement_timestamp()) AS now
+), given AS MATERIALIZED (
     SELECT DISTINCT value AS id FROM json_array_elements_text(:command_ids::json)
 ), expired AS MATERIALIZED (
-    SELECT c.id FROM commands AS c
+    SELECT c.ctid FROM commands AS c
     WHERE c.id = ANY (ARRAY(SELECT id FROM given))
-      AND c.status = 'PROCESSING' AND c.kind = :kind AND c.lease_until <= :now
+      AND c.status = 'PROCESSING' AND c.kind = :kind AND c.lease_until <= (SELECT now FROM clock)
     ORDER BY c.lease_until
     LIMIT :limit::integer
     FOR UPDATE SKIP LOCKED
 ), due AS MATERIALIZED (
-    SELECT c.id FROM commands AS c
+    SELECT c.ctid FROM commands AS c
     WHERE c.id = ANY (ARRAY(SELECT id FROM given))
-      AND c.status = 'PENDING' AND c.kind = :kind AND c.available_at <= :now
+      AND c.status = 'PENDING' AND c.kind = :kind AND c.available_at <= (SELECT now FROM clock)
     ORDER BY c.available_at
     LIMIT (SELECT :limit::integer - count(*) FROM expired)
     FOR UPDATE SKIP LOCKED
@@ -69,16 +77,17 @@ WITH given AS MATERIALIZED (
     SET status = 'PROCESSING',
         lease_owner = :owner,
         lease_token = replace(gen_random_uuid()::text, '-', ''),
-        lease_until = :now + make_interval(secs => :lease_seconds::double precision),
-        last_heartbeat_at = :now,
-        updated_at = :now,
+        lease_until = clock.now + make_interval(secs => :lease_seconds::double precision),
+        last_heartbeat_at = clock.now,
+        updated_at = clock.now,
         delivery_count = c.delivery_count + 1
-    WHERE c.id = ANY (ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM due))
-    RETURNING c.id, c.kind, c.payload, c.lease_owner, c.lease_token, c.lease_until, c.delivery_count
+    FROM clock
+    WHERE c.ctid = ANY (ARRAY(SELECT ctid FROM expired UNION ALL SELECT ctid FROM due))
+    RETURNING c.id, c.kind, c.payload, c.lease_owner, c.lease_token, c.lease_until, c.delivery_count, clock.now
 ), history AS (
     INSERT INTO lease_events (command_id, event, owner, delivery, at, lease_until)
     SELECT id, CASE WHEN delivery_count = 1 THEN 'claim' ELSE 'takeover' END, lease_owner, delivery_count,
-           :now, lease_until
+           now, lease_until
     FROM claimed
 )
 SELECT id, kind, payload, lease_owner, lease_token, lease_until, delivery_count, true AS history_written
@@ -99,20 +108,26 @@ RETURNING lease_until, delivery_count;
 -- found by its primary key and changes only under its own token, re-checked on the newest row version
 -- after any lock wait, exactly as finish_command would change it. The same statement writes a deliver
 -- history row at :now for each delivered lease, in list order (ADR 0018). Returns the ids delivered.
-WITH wanted AS MATERIALIZED (
+-- Rows are found by primary key (= ANY of the listed ids). A non-null token implies PROCESSING (the table's
+-- commands_token_iff_processing CHECK), so the statement does not name the status: naming it let the
+-- planner AND in the partial PROCESSING index, whose entries for rows delivered since the last vacuum it
+-- then read on every completion (the statement slowed as a run went on). :now as in claim_commands.
+WITH clock AS MATERIALIZED (
+    SELECT coalesce(:now::timestamptz, statement_timestamp()) AS now
+), wanted AS MATERIALIZED (
     SELECT l.value ->> 'id' AS id, l.value ->> 'token' AS token, l.value ->> 'owner' AS owner,
            (l.value ->> 'delivery')::integer AS delivery, l.n
     FROM json_array_elements(:leases::json) WITH ORDINALITY AS l (value, n)
 ), done AS (
     UPDATE commands AS c
     SET status = 'DELIVERED', lease_owner = NULL, lease_token = NULL, lease_until = NULL,
-        finished_at = :now, updated_at = :now, last_error = NULL
+        finished_at = (SELECT now FROM clock), updated_at = (SELECT now FROM clock), last_error = NULL
     FROM wanted
-    WHERE c.id = wanted.id AND c.lease_token = wanted.token AND c.status = 'PROCESSING'
+    WHERE c.id = ANY (ARRAY(SELECT id FROM wanted)) AND c.id = wanted.id AND c.lease_token = wanted.token
     RETURNING c.id
 ), history AS (
     INSERT INTO lease_events (command_id, event, owner, delivery, at, lease_until)
-    SELECT wanted.id, 'deliver', wanted.owner, wanted.delivery, :now, NULL
+    SELECT wanted.id, 'deliver', wanted.owner, wanted.delivery, (SELECT now FROM clock), NULL
     FROM wanted JOIN done ON done.id = wanted.id
     ORDER BY wanted.n
 )

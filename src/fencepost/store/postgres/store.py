@@ -74,6 +74,11 @@ _BEGIN_WRITE_LAZY = b"BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE"
 #: other unit reads it at its first use, after the locks it takes first (the package lock of an admission or
 #: a guard change), so that recorded instants follow the order in which the units serialized.
 EAGER_CLOCK_UNITS = frozenset({"outbox.claim", "outbox.deliver", "outbox.heartbeat", "outbox.enqueue"})
+#: The worker's batch units, run without a transaction block (ADR 0090): their one statement commits by itself
+#: and takes the server's ``statement_timestamp()`` as its instant, so a claim or a completion is one round
+#: trip instead of three. A unit that must run more than one statement opens the block first
+#: (``Executor.begin_block``).
+SINGLE_STATEMENT_UNITS = frozenset({"outbox.claim", "outbox.deliver"})
 #: The session settings a unit on an application's connection saves, sets for itself and restores (ADR 0033).
 _READ_SESSION = (b"SELECT current_database(), current_setting('search_path'), current_setting('TimeZone'), "
                  b"current_setting('lock_timeout')")
@@ -162,14 +167,53 @@ class PostgresExecutor:
 
     backend = "postgres"
 
-    def __init__(self, conn: psycopg.Connection[Any], store: PostgresStore) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], store: PostgresStore, *, single_name: str | None = None) -> None:
         self._conn = conn
         self._store = store
         self._now: datetime | None = None
         self.failure: FencepostError | None = None
+        #: Set for a unit of ``SINGLE_STATEMENT_UNITS`` until ``begin_block``: no BEGIN was sent, so the one
+        #: statement the unit runs commits by itself (ADR 0090).
+        self.single_statement = single_name is not None
+        self._single_name = single_name
+        self._statements = 0
+
+    @property
+    def ran_statement(self) -> bool:
+        """A single-statement unit's statement was sent (and committed, unless it failed)."""
+        return self._statements > 0
+
+    def begin_block(self) -> None:
+        """Open the transaction block a single-statement unit needs once it is to run more than one statement
+        (BEGIN and the clock read in one round trip); a no-op for a unit that has one.
+
+        Raises:
+            RuntimeError: a statement already ran on its own (a programming error: call this first).
+            StoreBusy, StoreUnavailable: the BEGIN failed.
+        """
+        if not self.single_statement:
+            return
+        if self._statements:
+            raise RuntimeError("begin_block() after a single statement already committed on its own")
+        try:
+            with self._conn.cursor() as cursor:
+                cursor.execute(_BEGIN_WRITE)
+                cursor.nextset()
+                row = cursor.fetchone()
+        except psycopg.Error as error:
+            raise translate_postgres_error(error, self._store.scrub) from None
+        assert row is not None
+        self.start(row[0])
+        self.single_statement = False
 
     def now(self) -> datetime:
-        """The server's ``clock_timestamp()``, read once per transaction (aware UTC ``datetime``)."""
+        """The server's ``clock_timestamp()``, read once per transaction (aware UTC ``datetime``).
+
+        Raises:
+            RuntimeError: in a single-statement unit, whose instant is its statement's own (ADR 0090).
+        """
+        if self.single_statement:
+            raise RuntimeError("a single-statement unit takes its statement's own instant; call begin_block() first")
         # One instant per transaction: every row a decision writes carries the same server time.
         if self._now is None:
             self._now = self.run(self._store.queries["store_now"], {}).rows[0]["now"]
@@ -196,6 +240,14 @@ class PostgresExecutor:
             # on SQLite (an unknown id is 404, a cursor naming nothing 422), instead of a 409 "value rejected"
             # (issue 11 item 8). Every read compares its text parameters for equality (or ``IS NULL OR =``).
             return Result(rows=[], rowcount=0)
+        if self.single_statement:
+            if self._statements:
+                raise RuntimeError(f"a single-statement unit ran a second statement ({query.name}); "
+                                   "call begin_block() first")
+            self._statements += 1
+            # Nothing is committed before the statement is sent: a crash here leaves what a crash before COMMIT
+            # leaves in a transaction block (ADR 0090).
+            crashpoint(f"{self._single_name}:before-commit")
         try:
             with self._conn.cursor(row_factory=dict_row) as cursor:
                 cursor.execute(query.sql, params)
@@ -372,10 +424,13 @@ class PostgresStore(Store):
         self._local.open = True
         try:
             with self._connection() as conn:
-                executor = PostgresExecutor(conn, self)
+                single = name if write and name in SINGLE_STATEMENT_UNITS else None
+                executor = PostgresExecutor(conn, self, single_name=single)
                 tx = SqlUnitOfWork(executor, self.queries, self.claim_rotation)
                 try:
-                    if write and name not in EAGER_CLOCK_UNITS:
+                    if single is not None:
+                        pass  # no block: the unit's statement commits by itself (ADR 0090)
+                    elif write and name not in EAGER_CLOCK_UNITS:
                         conn.execute(_BEGIN_WRITE_LAZY)
                     elif write:
                         # BEGIN and the clock read in one round trip (one simple-protocol message).
@@ -395,9 +450,13 @@ class PostgresStore(Store):
                         # The caller swallowed a store error; PostgreSQL would answer COMMIT with ROLLBACK.
                         raise type(executor.failure)(
                             f"the transaction was rolled back after an error: {executor.failure}")
-                    if name:
-                        crashpoint(f"{name}:before-commit")
-                    conn.execute(b"COMMIT")
+                    if executor.single_statement:
+                        if name and not executor.ran_statement:
+                            crashpoint(f"{name}:before-commit")  # a unit that had nothing to do
+                    else:
+                        if name:
+                            crashpoint(f"{name}:before-commit")
+                        conn.execute(b"COMMIT")
                 except BaseException as error:
                     if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                         with suppress(psycopg.Error):

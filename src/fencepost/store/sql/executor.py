@@ -30,6 +30,22 @@ class Executor(Protocol):
 
     backend: str
 
+    @property
+    def single_statement(self) -> bool:
+        """True while the unit runs without a transaction block, so that its one statement commits by itself and
+        takes the server's own instant (PostgreSQL's ``SINGLE_STATEMENT_UNITS``, ADR 0090); ``now()`` is then
+        unknown here and a query receives ``now=None``. Always False on SQLite."""
+        ...
+
+    def begin_block(self) -> None:
+        """Open the transaction block now, before the first statement, when the unit will run more than one
+        (a no-op where the block is always open).
+
+        Raises:
+            RuntimeError: a statement already ran on its own.
+        """
+        ...
+
     def run(self, query: Query, params: Mapping[str, Any]) -> Result:
         """Execute ``query`` with ``params``.
 
@@ -69,6 +85,15 @@ class Statements(Protocol):
 
     #: The lease a fence on which ends this unit (``Store.fenced``), or None outside a fenced unit.
     fenced_by: Lease | None
+
+    @property
+    def single_statement(self) -> bool:
+        """``Executor.single_statement``: the unit's one statement commits by itself, with its own instant."""
+        ...
+
+    def begin_block(self) -> None:
+        """``Executor.begin_block``: the unit is about to run more than one statement."""
+        ...
 
     def run(self, name: str, params: Mapping[str, Any]) -> Result:
         """Execute the dialect's query ``name`` with ``params``."""

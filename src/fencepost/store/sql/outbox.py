@@ -44,10 +44,12 @@ class SqlOutbox:
         self._notified: set[str] = set()
 
     def _times(self, lease_seconds: float | None = None) -> dict[str, Any]:
-        now = self._unit.now()
+        """The unit's instant and lease deadline as query parameters. In a single-statement unit (ADR 0090)
+        both are None: the dialect's statement then takes the server's own instant."""
+        now = None if self._unit.single_statement else self._unit.now()
         params: dict[str, Any] = {"now": now}
         if lease_seconds is not None:
-            params["lease_until"] = now + timedelta(seconds=lease_seconds)
+            params["lease_until"] = None if now is None else now + timedelta(seconds=lease_seconds)
             params["lease_seconds"] = float(lease_seconds)
         return params
 
@@ -95,6 +97,9 @@ class SqlOutbox:
               command_ids: list[str] | None = None) -> list[ClaimedCommand]:
         if limit < 1 or not kinds or (command_ids is not None and not command_ids):
             return []
+        order = sorted(set(kinds))
+        if len(order) > 1:
+            self._unit.begin_block()  # one statement per kind, all in one transaction
         params = self._times(lease_seconds)
         params["owner"] = owner
         if command_ids is not None:
@@ -112,7 +117,6 @@ class SqlOutbox:
         # starting from a kind that rotates from claim to claim (so that limit 1 alternates); what is left
         # then goes to the kinds that filled their share and may have more. One statement per kind each
         # time, so every scan stays an index range scan (ADR 0009).
-        order = sorted(set(kinds))
         start = next(self._rotation) % len(order)
         order = order[start:] + order[:start]
         share = -(-limit // len(order))
@@ -171,7 +175,6 @@ class SqlOutbox:
     def finish_many(self, leases: list[Lease]) -> list[bool]:
         if not leases:
             return []
-        params = self._times()
         # The statement reports delivered ids, not tokens. So that it can tell which of several leases of one
         # command was current, each round holds at most one lease per command (one round in practice); a
         # lease listed again after its command was delivered matches nothing.
@@ -183,6 +186,9 @@ class SqlOutbox:
             if number == len(rounds):
                 rounds.append([])
             rounds[number].append(index)
+        if len(rounds) > 1:
+            self._unit.begin_block()  # the rounds commit together
+        params = self._times()
         outcome = [False] * len(leases)
         written: set[int] = set()
         for indexes in rounds:

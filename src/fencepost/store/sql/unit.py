@@ -62,6 +62,15 @@ class SqlUnitOfWork:
     def now(self) -> datetime:
         return self.executor.now()
 
+    @property
+    def single_statement(self) -> bool:
+        """The unit runs its one statement without a transaction block (``Executor.single_statement``)."""
+        return self.executor.single_statement
+
+    def begin_block(self) -> None:
+        """Open the transaction block before a second statement (``Executor.begin_block``)."""
+        self.executor.begin_block()
+
     def run(self, name: str, params: Mapping[str, Any]) -> Result:
         """Execute the named query of this dialect."""
         return self.executor.run(self.queries[name], params)

@@ -132,11 +132,16 @@ class SQLiteExecutor:
     """
 
     backend = "sqlite"
+    #: A SQLite unit always runs inside its transaction (``Executor.single_statement``).
+    single_statement = False
 
     def __init__(self, conn: sqlite3.Connection, store: SQLiteStore) -> None:
         self._conn = conn
         self._store = store
         self._now: datetime | None = None
+
+    def begin_block(self) -> None:
+        """A no-op: the transaction is open from the start."""
 
     def now(self) -> datetime:
         # One instant per transaction: every row a decision writes carries the same time.
