@@ -80,6 +80,11 @@ def postgres_catalogue(schema: str) -> dict[str, list[tuple[Any, ...]]]:
             "indexes": fetch("""
                 SELECT tablename, indexname, indexdef FROM pg_indexes
                 WHERE schemaname = %(schema)s AND tablename <> 'fencepost_schema' ORDER BY 1, 2"""),
+            "triggers": fetch("""
+                SELECT c.relname, t.tgname, pg_get_triggerdef(t.oid)
+                FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+                JOIN pg_namespace n ON n.oid = c.relnamespace
+                WHERE n.nspname = %(schema)s AND NOT t.tgisinternal ORDER BY 1, 2"""),
             "functions": fetch("""
                 SELECT p.proname, pg_get_functiondef(p.oid)
                 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace

@@ -20,7 +20,7 @@ $$;
 CREATE TABLE commands (
     id                TEXT PRIMARY KEY,
     kind              TEXT NOT NULL CHECK (length(kind) BETWEEN 1 AND 100),
-    payload           TEXT NOT NULL CHECK (fencepost_is_json(payload)),
+    payload           TEXT NOT NULL,  -- JSON: checked by commands_payload_is_json below (ADR 0091)
     status            TEXT NOT NULL CHECK (status IN ('PENDING', 'PROCESSING', 'DELIVERED', 'FAILED', 'ABORTED')),
     available_at      TIMESTAMPTZ NOT NULL,
     created_at        TIMESTAMPTZ NOT NULL,
@@ -47,9 +47,27 @@ CREATE TABLE commands (
 CREATE INDEX commands_pending_due ON commands (kind, available_at) WHERE status = 'PENDING';
 CREATE INDEX commands_processing_lease ON commands (kind, lease_until) WHERE status = 'PROCESSING';
 
+-- The payload's JSON check, run only by the writes that can change it (a CHECK runs on every UPDATE of the row:
+-- each claim, heartbeat and completion). Same SQLSTATE and constraint name as the CHECK it replaced (ADR 0091).
+CREATE FUNCTION fencepost_commands_payload_is_json() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT fencepost_is_json(NEW.payload) THEN
+        RAISE EXCEPTION 'new row for relation "commands" violates check constraint "commands_payload_check"'
+            USING ERRCODE = 'check_violation', TABLE = 'commands', COLUMN = 'payload',
+                  CONSTRAINT = 'commands_payload_check';
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
+CREATE TRIGGER commands_payload_is_json BEFORE INSERT OR UPDATE OF payload ON commands
+    FOR EACH ROW EXECUTE FUNCTION fencepost_commands_payload_is_json();
+
 CREATE TABLE lease_events (
     seq         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    command_id  TEXT NOT NULL REFERENCES commands (id),
+    -- Not a foreign key: written only with the change it records; `fencepost audit` checks it (ADR 0091).
+    command_id  TEXT NOT NULL,
     event       TEXT NOT NULL CHECK (event IN ('claim', 'takeover', 'heartbeat', 'release', 'reconcile',
                                                'abort', 'deliver', 'fail')),
     owner       TEXT,

@@ -80,6 +80,12 @@ SELECT r.id AS subject, 'receipt delivery ' || r.delivery || ' exceeds delivery_
 FROM rehearsal_receipts r JOIN rehearsal_attempts a ON a.id = r.attempt_id JOIN commands c ON c.id = a.command_id
 WHERE r.delivery > c.delivery_count;
 
+-- name: audit_lease_events_of_unknown_commands
+-- Every lease-history row names a command that exists (PostgreSQL keeps no foreign key for it, ADR 0091).
+SELECT CAST(e.seq AS TEXT) AS subject, e.event || ' of unknown command ' || e.command_id AS detail
+FROM lease_events e
+WHERE NOT EXISTS (SELECT 1 FROM commands c WHERE c.id = e.command_id);
+
 -- name: audit_orphan_rehearsal_commands
 SELECT c.id AS subject, 'rehearsal command without an Attempt' AS detail
 FROM commands c

@@ -1,0 +1,7 @@
+-- fencepost control schema, version 12 (SQLite): nothing changes (ADR 0091).
+--
+-- The PostgreSQL migration of this version moves the payload's JSON check to a trigger and drops the
+-- foreign key of lease_events, both for the server time of a claim and a completion. SQLite's json_valid
+-- CHECK is a C function without a subtransaction, and its foreign-key check runs in the writer's own
+-- process; neither is a measurable share of a claim here, so both stay. The version exists so that both
+-- backends ship the same migration versions.
