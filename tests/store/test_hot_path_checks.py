@@ -27,9 +27,9 @@ def _one_command(store: Store) -> None:
 
 def test_a_payload_that_is_not_json_is_refused_on_insert_and_on_update(store: Store) -> None:
     _one_command(store)
-    with pytest.raises(Conflict, match="commands_payload_check|CHECK constraint failed"):
+    with pytest.raises(Conflict, match=r"commands_payload_check|CHECK constraint failed"):
         _raw(store, "UPDATE commands SET payload = 'not json' WHERE id = 'c1'")
-    with pytest.raises(Conflict, match="commands_payload_check|CHECK constraint failed"):
+    with pytest.raises(Conflict, match=r"commands_payload_check|CHECK constraint failed"):
         _raw(store, "INSERT INTO commands (id, kind, payload, status, available_at, created_at, updated_at) "
                     "SELECT 'c2', kind, '{broken', status, available_at, created_at, updated_at FROM commands")
     assert store.read(lambda tx: tx.outbox.get("c1")).payload == {"n": 1}  # type: ignore[union-attr]

@@ -85,7 +85,7 @@ class CommandContext:
         self.time_limit = time_limit
         self._lease = command.lease
         self._lock = threading.RLock()  # reentrant: a signal handler on the main thread may take it
-        self._lost = threading.Event()
+        self._lost = False  # set once by the thread that found the lease gone; never cleared
         self._interrupt: Interrupt | None = None
         self._interrupted_at: float | None = None
         self._deadline: float | None = None
@@ -115,7 +115,7 @@ class CommandContext:
     @property
     def lost(self) -> bool:
         """True once any renewal found the lease gone: stop the work, persist nothing more."""
-        return self._lost.is_set()
+        return self._lost
 
     @property
     def interrupted(self) -> Interrupt | None:
@@ -158,7 +158,7 @@ class CommandContext:
 
     def should_interrupt(self) -> bool:
         """True when the running work should stop now: lease lost, interrupted, or past its time limit."""
-        if self._lost.is_set() or self._interrupt is not None:
+        if self._lost or self._interrupt is not None:
             return True
         if self.past_deadline():
             self.interrupt(Interrupt.TIME_LIMIT)
@@ -182,7 +182,7 @@ class CommandContext:
 
     def check_lease(self) -> None:
         """Raise ``LeaseLost`` if a renewal found the lease gone (nothing more may be done or claimed)."""
-        if self._lost.is_set():
+        if self._lost:
             raise LeaseLost(f"lease on command {self.command.id} (delivery {self.delivery}) was lost")
 
     def _set_lease(self, lease: Lease) -> None:
@@ -227,7 +227,7 @@ class CommandContext:
                                                 renew=self.renew_at_fence if renew is None else renew,
                                                 group=self.group_units if group is None else group)
         except LeaseLost:
-            self._lost.set()
+            self._lost = True
             raise
         except BaseException:
             self.completing = False
@@ -245,13 +245,13 @@ class CommandContext:
         Returns:
             False when the lease is lost (``lost`` becomes True); True otherwise.
         """
-        if self._lost.is_set() or self.finished:
-            return not self._lost.is_set()
+        if self._lost or self.finished:
+            return not self._lost
         try:
             renewed = self.store.transact(
                 lambda tx: tx.outbox.renew(self.lease, lease_seconds=self.lease_seconds), name="outbox.heartbeat")
         except LeaseLost:
-            self._lost.set()
+            self._lost = True
             return False
         self._set_lease(renewed)
         return True

@@ -43,6 +43,7 @@ from fencepost.outbox.context import (
 from fencepost.outbox.handlers import BudgetAware, DeliveryBudget, FailureFollowUp, HandlerRegistry
 from fencepost.outbox.heartbeat import Heartbeat
 from fencepost.outbox.registry import WorkerRegistration
+from fencepost.outbox.slots import SlotPool
 from fencepost.store.base import Store, WorkWaiter
 from fencepost.store.ports import FencedUnit
 
@@ -178,11 +179,11 @@ class Worker:
         self._lock = threading.RLock()  # reentrant: a signal handler on the main thread may take it
         # By delivery, not by command: this worker may take over its own command (its lease lapsed) while the
         # stale delivery still winds down on another slot; each is tracked and untracked on its own.
-        self._running: dict[int, tuple[CommandContext, Future[_Outcome]]] = {}
+        self._running: dict[int, CommandContext] = {}
         self._returned: queue.SimpleQueue[tuple[CommandContext, _Outcome]] = queue.SimpleQueue()
         self._to_deliver: list[CommandContext] = []  # returned normally; marked DELIVERED in one completion
         self._first_returned: float | None = None  # when the oldest of ``_to_deliver`` returned
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: SlotPool | None = None
         self._swept: dict[str, float] = {}
         self.heartbeat = Heartbeat(self.config.lease_seconds, on_tick=lambda: self.registration.beat(self.in_flight))
         # Who runs, for operators (ADR 0019): written at start, renewed every heartbeat, deleted at stop.
@@ -244,7 +245,7 @@ class Worker:
 
     def _interrupt_running(self) -> None:
         with self._lock:
-            running = [ctx for ctx, _ in self._running.values()]
+            running = list(self._running.values())
         for ctx in running:
             ctx.interrupt(Interrupt.STOP)
 
@@ -363,13 +364,13 @@ class Worker:
                 self.heartbeat.untrack(ctx)
                 continue
             with self._lock:
-                future = pool.submit(self._run_one, ctx, policy.max_deliveries)
-                self._running[id(ctx)] = (ctx, future)
+                self._running[id(ctx)] = ctx
+                pool.submit(self._run_one, ctx, policy.max_deliveries)
         return len(claimed)
 
-    def _slots(self) -> ThreadPoolExecutor:
+    def _slots(self) -> SlotPool:
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.config.concurrency, thread_name_prefix="fencepost-slot")
+            self._pool = SlotPool(self.config.concurrency, "fencepost-slot")
         return self._pool
 
     def _run_one(self, ctx: CommandContext, max_deliveries: int) -> _Outcome:
@@ -619,7 +620,7 @@ class Worker:
         if self._pending is not None and self._pending[1].done():
             self._collect_completion()  # account for a finished completion while commands still run
         with self._lock:
-            running = [ctx for ctx, _ in self._running.values()]
+            running = list(self._running.values())
         for ctx in running:
             ctx.should_interrupt()  # a handler past its time limit is interrupted even if it never checks
         self._collect_returned()
@@ -651,7 +652,7 @@ class Worker:
             while self.in_flight and time.monotonic() < give_up:
                 self._wait(0.05)
         with self._lock:
-            stuck = [ctx for ctx, _ in self._running.values()]
+            stuck = list(self._running.values())
         for ctx in stuck:
             log.error("handler did not stop when interrupted; releasing its lease", extra={
                 "event": "handler_stuck", "command_id": ctx.command.id})
@@ -669,7 +670,7 @@ class Worker:
             self._completer.shutdown(wait=True)
             self._completer = None
         if self._pool is not None:
-            self._pool.shutdown(wait=False)
+            self._pool.shutdown()
             self._pool = None
         self.heartbeat.stop()
         self.registration.stop()
