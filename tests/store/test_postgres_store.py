@@ -248,7 +248,9 @@ def test_driver_errors_are_translated_once(error: psycopg.Error, expected: type[
 
 def test_status_values_match_the_check_constraint(pg: Store) -> None:
     rows = pg.read(lambda tx: raw(
-        tx, "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'commands_status_check'"))
+        tx, "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'commands_status_check' "
+            "AND connamespace = current_schema()::regnamespace"))  # not another test's schema
+    assert len(rows) == 1
     for status in CommandStatus:
         assert f"'{status.value}'" in rows[0][0]
 
