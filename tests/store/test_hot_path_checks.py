@@ -66,3 +66,26 @@ def test_sqlite_still_refuses_a_lease_event_of_an_unknown_command(tmp_path: Path
         with pytest.raises(Conflict):
             _raw(store, "INSERT INTO lease_events (command_id, event, owner, delivery, at) "
                         "VALUES ('nobody', 'claim', 'w1', 1, '2026-01-01T00:00:00.000000Z')")
+
+
+def test_the_payload_check_does_not_depend_on_the_writers_search_path(pg_backend: Any) -> None:
+    """The CHECK it replaced named its function by OID; the trigger must not resolve a name through the
+    writer's search_path: a write naming the schema from another search_path is checked the same way
+    (an operator's psql, an application's connection), neither refused for an unknown function nor let
+    through by a look-alike function of another schema."""
+    import psycopg
+    from psycopg import sql
+
+    from helpers.store_backends import admin_connect
+
+    store: Store = pg_backend.migrated()
+    _one_command(store)
+    insert = sql.SQL("INSERT INTO {}.commands (id, kind, payload, status, available_at, created_at, updated_at) "
+                     "SELECT %s, kind, %s, status, available_at, created_at, updated_at FROM {}.commands "
+                     "WHERE id = 'c1'").format(sql.Identifier(pg_backend.schema), sql.Identifier(pg_backend.schema))
+    with admin_connect() as conn:
+        conn.execute("SET search_path TO public")
+        conn.execute(insert, ("c2", '{"n": 2}'))  # valid JSON is accepted
+        with pytest.raises(psycopg.errors.CheckViolation, match="commands_payload_check"):
+            conn.execute(insert, ("c3", "not json"))
+    assert store.read(lambda tx: tx.outbox.get("c2")).payload == {"n": 2}  # type: ignore[union-attr]

@@ -21,11 +21,12 @@ WHERE :available_at::timestamptz <= :now::timestamptz;
 -- against LIMIT. A row changed by a concurrent committed claim is re-checked against the WHERE clause on
 -- its newest version before it is locked. Each claimed row gets its own fresh random token. One kind per
 -- statement keeps both scans index range scans on the partial indexes (no sort of all due rows). The
--- locked rows reach the UPDATE as one array of ctids (= ANY (ARRAY(...))), so it fetches each by its tuple
--- id: the version the CTE locked, which nobody else can change before this statement ends (a tid scan, no
--- index descent per row; ids did the same by primary key). Joining the CTEs instead let the planner guess
--- 10% of the table for the computed LIMIT and hash-join a sequential scan of every row (claim time grew with
--- the table: 3.6 ms at 10^3 rows, 250 ms at 10^6).
+-- picked ids reach the UPDATE as one array (= ANY (ARRAY(...))), so it finds them by primary key: joining
+-- the CTEs instead let the planner guess 10% of the table for the computed LIMIT and hash-join a
+-- sequential scan of every row (claim time grew with the table: 3.6 ms at 10^3 rows, 250 ms at 10^6).
+-- Ids, not ctids: a row changed by a transaction that committed after this statement's snapshot is locked
+-- in its newest version, which a tid scan under that snapshot cannot see (the row would stay locked and
+-- unclaimed); found by primary key, the UPDATE follows the row to the version the CTE locked.
 -- The same statement writes each claimed row's claim (delivery 1) or takeover history row at its instant,
 -- the rows the caller would otherwise insert next: one round trip instead of two (ADR 0018).
 -- :now is NULL in the worker's single-statement unit (ADR 0090): the statement's own instant is then the
@@ -33,13 +34,13 @@ WHERE :available_at::timestamptz <= :now::timestamptz;
 WITH clock AS MATERIALIZED (
     SELECT coalesce(:now::timestamptz, statement_timestamp()) AS now
 ), expired AS MATERIALIZED (
-    SELECT ctid FROM commands
+    SELECT id FROM commands
     WHERE status = 'PROCESSING' AND kind = :kind AND lease_until <= (SELECT now FROM clock)
     ORDER BY lease_until
     LIMIT :limit::integer
     FOR UPDATE SKIP LOCKED
 ), due AS MATERIALIZED (
-    SELECT ctid FROM commands
+    SELECT id FROM commands
     WHERE status = 'PENDING' AND kind = :kind AND available_at <= (SELECT now FROM clock)
     ORDER BY available_at
     LIMIT (SELECT :limit::integer - count(*) FROM expired)
@@ -54,14 +55,14 @@ WITH clock AS MATERIALIZED (
 ), given AS MATERIALIZED (
     SELECT DISTINCT value AS id FROM json_array_elements_text(:command_ids::json)
 ), expired AS MATERIALIZED (
-    SELECT c.ctid FROM commands AS c
+    SELECT c.id FROM commands AS c
     WHERE c.id = ANY (ARRAY(SELECT id FROM given))
       AND c.status = 'PROCESSING' AND c.kind = :kind AND c.lease_until <= (SELECT now FROM clock)
     ORDER BY c.lease_until
     LIMIT :limit::integer
     FOR UPDATE SKIP LOCKED
 ), due AS MATERIALIZED (
-    SELECT c.ctid FROM commands AS c
+    SELECT c.id FROM commands AS c
     WHERE c.id = ANY (ARRAY(SELECT id FROM given))
       AND c.status = 'PENDING' AND c.kind = :kind AND c.available_at <= (SELECT now FROM clock)
     ORDER BY c.available_at
@@ -82,7 +83,7 @@ WITH clock AS MATERIALIZED (
         updated_at = clock.now,
         delivery_count = c.delivery_count + 1
     FROM clock
-    WHERE c.ctid = ANY (ARRAY(SELECT ctid FROM expired UNION ALL SELECT ctid FROM due))
+    WHERE c.id = ANY (ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM due))
     RETURNING c.id, c.kind, c.payload, c.lease_owner, c.lease_token, c.lease_until, c.delivery_count, clock.now
 ), history AS (
     INSERT INTO lease_events (command_id, event, owner, delivery, at, lease_until)
