@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import math
+from pathlib import Path
 
 import pytest
 
 from fencepost.core.canonical import canonical_bytes, canonical_json, parse_json
 from fencepost.core.fingerprint import fingerprint, is_fingerprint, sha256_bytes
 from fencepost.core.ids import derived_id, new_id
+from fencepost.store.open import open_store
 
 
 class TestCanonicalJson:
@@ -125,3 +127,15 @@ def test_json_nested_too_deeply_is_a_value_error_not_a_crash() -> None:
 
     with pytest.raises(ValueError, match="nests too deeply"):
         parse_json("[" * 100_000 + "]" * 100_000)
+
+
+def test_a_lone_surrogate_is_refused_as_not_plain_json_data(tmp_path: Path) -> None:
+    """Found by the break-it trial of issue 10: an enqueue with one raised a raw UnicodeEncodeError from the driver."""
+    with pytest.raises(TypeError, match="lone surrogate"):
+        canonical_json({"x": ["ok", "\ud800"]})
+    store = open_store(f"sqlite:///{tmp_path / 'fp.db'}")
+    store.migrate()
+    with pytest.raises(TypeError, match="lone surrogate"):
+        store.transact(lambda tx: tx.outbox.insert(command_id="c1", kind="k", payload={"x": "\udfff"}))
+    assert store.read(lambda tx: tx.outbox.get("c1")) is None
+    store.close()

@@ -42,13 +42,19 @@ def canonical_json(value: JSONValue) -> str:
     Returns:
         The canonical text (``str``); encode as UTF-8 for hashing.
     Raises:
-        TypeError: if ``value`` holds anything that is not plain JSON data.
+        TypeError: if ``value`` holds anything that is not plain JSON data, or a string with a lone surrogate
+            (no UTF-8 form, so no canonical bytes and no stored text).
     """
     try:
         _check(value, "$")
     except RecursionError:
         raise TypeError("value nests too deeply to be canonical JSON") from None
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise TypeError(f"a string holds a lone surrogate ({text[error.start]!r}), which has no UTF-8 form") from None
+    return text
 
 
 def canonical_bytes(value: JSONValue) -> bytes:
