@@ -129,10 +129,8 @@ def test_json_nested_too_deeply_is_a_value_error_not_a_crash() -> None:
         parse_json("[" * 100_000 + "]" * 100_000)
 
 
-def test_a_lone_surrogate_is_refused_as_not_plain_json_data(tmp_path: Path) -> None:
+def test_an_enqueue_with_a_lone_surrogate_is_refused_as_not_plain_json_data(tmp_path: Path) -> None:
     """Found by the break-it trial of issue 10: an enqueue with one raised a raw UnicodeEncodeError from the driver."""
-    with pytest.raises(TypeError, match="lone surrogate"):
-        canonical_json({"x": ["ok", "\ud800"]})
     store = open_store(f"sqlite:///{tmp_path / 'fp.db'}")
     store.migrate()
     with pytest.raises(TypeError, match="lone surrogate"):

@@ -42,19 +42,13 @@ def canonical_json(value: JSONValue) -> str:
     Returns:
         The canonical text (``str``); encode as UTF-8 for hashing.
     Raises:
-        TypeError: if ``value`` holds anything that is not plain JSON data, or a string with a lone surrogate
-            (no UTF-8 form, so no canonical bytes and no stored text).
+        TypeError: if ``value`` holds anything that is not plain JSON data.
     """
     try:
         _check(value, "$")
     except RecursionError:
         raise TypeError("value nests too deeply to be canonical JSON") from None
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise TypeError(f"a string holds a lone surrogate ({text[error.start]!r}), which has no UTF-8 form") from None
-    return text
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def canonical_bytes(value: JSONValue) -> bytes:

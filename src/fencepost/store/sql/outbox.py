@@ -25,6 +25,22 @@ from fencepost.store.sql.lease import lease_held
 _PendingEvent = tuple[str, LeaseEventKind, str | None, int, datetime | None]
 
 
+def _payload_text(payload: dict[str, Any]) -> str:
+    """The payload's canonical JSON text, refused unless it has a UTF-8 form (the text is stored as UTF-8).
+
+    Raises:
+        TypeError: not plain JSON data, or a string holding a lone surrogate (before: the driver's
+            UnicodeEncodeError).
+    """
+    text = canonical_json(payload)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise TypeError(f"command payload holds a lone surrogate ({text[error.start]!r}), which has no UTF-8 "
+                        "form") from None
+    return text
+
+
 def _lost(lease: Lease) -> LeaseLost:
     return LeaseLost(f"lease on command {lease.command_id} (delivery {lease.delivery}) was lost")
 
@@ -78,7 +94,7 @@ class SqlOutbox:
     def insert(self, *, command_id: str, kind: str, payload: dict[str, Any],
                available_at: datetime | None = None) -> None:
         params = self._times()
-        params.update(id=command_id, kind=kind, payload=canonical_json(payload),
+        params.update(id=command_id, kind=kind, payload=_payload_text(payload),
                       available_at=available_at or params["now"])
         self._unit.run("insert_command", params)
         self._notify(kind, params["available_at"], params["now"])
@@ -87,7 +103,7 @@ class SqlOutbox:
                       lease_seconds: float) -> Lease:
         params = self._times(lease_seconds)
         token = secrets.token_hex(16)
-        params.update(id=command_id, kind=kind, payload=canonical_json(payload), owner=owner, token=token)
+        params.update(id=command_id, kind=kind, payload=_payload_text(payload), owner=owner, token=token)
         until = self._unit.run("insert_leased_command", params).rows[0]["lease_until"]
         self._event(command_id, LeaseEventKind.CLAIM, owner, 0, params["now"], until)
         return Lease(command_id=command_id, owner=owner, token=token, delivery=0, until=until)
