@@ -29,6 +29,7 @@ from fencepost.outbox import FunctionHandler, HandlerRegistry, Worker, WorkerCon
 from fencepost.outbox.context import CommandContext
 from fencepost.store.base import Store
 from fencepost.store.open import open_store
+from fencepost.store.records import ClaimedCommand
 
 KIND = "bench.noop"
 DEFAULT_BATCH = 100
@@ -76,8 +77,9 @@ class TimedWorker(Worker):
 
     last_active: float = 0.0
 
-    def _complete(self, contexts: list[CommandContext]) -> list[bool]:
-        outcome = super()._complete(contexts)
+    def _complete(self, contexts: list[CommandContext],
+                  claim_limit: int | None = None) -> tuple[list[bool], list[ClaimedCommand]]:
+        outcome = super()._complete(contexts, claim_limit)
         if contexts:
             self.last_active = time.time()
         return outcome

@@ -54,9 +54,10 @@ class EchoWorkers:
         self.executions = db.root / "executions.jsonl"
         self.started: list[Process] = []
 
-    def start(self, name: str, *, crash: str | None = None) -> Process:
+    def start(self, name: str, *, crash: str | None = None, batch: int = len(COMMANDS)) -> Process:
+        """A worker process claiming ``batch`` commands at a time (and running as many at once)."""
         worker_id = f"{name}-{len(self.started)}"
-        args = [self.db.url, worker_id, str(len(COMMANDS)), f"{LEASE_SECONDS:g}", str(self.executions)]
+        args = [self.db.url, worker_id, str(batch), f"{LEASE_SECONDS:g}", str(self.executions)]
         worker = start(args, name=name, stdout_path=self.db.root / f"echo-{len(self.started)}-{name}.log",
                        cwd=self.db.root, crash=crash, argv_prefix=[sys.executable, str(ECHO_WORKER)],
                        worker_id=worker_id, started_event="worker_started")

@@ -142,6 +142,14 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
     again = store.transact(lambda tx: tx.outbox.claim(owner="w", kinds=["plain"], limit=1, lease_seconds=30,
                                                       command_ids=[two[0].id]))
     store.transact(lambda tx: tx.outbox.finish(again[0].lease, CommandStatus.DELIVERED))
+    # A completion riding on the next claim (ADR 0093).
+    store.transact(lambda tx: tx.outbox.insert(command_id="plain-4", kind="plain", payload={}))
+    (fourth,) = store.transact(lambda tx: tx.outbox.claim(owner="w", kinds=["plain"], limit=1, lease_seconds=30))
+    store.transact(lambda tx: tx.outbox.insert(command_id="plain-5", kind="plain", payload={}))
+    done, (fifth,) = store.transact(lambda tx: tx.outbox.finish_and_claim(
+        [fourth.lease], owner="w", kinds=["plain"], limit=1, lease_seconds=30), name="outbox.deliver")
+    assert done == [True] and fifth.id == "plain-5"
+    store.transact(lambda tx: tx.outbox.finish(fifth.lease, CommandStatus.DELIVERED))
     # PostgreSQL's claim and batched finish write their history rows themselves (ADR 0018), so no port runs
     # insert_lease_events there; run it directly so that its SQL stays checked.
     event = '[{"command_id": "plain-2", "event": "release", "owner": "w", "delivery": 1, "lease_until": null}]'

@@ -45,7 +45,8 @@ from fencepost.outbox.heartbeat import Heartbeat
 from fencepost.outbox.registry import WorkerRegistration
 from fencepost.outbox.slots import SlotPool
 from fencepost.store.base import Store, WorkWaiter
-from fencepost.store.ports import FencedUnit
+from fencepost.store.ports import FencedUnit, UnitOfWork
+from fencepost.store.records import ClaimedCommand
 
 log = logging.getLogger("fencepost.worker")
 
@@ -191,10 +192,11 @@ class Worker:
                                                heartbeat_seconds=self.heartbeat.interval,
                                                concurrency=self.config.concurrency)
         # Overlapping a batch's completion with the next claim pays on PostgreSQL (the server works while
-        # this process does); on SQLite both would wait for the one write lock, so there it stays inline.
+        # this process does); on SQLite both would wait for the one write lock, so there the claim rides on the
+        # completion's transaction instead, one synced COMMIT for both (ADR 0093).
         self._overlap = store.backend == "postgres"
         self._completer: ThreadPoolExecutor | None = None  # exists while ``run`` runs
-        self._pending: tuple[list[CommandContext], Future[list[bool]]] | None = None
+        self._pending: tuple[list[CommandContext], Future[tuple[list[bool], list[ClaimedCommand]]]] | None = None
         self._waiter: WorkWaiter | None = None  # opened at the first idle wait of ``run``
 
     # ── control (any thread, signal handlers included) ──
@@ -309,7 +311,8 @@ class Worker:
         return claimed
 
     def _housekeeping(self) -> None:
-        """Sweeps that are due, then the returned commands' completion (before any new claim)."""
+        """Sweeps that are due, then account for the returned commands (their completion rides on the next
+        claim, ``_claim_and_start``)."""
         now = time.monotonic()
         for sweep in self.sweeps:
             if now - self._swept.get(sweep.name, float("-inf")) < sweep.interval_seconds:
@@ -328,12 +331,19 @@ class Worker:
                 log.error("sweep failed", exc_info=True, extra={
                     "event": "sweep_failed", "sweep": sweep.name, "error": f"{type(error).__name__}: {error}"})
         self._collect_returned()
+
+    def _completion_due(self) -> bool:
+        """Returned commands wait to be marked DELIVERED until nothing else runs or the oldest has waited
+        ``COMPLETION_DELAY_SECONDS`` (so that one completion covers a batch, ADR 0008)."""
+        if not self._to_deliver:
+            return False
         waited = time.monotonic() - (self._first_returned or time.monotonic())
-        if not self.in_flight or waited >= COMPLETION_DELAY_SECONDS:
-            self._deliver_returned(pipelined=True)
+        return not self.in_flight or waited >= COMPLETION_DELAY_SECONDS
 
     def _claim_and_start(self) -> int:
-        """Claim at most the free slots, and start each claimed command at once.
+        """Claim at most the free slots, and start each claimed command at once. A completion that is due
+        goes first: on SQLite the claim rides on it, one transaction named ``outbox.deliver`` committing both
+        (ADR 0093); on PostgreSQL it runs on the completer thread while this thread claims.
 
         While commands run, a claim waits until at least half the claim size is free, so that claims (and
         completions) stay batches instead of crumbling into one command each.
@@ -341,13 +351,22 @@ class Worker:
         cfg = self.config
         running = self.in_flight
         free = cfg.concurrency - running
+        deliver = self._completion_due()
         if self._stop.is_set() or free <= 0 or (running and free < max(1, min(cfg.batch_size, cfg.concurrency) // 2)):
+            if deliver:
+                self._deliver_returned(pipelined=True)
             return 0
-        claimed = self.store.transact(
-            lambda tx: tx.outbox.claim(owner=cfg.worker_id, kinds=self.registry.kinds,
-                                       limit=min(cfg.batch_size, free), lease_seconds=cfg.lease_seconds,
-                                       command_ids=self._only),
-            name="outbox.claim")
+
+        most = min(cfg.batch_size, free)
+        if deliver and not self._overlap:
+            claimed = self._deliver_returned(pipelined=False, claim_limit=most)
+        else:
+            if deliver:
+                self._deliver_returned(pipelined=True)
+            claimed = self.store.transact(
+                lambda tx: tx.outbox.claim(owner=cfg.worker_id, kinds=self.registry.kinds, limit=most,
+                                           lease_seconds=cfg.lease_seconds, command_ids=self._only),
+                name="outbox.claim")
         self.stats.claimed += len(claimed)
         pool = self._slots()
         for command in claimed:
@@ -551,37 +570,62 @@ class Worker:
             elif outcome is _Outcome.RELEASED:
                 self.stats.released += 1
 
-    def _deliver_returned(self, *, pipelined: bool) -> None:
-        """One fenced transaction marking every returned command DELIVERED (ADR 0008); on PostgreSQL, while
-        claiming goes on, on a completer thread (at most one completion in flight)."""
+    def _deliver_returned(self, *, pipelined: bool, claim_limit: int | None = None) -> list[ClaimedCommand]:
+        """One fenced transaction marking every returned command DELIVERED (ADR 0008). With ``claim_limit``
+        the next claim rides on it (ADR 0093: one COMMIT for both) and its claimed commands are returned;
+        otherwise, on PostgreSQL and while claiming goes on, it runs on a completer thread (at most one
+        completion in flight).
+
+        Raises:
+            StoreUnavailable: only with ``claim_limit`` (the claim's caller handles it); the returned commands
+                then stay PROCESSING and a takeover replays them.
+        """
         to_finish = list(self._to_deliver)
         self._to_deliver.clear()
         self._first_returned = None
-        if not to_finish:
-            return
-        if pipelined and self._completer is not None:
+        if claim_limit is None and not to_finish:
+            return []
+        if claim_limit is None and pipelined and self._completer is not None:
             self._collect_completion()
             self._pending = (to_finish, self._completer.submit(self._complete, to_finish))
-            return
+            return []
         try:
-            outcome = self._complete(to_finish)
+            outcome, claimed = self._complete(to_finish, claim_limit)
         except StoreUnavailable as error:
+            if claim_limit is not None:
+                raise
             # The commands stay PROCESSING and a takeover replays them.
             log.warning("store unavailable", extra={"event": "store_unavailable", "error": str(error)})
-            return
+            return []
         self._apply_outcome(to_finish, outcome)
+        return claimed
 
-    def _complete(self, contexts: list[CommandContext]) -> list[bool]:
-        """The completion transaction; the leases stay tracked by the heartbeat until it has committed."""
+    def _complete(self, contexts: list[CommandContext], claim_limit: int | None = None,
+                  ) -> tuple[list[bool], list[ClaimedCommand]]:
+        """The completion transaction, with the next claim when ``claim_limit`` is given; the leases stay
+        tracked by the heartbeat until it has committed.
+
+        Returns:
+            Per context, whether it was delivered; and what the claim claimed.
+        """
+        cfg = self.config
+
+        def unit(tx: UnitOfWork) -> tuple[list[bool], list[ClaimedCommand]]:
+            leases = [c.lease for c in contexts]
+            if claim_limit is None:
+                return tx.outbox.finish_many(leases), []
+            return tx.outbox.finish_and_claim(leases, owner=cfg.worker_id, kinds=self.registry.kinds,
+                                              limit=claim_limit, lease_seconds=cfg.lease_seconds,
+                                              command_ids=self._only)
+
         try:
             for ctx in contexts:
                 ctx.completing = True
-            outcome: list[bool] = self.store.transact(
-                lambda tx: tx.outbox.finish_many([c.lease for c in contexts]), name="outbox.deliver")
+            outcome, claimed = self.store.transact(unit, name="outbox.deliver")
             for ctx, ok in zip(contexts, outcome, strict=True):
                 if ok:
                     ctx.finished = True  # the heartbeat stops renewing it at once
-            return outcome
+            return outcome, claimed
         finally:
             for ctx in contexts:
                 self.heartbeat.untrack(ctx)
@@ -593,7 +637,7 @@ class Worker:
         to_finish, future = self._pending
         self._pending = None
         try:
-            outcome = future.result()
+            outcome, _ = future.result()
         except StoreUnavailable as error:
             log.warning("store unavailable", extra={"event": "store_unavailable", "error": str(error)})
             return

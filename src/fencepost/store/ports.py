@@ -179,6 +179,18 @@ class OutboxPort(Protocol):
         """
         ...
 
+    def finish_and_claim(self, leases: list[Lease], *, owner: str, kinds: list[str], limit: int,
+                         lease_seconds: float, command_ids: list[str] | None = None,
+                         ) -> tuple[list[bool], list[ClaimedCommand]]:
+        """``finish_many(leases)`` and then ``claim(...)`` in one transaction, so that one COMMIT makes both
+        durable: the SQLite worker's completion of one batch riding on its next claim (ADR 0093).
+
+        Returns:
+            ``(finish_many's list, claim's list)``. The completion runs first, so a listed command whose lease
+            is still current (even if expired) is delivered, never taken over by the claim.
+        """
+        ...
+
     def release(self, lease: Lease) -> None:
         """Give a claimed command back as PENDING, due now (graceful stop).
 

@@ -495,3 +495,89 @@ class OutboxContract(StoreContract):
         assert store.transact(lambda tx: tx.outbox.finish_many([stale.lease, current.lease])) == [False, True]
         (deliver,) = [e for e in store.read(lambda tx: tx.outbox.lease_events("a")) if e.event == "deliver"]
         assert (deliver.owner, deliver.delivery) == ("w2", 2)
+
+    # ── a completion riding on the next claim (ADR 0093) ──
+
+    def test_finish_and_claim_delivers_one_batch_and_claims_the_next_together(
+            self, store: Store, backend: ContractHarness) -> None:
+        insert(store, "a", "b")
+        first = claim(store, "w1", backend.long_lease)
+        insert(store, "c", "d")
+        outcome, claimed = store.transact(lambda tx: tx.outbox.finish_and_claim(
+            [c.lease for c in first], owner="w1", kinds=["k"], limit=5, lease_seconds=backend.long_lease),
+            name="outbox.deliver")
+        assert outcome == [True, True]
+        assert sorted(c.id for c in claimed) == ["c", "d"] and {c.lease.delivery for c in claimed} == {1}
+        for command in claimed:
+            record = read_command(store, command.id)
+            assert (record.status, record.lease_owner, record.lease_until) == (
+                CommandStatus.PROCESSING, "w1", command.lease.until)
+            assert [(e.event, e.delivery) for e in lease_events(store, command.id)] == [("claim", 1)]
+        for done in ("a", "b"):
+            assert read_command(store, done).status is CommandStatus.DELIVERED
+            assert [(e.event, e.owner) for e in lease_events(store, done)] == [("claim", "w1"), ("deliver", "w1")]
+        # The claimed leases are real: they complete like any other.
+        assert store.transact(lambda tx: tx.outbox.finish_many([c.lease for c in claimed])) == [True, True]
+
+    def test_finish_and_claim_never_takes_over_a_command_it_delivers(
+            self, store: Store, backend: ContractHarness) -> None:
+        insert(store, "a", "b")
+        first = {c.id: c for c in claim(store, "w1", backend.short_lease)}
+        backend.expire()  # both leases expired, neither taken over
+        outcome, claimed = store.transact(lambda tx: tx.outbox.finish_and_claim(
+            [first["a"].lease], owner="w1", kinds=["k"], limit=5, lease_seconds=backend.long_lease),
+            name="outbox.deliver")
+        assert outcome == [True]
+        assert [(c.id, c.lease.delivery) for c in claimed] == [("b", 2)], "only the other expired lease is taken over"
+        assert read_command(store, "a").status is CommandStatus.DELIVERED
+        assert [e.event for e in lease_events(store, "a")] == ["claim", "deliver"]
+        assert [e.event for e in lease_events(store, "b")] == ["claim", "takeover"]
+
+    def test_finish_and_claim_with_a_stale_lease_delivers_nothing_and_still_claims(
+            self, store: Store, backend: ContractHarness) -> None:
+        insert(store, "a")
+        (stale,) = claim(store, "w1", backend.short_lease)
+        backend.expire()
+        (current,) = claim(store, "w2", backend.long_lease)
+        insert(store, "b")
+        outcome, claimed = store.transact(lambda tx: tx.outbox.finish_and_claim(
+            [stale.lease], owner="w1", kinds=["k"], limit=5, lease_seconds=backend.long_lease),
+            name="outbox.deliver")
+        assert outcome == [False] and [c.id for c in claimed] == ["b"]
+        record = read_command(store, "a")
+        assert (record.status, record.lease_owner, record.delivery_count) == (CommandStatus.PROCESSING, "w2", 2)
+        assert [e.event for e in lease_events(store, "a")] == ["claim", "takeover"]
+        assert store.transact(lambda tx: tx.outbox.finish_many([current.lease])) == [True]
+
+    @pytest.mark.parametrize("shape", ["several kinds", "given commands", "a lease listed twice"])
+    def test_finish_and_claim_of_every_shape_commits_both_parts(
+            self, store: Store, backend: ContractHarness, shape: str) -> None:
+        insert(store, "a")
+        (first,) = claim(store, "w1", backend.long_lease)
+        insert(store, "b")
+        leases = [first.lease, first.lease] if shape == "a lease listed twice" else [first.lease]
+        kinds = ["k", "other"] if shape == "several kinds" else ["k"]
+        given = ["b"] if shape == "given commands" else None
+        outcome, claimed = store.transact(lambda tx: tx.outbox.finish_and_claim(
+            leases, owner="w1", kinds=kinds, limit=5, lease_seconds=backend.long_lease, command_ids=given),
+            name="outbox.deliver")
+        assert outcome == [True, False][:len(leases)] and [c.id for c in claimed] == ["b"]
+        assert (read_command(store, "a").status, read_command(store, "b").status) == (
+            CommandStatus.DELIVERED, CommandStatus.PROCESSING)
+
+    def test_finish_and_claim_is_undone_with_its_transaction(self, store: Store, backend: ContractHarness) -> None:
+        insert(store, "a")
+        (first,) = claim(store, "w1", backend.long_lease)
+        insert(store, "b")
+
+        def unit(tx: UnitOfWork) -> None:
+            outcome, claimed = tx.outbox.finish_and_claim([first.lease], owner="w1", kinds=["k"], limit=5,
+                                                          lease_seconds=backend.long_lease)
+            assert outcome == [True] and [c.id for c in claimed] == ["b"]
+            raise RuntimeError("the caller's unit fails after both parts ran")
+
+        with pytest.raises(RuntimeError):
+            store.transact(unit)
+        assert (read_command(store, "a").status, read_command(store, "b").status) == (
+            CommandStatus.PROCESSING, CommandStatus.PENDING)
+        assert [e.event for e in lease_events(store, "a")] == ["claim"] and lease_events(store, "b") == []

@@ -74,10 +74,12 @@ class SqlOutbox:
         self._unit.run("insert_lease_event", {"command_id": command_id, "event": str(event), "owner": owner,
                                               "delivery": delivery, "at": at, "lease_until": lease_until})
 
-    def _events(self, events: list[_PendingEvent], at: datetime) -> None:
-        """Append heartbeat-history rows that share the instant ``at``, in order, with one statement."""
+    def _events(self, events: list[_PendingEvent], at: datetime | None) -> None:
+        """Append heartbeat-history rows that share the instant ``at``, in order, with one statement (a
+        single-statement unit, whose ``at`` is None, writes its history in its statement)."""
         if not events:
             return
+        assert at is not None, "a single-statement unit left history rows to write"
         rows = [{"command_id": c, "event": str(e), "owner": o, "delivery": d,
                  "lease_until": to_iso(u) if u is not None else None} for c, e, o, d, u in events]
         self._unit.run("insert_lease_events", {"events": _json(rows), "at": at})
@@ -147,6 +149,10 @@ class SqlOutbox:
             if len(rows) >= limit:
                 break
             take(kind, limit - len(rows))
+        return self._claimed(rows, owner, params["now"])
+
+    def _claimed(self, rows: list[dict[str, Any]], owner: str, now: datetime | None) -> list[ClaimedCommand]:
+        """The claim statements' rows as ``ClaimedCommand``s, with their claim or takeover history written."""
         claimed = []
         events: list[_PendingEvent] = []
         for row in rows:
@@ -159,8 +165,16 @@ class SqlOutbox:
                                           payload=json_object(row["payload"], "command payload"), lease=lease))
         # Heartbeat history of the whole batch in one statement, in the same unit as the claim, unless the
         # dialect's claim statement already wrote it (PostgreSQL: a data-modifying CTE, ADR 0018).
-        self._events(events, params["now"])
+        self._events(events, now)
         return claimed
+
+    def finish_and_claim(self, leases: list[Lease], *, owner: str, kinds: list[str], limit: int,
+                         lease_seconds: float, command_ids: list[str] | None = None,
+                         ) -> tuple[list[bool], list[ClaimedCommand]]:
+        if leases and limit >= 1 and kinds and (command_ids is None or command_ids):
+            self._unit.begin_block()  # two statements at least: one transaction block on every backend
+        return self.finish_many(leases), self.claim(owner=owner, kinds=kinds, limit=limit,
+                                                    lease_seconds=lease_seconds, command_ids=command_ids)
 
     def renew(self, lease: Lease, *, lease_seconds: float, record: bool = True) -> Lease:
         params = self._times(lease_seconds)
