@@ -14,10 +14,11 @@ from datetime import timedelta
 import pytest
 from outbox_contract_support import KIND, OTHER, Running, command, exists, history, insert, worker
 
-from fencepost.core.errors import LeaseActive, LeaseLost
+from fencepost.core.errors import FencepostError, IntegrityViolation, LeaseActive, LeaseLost, StoreUnavailable
 from fencepost.core.statuses import CommandStatus
 from fencepost.outbox import CommandContext
 from fencepost.store import Store
+from fencepost.store.faults import FaultInjectingStore
 from fencepost.store.ports import UnitOfWork
 from helpers.store_backends import StoreBackend
 from helpers.waiting import wait_until
@@ -325,3 +326,31 @@ def test_a_worker_that_takes_over_its_own_command_tracks_each_delivery_apart(
         runner.join(30)
     assert [e for e in history(store, "c1") if e[0] != "heartbeat"] == [
         ("claim", "w-a", 1), ("takeover", "w-a", 2), ("deliver", "w-a", 2)]
+
+
+@pytest.mark.parametrize("error", [StoreUnavailable, IntegrityViolation], ids=["store-unavailable", "other-error"])
+def test_a_failed_claim_never_makes_a_batch_that_ran_run_again(
+        store: Store, backend: StoreBackend, error: type[FencepostError]) -> None:
+    # ADR 0093, from a break-it trial: on SQLite the claim rides on the transaction that completes the batch
+    # that just ran. When that claim fails, the completion is committed alone: the batch is not run again after
+    # its lease expires. One command at a time, so the second claim is the one riding on c0's completion.
+    for i in range(4):
+        insert(store, f"c{i}")
+    runs: list[tuple[str, int]] = []
+    faulty = FaultInjectingStore(store, nth=2, query="claim_commands", error=error)
+    w = worker(faulty, backend, lambda ctx: runs.append((ctx.command.id, ctx.delivery)), worker_id="w-claim",
+               batch_size=1, lease=backend.short_lease)
+    if error is StoreUnavailable:
+        w.run(max_idle_polls=3)  # logged; the next claim goes on
+        assert sorted(runs) == [(f"c{i}", 1) for i in range(4)], runs
+        assert w.stats.claimed == w.stats.delivered == 4
+    else:
+        with pytest.raises(IntegrityViolation):  # a claim's other errors still reach the caller
+            w.run(max_idle_polls=3)
+        assert runs == [("c0", 1)]
+        assert [command(store, f"c{i}").status for i in range(4)] == [CommandStatus.DELIVERED] + [
+            CommandStatus.PENDING] * 3
+    assert faulty.fired == 1
+    record = command(store, "c0")
+    assert (record.status, record.delivery_count) == (CommandStatus.DELIVERED, 1)
+    assert history(store, "c0") == [("claim", "w-claim", 1), ("deliver", "w-claim", 1)]

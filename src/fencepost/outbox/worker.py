@@ -576,9 +576,9 @@ class Worker:
         otherwise, on PostgreSQL and while claiming goes on, it runs on a completer thread (at most one
         completion in flight).
 
-        Raises:
-            StoreUnavailable: only with ``claim_limit`` (the claim's caller handles it); the returned commands
-                then stay PROCESSING and a takeover replays them.
+        When the transaction with the claim fails, the completion is tried again alone: commands that already
+        ran are not run again because the claim riding on their completion failed. What the claim raised other
+        than ``StoreUnavailable`` is then raised, as a claim's error always was.
         """
         to_finish = list(self._to_deliver)
         self._to_deliver.clear()
@@ -589,11 +589,20 @@ class Worker:
             self._collect_completion()
             self._pending = (to_finish, self._completer.submit(self._complete, to_finish))
             return []
+        claimed: list[ClaimedCommand] = []
         try:
-            outcome, claimed = self._complete(to_finish, claim_limit)
+            try:
+                outcome, claimed = self._complete(to_finish, claim_limit)
+            except Exception as error:
+                if claim_limit is None:
+                    raise
+                log.warning("claim with the completion failed; completing alone", extra={
+                    "event": "claim_failed", "error": f"{type(error).__name__}: {error}"})
+                outcome, _ = self._complete(to_finish)
+                if not isinstance(error, StoreUnavailable):
+                    self._apply_outcome(to_finish, outcome)
+                    raise
         except StoreUnavailable as error:
-            if claim_limit is not None:
-                raise
             # The commands stay PROCESSING and a takeover replays them.
             log.warning("store unavailable", extra={"event": "store_unavailable", "error": str(error)})
             return []
@@ -618,17 +627,20 @@ class Worker:
                                               limit=claim_limit, lease_seconds=cfg.lease_seconds,
                                               command_ids=self._only)
 
+        committed = False
         try:
             for ctx in contexts:
                 ctx.completing = True
             outcome, claimed = self.store.transact(unit, name="outbox.deliver")
+            committed = True
             for ctx, ok in zip(contexts, outcome, strict=True):
                 if ok:
                     ctx.finished = True  # the heartbeat stops renewing it at once
             return outcome, claimed
         finally:
-            for ctx in contexts:
-                self.heartbeat.untrack(ctx)
+            if committed or claim_limit is None:  # with a claim, a failure leaves them to a completion alone
+                for ctx in contexts:
+                    self.heartbeat.untrack(ctx)
 
     def _collect_completion(self) -> None:
         """Wait for the completion in flight (if any) and account for it on this thread."""
