@@ -137,3 +137,18 @@ def test_an_enqueue_with_a_lone_surrogate_is_refused_as_not_plain_json_data(tmp_
         store.transact(lambda tx: tx.outbox.insert(command_id="c1", kind="k", payload={"x": "\udfff"}))
     assert store.read(lambda tx: tx.outbox.get("c1")) is None
     store.close()
+
+
+@pytest.mark.parametrize("payload", [[1], 3, "text", None])
+def test_an_enqueued_payload_that_is_not_a_json_object_is_refused(tmp_path: Path, payload: object) -> None:
+    """Found by the break-it trial of ADR 0093: ``insert(payload=[1])`` was stored, and every worker that later
+    claimed the command failed reading it back as an object and exited, leaving its batch to be run again."""
+    store = open_store(f"sqlite:///{tmp_path / 'fp.db'}")
+    store.migrate()
+    with pytest.raises(TypeError, match="must be a JSON object"):
+        store.transact(lambda tx: tx.outbox.insert(command_id="c1", kind="k", payload=payload))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be a JSON object"):
+        store.transact(lambda tx: tx.outbox.insert_leased(command_id="c2", kind="k", payload=payload,  # type: ignore[arg-type]
+                                                          owner="w", lease_seconds=5))
+    assert store.read(lambda tx: (tx.outbox.get("c1"), tx.outbox.get("c2"))) == (None, None)
+    store.close()

@@ -26,12 +26,15 @@ _PendingEvent = tuple[str, LeaseEventKind, str | None, int, datetime | None]
 
 
 def _payload_text(payload: dict[str, Any]) -> str:
-    """The payload's canonical JSON text, refused unless it has a UTF-8 form (the text is stored as UTF-8).
+    """The payload's canonical JSON text, refused unless it is a JSON object with a UTF-8 form (the text is
+    stored as UTF-8; every claim reads it back as an object).
 
     Raises:
-        TypeError: not plain JSON data, or a string holding a lone surrogate (before: the driver's
-            UnicodeEncodeError).
+        TypeError: not a JSON object (a list or a number would make every later claim of the command fail),
+            not plain JSON data, or a string holding a lone surrogate (before: the driver's UnicodeEncodeError).
     """
+    if not isinstance(payload, dict):
+        raise TypeError(f"command payload must be a JSON object, not {type(payload).__name__}")
     text = canonical_json(payload)
     try:
         text.encode("utf-8")
