@@ -89,3 +89,38 @@ def test_the_payload_check_does_not_depend_on_the_writers_search_path(pg_backend
         with pytest.raises(psycopg.errors.CheckViolation, match="commands_payload_check"):
             conn.execute(insert, ("c3", "not json"))
     assert store.read(lambda tx: tx.outbox.get("c2")).payload == {"n": 2}  # type: ignore[union-attr]
+
+
+# ── migration 0013 (ADR 0094): a command's payload is a JSON object ──
+
+@pytest.mark.parametrize("value", ["[1]", "3", '"text"', "null"])
+def test_a_payload_that_is_json_but_not_an_object_is_refused_on_insert_and_on_update(store: Store, value: str) -> None:
+    """Found by a break-it trial: a stored list made every worker that claimed the command fail and exit."""
+    _one_command(store)
+    with pytest.raises(Conflict, match=r"commands_payload_check|commands_payload_is_an_object"):
+        _raw(store, f"UPDATE commands SET payload = '{value}' WHERE id = 'c1'")
+    with pytest.raises(Conflict, match=r"commands_payload_check|commands_payload_is_an_object"):
+        _raw(store, "INSERT INTO commands (id, kind, payload, status, available_at, created_at, updated_at) "
+                    f"SELECT 'c2', kind, '{value}', status, available_at, created_at, updated_at FROM commands")
+    _raw(store, "UPDATE commands SET payload = '{\"n\": 2}' WHERE id = 'c1'")  # an object is still accepted
+    assert store.read(lambda tx: (tx.outbox.get("c1").payload, tx.outbox.get("c2"))) == (  # type: ignore[union-attr]
+        {"n": 2}, None)
+
+
+def test_the_audit_reports_a_claimable_command_whose_payload_is_not_an_object(store: Store) -> None:
+    _one_command(store)
+    store.transact(lambda tx: tx.outbox.insert(command_id="c2", kind="k.a", payload={"n": 2}))
+    assert audit_store(store) == []
+    # Written with the checks off, as a database restored from before migration 0013 may hold it.
+    postgres = store.backend == "postgres"
+    _raw(store, "ALTER TABLE commands DISABLE TRIGGER commands_payload_is_json" if postgres
+         else "DROP TRIGGER commands_payload_is_an_object_on_update")
+    _raw(store, "UPDATE commands SET payload = '[1]' WHERE id = 'c1'")
+    if postgres:
+        _raw(store, "UPDATE commands SET payload = 'not json' WHERE id = 'c2'")
+        _raw(store, "ALTER TABLE commands ENABLE TRIGGER commands_payload_is_json")
+    found = sorted((f.check, f.subject, f.detail) for f in audit_store(store))
+    expected = [("claimable_payload_not_an_object", "c1", "PENDING command payload is not a JSON object")]
+    if postgres:
+        expected.append(("claimable_payload_not_an_object", "c2", "PENDING command payload is not a JSON object"))
+    assert found == expected

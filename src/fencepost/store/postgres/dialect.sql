@@ -257,3 +257,10 @@ WITH taken AS (
     RETURNING event_id
 )
 SELECT true AS fused, EXISTS (SELECT 1 FROM event) AS inserted, (SELECT count(*) FROM outbox) AS outboxed;
+
+-- name: audit_claimable_payload_not_an_object
+-- fencepost_is_json first: a cast of text that is not JSON would end the audit with an error.
+SELECT id AS subject, status || ' command payload is not a JSON object' AS detail
+FROM commands
+WHERE status IN ('PENDING', 'PROCESSING')
+  AND CASE WHEN fencepost_is_json(payload) THEN json_typeof(payload::json) <> 'object' ELSE true END;

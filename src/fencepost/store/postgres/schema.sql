@@ -20,7 +20,7 @@ $$;
 CREATE TABLE commands (
     id                TEXT PRIMARY KEY,
     kind              TEXT NOT NULL CHECK (length(kind) BETWEEN 1 AND 100),
-    payload           TEXT NOT NULL,  -- JSON: checked by commands_payload_is_json below (ADR 0091)
+    payload           TEXT NOT NULL,  -- a JSON object: checked by commands_payload_is_json below (ADRs 0091, 0094)
     status            TEXT NOT NULL CHECK (status IN ('PENDING', 'PROCESSING', 'DELIVERED', 'FAILED', 'ABORTED')),
     available_at      TIMESTAMPTZ NOT NULL,
     created_at        TIMESTAMPTZ NOT NULL,
@@ -54,7 +54,11 @@ LANGUAGE plpgsql AS $$
 BEGIN
     -- Casts itself rather than calling fencepost_is_json: PL/pgSQL resolves a function name through the
     -- writing session's search_path, which need not list this schema (the CHECK was bound when created).
-    PERFORM NEW.payload::pg_catalog.json;
+    IF pg_catalog.json_typeof(NEW.payload::pg_catalog.json) <> 'object' THEN
+        RAISE EXCEPTION 'new row for relation "commands" violates check constraint "commands_payload_check"'
+            USING ERRCODE = 'check_violation', TABLE = 'commands', COLUMN = 'payload',
+                  CONSTRAINT = 'commands_payload_check', DETAIL = 'The payload is not a JSON object.';
+    END IF;
     RETURN NEW;
 EXCEPTION WHEN data_exception THEN
     RAISE EXCEPTION 'new row for relation "commands" violates check constraint "commands_payload_check"'

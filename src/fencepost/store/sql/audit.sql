@@ -86,6 +86,11 @@ SELECT CAST(e.seq AS TEXT) AS subject, e.event || ' of unknown command ' || e.co
 FROM lease_events e
 WHERE NOT EXISTS (SELECT 1 FROM commands c WHERE c.id = e.command_id);
 
+-- name: audit_claimable_payload_not_an_object
+-- per-dialect
+-- A command still to be claimed holds a JSON object (ADR 0094): a claim reads its payload back as one, so any
+-- other value (stored before migration 0013, or with its triggers off) would stop every worker that claims it.
+
 -- name: audit_orphan_rehearsal_commands
 SELECT c.id AS subject, 'rehearsal command without an Attempt' AS detail
 FROM commands c

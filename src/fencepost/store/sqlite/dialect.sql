@@ -155,3 +155,8 @@ SELECT 1 AS locked;
 -- SQLite has no data-modifying CTEs: no row, and the caller runs next_event_sequence, insert_event and
 -- insert_event_outbox (three calls into the same process, no round trips to save).
 SELECT 1 AS fused WHERE 0;
+
+-- name: audit_claimable_payload_not_an_object
+SELECT id AS subject, status || ' command payload is not a JSON object' AS detail
+FROM commands
+WHERE status IN ('PENDING', 'PROCESSING') AND (NOT json_valid(payload) OR json_type(payload) <> 'object');

@@ -26,6 +26,21 @@ CREATE TABLE "commands" (
     CHECK (status = 'PENDING' OR delivery_count >= 1 OR status = 'ABORTED' OR kind LIKE 'host.invoke:%')
 );
 
+-- The payload is a JSON object (migration 0013, ADR 0094): every claim reads it back as one.
+CREATE TRIGGER commands_payload_is_an_object_on_insert
+BEFORE INSERT ON commands
+WHEN json_valid(NEW.payload) AND json_type(NEW.payload) <> 'object'
+BEGIN
+    SELECT RAISE(ABORT, 'CHECK constraint failed: commands_payload_is_an_object');
+END;
+
+CREATE TRIGGER commands_payload_is_an_object_on_update
+BEFORE UPDATE OF payload ON commands
+WHEN json_valid(NEW.payload) AND json_type(NEW.payload) <> 'object'
+BEGIN
+    SELECT RAISE(ABORT, 'CHECK constraint failed: commands_payload_is_an_object');
+END;
+
 -- Claim scans are index-driven: due PENDING rows by available_at, expired PROCESSING rows by lease_until.
 CREATE INDEX commands_pending_due ON commands (kind, available_at) WHERE status = 'PENDING';
 CREATE INDEX commands_processing_lease ON commands (kind, lease_until) WHERE status = 'PROCESSING';
