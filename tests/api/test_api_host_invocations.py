@@ -162,3 +162,13 @@ def test_resolve_refusals_are_problems(api: HostApi) -> None:
     assert_problem(api.client.post(f"{BASE}/invocations/{pending['id']}/resolve",
                                    json={**body, "note": "   "}, headers=AUTH), 422, "invalid-input")
     assert_problem(api.client.get(f"{BASE}/invocations/inv_nope"), 404, "not-found")
+
+
+def test_the_invocation_page_of_an_unknown_id_is_a_404(api: HostApi) -> None:
+    """From a new user's trial: ``/invocations/inv_nope`` answered 200 with an empty page that only said its
+    refresh failed; an unknown rehearsal's page was already a 404."""
+    inv = api.submit("k1").json()
+    known = api.client.get(f"/invocations/{inv['id']}")
+    assert known.status_code == 200 and inv["id"] in known.text
+    missing = api.client.get("/invocations/inv_nope")
+    assert missing.status_code == 404 and "no invocation inv_nope" in missing.text

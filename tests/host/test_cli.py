@@ -308,3 +308,13 @@ def test_host_status_of_a_file_that_exists_but_cannot_be_opened_is_store_down_no
     missing = run_cli(["host", "status", "-d", f"sqlite:///{tmp_path / 'missing.db'}"], cwd=tmp_path)
     assert missing.returncode == 4 and "run `fencepost migrate` first" in missing.stderr, missing.describe()
     assert not (tmp_path / "missing.db").exists()
+
+
+def test_params_that_are_not_json_say_where_the_json_breaks(app_dir: Path) -> None:
+    """From a new user's trial: ``--params '{bad'`` only said "must be a JSON object"."""
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    refused = run_cli(["host", "submit", "shop.echo", "--app", "shopapp:make", "--key", "k", "--params", "{bad",
+                       "-d", url], cwd=app_dir)
+    assert refused.returncode == 2, refused.stderr
+    assert "--params must be a JSON object; it is not valid JSON: Expecting property name enclosed in double " \
+           "quotes (line 1 column 2)" in refused.stderr, refused.stderr

@@ -9,6 +9,7 @@ behaviour present on one backend and missing on another fails here.
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -354,3 +355,30 @@ def test_a_failed_claim_never_makes_a_batch_that_ran_run_again(
     record = command(store, "c0")
     assert (record.status, record.delivery_count) == (CommandStatus.DELIVERED, 1)
     assert history(store, "c0") == [("claim", "w-claim", 1), ("deliver", "w-claim", 1)]
+
+
+def test_a_second_signal_releases_at_once_a_command_whose_handler_ignores_it(
+        store: Store, backend: StoreBackend) -> None:
+    # Issue 10 item 1, from a new user's trial: ``fencepost worker`` exits two seconds after a second Ctrl-C
+    # whatever still runs. A handler that ignores its interrupt (a provider call in flight) used to keep the
+    # worker in its five-second interrupt wait, so the process died holding the lease and its registration.
+    insert(store, "c0")
+    started = threading.Event()
+
+    def stubborn(ctx: CommandContext) -> None:
+        started.set()
+        time.sleep(4)  # never looks at ctx.interrupted
+
+    w = worker(store, backend, stubborn, worker_id="w-stubborn", batch_size=1, lease=backend.long_lease)
+    thread = threading.Thread(target=w.run, daemon=True)
+    thread.start()
+    assert started.wait(10), "the handler never started"
+    w.request_stop()  # the first signal: a grace period of 30 s
+    w.interrupt_now()  # the second
+    thread.join(timeout=2.0)
+    assert not thread.is_alive(), "the worker was still waiting for the handler when the process would exit"
+    record = command(store, "c0")
+    assert (record.status, record.lease_owner) == (CommandStatus.PENDING, None)
+    assert history(store, "c0")[-1] == ("release", "w-stubborn", 1)
+    assert w.stats.released == 1 and w.stats.failed == 0 and w.stats.delivered == 0
+    assert [r.worker_id for r in store.read(lambda tx: tx.workers.list_workers())] == []

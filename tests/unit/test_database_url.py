@@ -65,6 +65,9 @@ def test_display_never_carries_path_or_password() -> None:
     (":memory:", "not an in-memory database"),
     ("sqlite://", "not an in-memory database"),
     ("sqlite://host/x.db", "a sqlite URL has no host"),
+    ("sqlite:rel2.db", "database URL sqlite:... lacks '//'"),
+    ("postgresql:fp_main", "database URL postgresql:... lacks '//'"),
+    ("postgres:/tmp/x", "database URL postgres:... lacks '//'"),
     ("", "empty database URL"),
     ("   ", "empty database URL"),
 ])

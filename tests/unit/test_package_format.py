@@ -116,6 +116,10 @@ class TestInvalidPackages:
     def test_missing_directory(self, tmp_path: Path) -> None:
         assert "does not exist" in _error(tmp_path / "nowhere")
 
+    def test_a_file_given_as_the_directory(self, tmp_path: Path) -> None:
+        (tmp_path / "file.txt").write_text("not a package", encoding="utf-8")
+        assert "is a file, not a directory" in _error(tmp_path / "file.txt")
+
     def test_missing_manifest(self, write_package: PackageWriter) -> None:
         assert f"no {MANIFEST_NAME}" in _error(write_package({"migrations/0001_a.up.sql": UP}))
 

@@ -389,7 +389,8 @@ def load_package(directory: str | Path) -> PackageSpec:
     """
     root = Path(directory)
     if not root.is_dir():
-        raise InvalidInput(f"package directory {str(directory)!r} does not exist")
+        what = "is a file, not a directory" if root.exists() else "does not exist"
+        raise InvalidInput(f"package directory {str(directory)!r} {what}")
     manifest_path = root / MANIFEST_NAME
     if not manifest_path.is_file():
         raise InvalidInput(f"no {MANIFEST_NAME} in the package directory")

@@ -85,6 +85,9 @@ def _json_object(text: str, option: str) -> dict[str, Any]:
     nested past the parser's recursion limit)."""
     try:
         parsed = jsonlib.loads(text)
+    except jsonlib.JSONDecodeError as error:
+        raise InvalidInput(f"{option} must be a JSON object; it is not valid JSON: {error.msg} "
+                           f"(line {error.lineno} column {error.colno})") from None
     except ValueError:
         raise InvalidInput(f"{option} must be a JSON object") from None
     except RecursionError:  # the parser's own limit: bad input, not a crash of the command

@@ -158,8 +158,9 @@ def warn_without_worker(store: Store, submitted: Submitted) -> None:
     kinds = {kind_of(v.action_id, v.action_version) for _, v in submitted.deliveries}
     workers, now = store.read(lambda tx: (tx.workers.list_workers(), tx.now()))
     if not any(w.is_live(now) and any(w.serves(k) for k in kinds) for w in workers):
-        render.console.print("  no live `fencepost worker` serves deliveries on this control database: they stay "
-                             "pending until one is started (`fencepost worker`, with the same --database)")
+        render.console.print("  no live `fencepost worker` serves deliveries on this control database yet: they "
+                             "stay pending until one has registered (a `fencepost worker` with the same --database "
+                             "registers within a second of starting)")
 
 
 def _submit(service: DeliveryService, name: str, *, target: str | None, selector: dict[str, str] | None,

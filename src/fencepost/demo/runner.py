@@ -620,7 +620,7 @@ class PaymentsDemo:
                     self.progress(f"      fencepost answered {code}")
                 view = host.get(row.invocation_id)
             row.status = str(view.status)
-            self.progress(f"  {row.scenario.number:>2}. {row.scenario.title}: {row.status}")
+            self.progress(f"  {row.scenario.number:>2}. {row.scenario.title}: {row.status} (after SimPay's webhooks)")
 
     def _conflict(self, host: Host, simpay: SimPay, rows: dict[int, Row]) -> None:
         """Row 1's key with another amount, while every worker is idle: whatever SimPay sees meanwhile is
@@ -668,7 +668,8 @@ class PaymentsDemo:
                 workers.start()
 
         self._settle(host, row, view, timeout=POISON_TIMEOUT_SECONDS, tick=restart)
-        self.progress(f"  the recovery budget ended it after {kills} killed worker(s)")
+        self.progress(f"  {kills} killed worker(s); the next claim found the recovery budget spent and ended it "
+                      "(the verdict's n/max is that claim's number over the budget)")
 
     def _store_fault(self, store: Store, simpay: SimPay, row: Row) -> None:
         """Row 13, inline in this process once every worker has stopped: the same demo host over the demo's store,

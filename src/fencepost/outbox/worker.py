@@ -54,6 +54,9 @@ MAX_ERROR_CHARS = 4000
 #: After the grace period, how long interrupted handlers get to return before their leases are released
 #: regardless (their later fenced writes then fail: the token is gone).
 INTERRUPT_WAIT_SECONDS = 5.0
+#: After a second signal (``interrupt_now``), how long interrupted handlers get instead: the process exits two
+#: seconds after that signal (``fencepost worker``), and the leases of what still runs are released before then.
+HURRIED_INTERRUPT_WAIT_SECONDS = 0.5
 #: While other commands still run, a returned command waits at most this long (seconds) for them, so that
 #: one completion transaction marks a claimed batch DELIVERED together (ADR 0008).
 COMPLETION_DELAY_SECONDS = 0.05
@@ -175,6 +178,7 @@ class Worker:
         self.stats = WorkerStats()
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._hurry = False  # ``interrupt_now`` was called
         self._grace_deadline: float | None = None
         self._only: list[str] | None = None  # ``serve_only``
         self._lock = threading.RLock()  # reentrant: a signal handler on the main thread may take it
@@ -228,7 +232,9 @@ class Worker:
             self._interrupt_running()
 
     def interrupt_now(self) -> None:
-        """A second signal: no grace period; every running command is interrupted (nothing recorded)."""
+        """A second signal: no grace period; every running command is interrupted (nothing recorded), and what
+        has not returned within ``HURRIED_INTERRUPT_WAIT_SECONDS`` has its lease released anyway (issue 10)."""
+        self._hurry = True
         self.request_stop(0.0)
 
     def wake(self) -> None:
@@ -704,8 +710,9 @@ class Worker:
             self._deliver_returned(pipelined=False)
         if self.in_flight:
             self._interrupt_running()
-            give_up = time.monotonic() + INTERRUPT_WAIT_SECONDS
-            while self.in_flight and time.monotonic() < give_up:
+            interrupted_at = time.monotonic()
+            while self.in_flight and time.monotonic() < interrupted_at + (
+                    HURRIED_INTERRUPT_WAIT_SECONDS if self._hurry else INTERRUPT_WAIT_SECONDS):
                 self._wait(0.05)
         with self._lock:
             stuck = list(self._running.values())

@@ -10,6 +10,7 @@ SQLite options as query parameters: ``journal_mode=wal|delete`` (default ``wal``
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
@@ -17,6 +18,8 @@ from fencepost.core.errors import InvalidInput
 
 DEFAULT_URL = "sqlite:///fencepost.db"
 _SQLITE_OPTIONS = {"journal_mode": {"wal", "delete"}, "synchronous": {"full", "normal"}}
+#: A URL scheme followed by a colon but not by ``//`` (a one-letter one would be a Windows drive).
+_SCHEME_WITHOUT_SLASHES = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(?!//)")
 
 
 @dataclass(frozen=True)
@@ -40,12 +43,17 @@ def parse_database_url(raw: str) -> DatabaseURL:
     """Parse ``raw`` into a ``DatabaseURL``.
 
     Raises:
-        InvalidInput: empty URL, unknown scheme, unknown or invalid SQLite option, in-memory SQLite.
+        InvalidInput: empty URL, unknown scheme, a scheme without ``//`` (``sqlite:x.db``), unknown or invalid
+            SQLite option, in-memory SQLite.
     """
     text = (raw or "").strip()
     if not text:
         raise InvalidInput("empty database URL; use sqlite:///path.db or postgresql://...")
     if "://" not in text:
+        bare = _SCHEME_WITHOUT_SLASHES.match(text)
+        if bare:  # ``sqlite:x.db`` would otherwise become a file named "sqlite:x.db" (a new user's trial)
+            raise InvalidInput(f"database URL {bare.group(1)}:... lacks '//': write sqlite:///relative.db, "
+                               "sqlite:////absolute.db or postgresql://user@host/dbname (a bare path means SQLite)")
         return _sqlite(text, {})
     try:
         parts = urlsplit(text)

@@ -16,7 +16,7 @@ from fastapi.templating import Jinja2Templates
 from fencepost import __version__
 from fencepost.api.context import ApiContext
 from fencepost.api.problems import problem_for
-from fencepost.core.errors import FencepostError
+from fencepost.core.errors import FencepostError, NotFound
 from fencepost.core.statuses import EventOutboxStatus
 from fencepost.host.health import read_host_health
 from fencepost.rehearsal import views
@@ -139,7 +139,16 @@ def invocations(request: Request) -> HTMLResponse:
 
 
 def invocation(request: Request, invocation_id: str) -> HTMLResponse:
-    """One invocation: status, attempts, steps, events in order, lease timeline, reconciliation, resolution."""
+    """One invocation: status, attempts, steps, events in order, lease timeline, reconciliation, resolution.
+    An unknown id is a 404 page, as an unknown rehearsal's is (where reads are open)."""
+    ctx = _ctx(request)
+    if ctx.open_reads:
+        try:
+            ctx.require_ready()
+            if ctx.store.read(lambda tx: tx.host.get_invocation(invocation_id)) is None:
+                raise NotFound(f"no invocation {invocation_id}")
+        except FencepostError as error:
+            return _error_page(request, error)
     return _host_page(request, "invocation.html", invocation_id=invocation_id)
 
 
