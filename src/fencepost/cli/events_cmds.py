@@ -145,8 +145,10 @@ def _rows_text(rows: list[dict[str, Any]], summary: dict[str, Any] | None, statu
         render.console.print(f"no {status_word} publication rows" if status_word else "no publication rows")
         return
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for column in ("event", "space", "type", "status", "attempts", "available", "last error"):
-        table.add_column(column)
+    # Event ids whole on any width (an operator copies them into `events requeue`); the rest folds.
+    table.add_column("event", no_wrap=True, min_width=max(len(r["event_id"]) for r in rows))
+    for column in ("space", "type", "status", "attempts", "available", "last error"):
+        table.add_column(column, overflow="fold")
     for r in rows:
         table.add_row(r["event_id"], f"{r['tenant_id']}/{r['space_id']}", r["type"] or "-", r["status"],
                       str(r["attempts"]), render.when(r["available_at"]), (r["last_error"] or "")[:80])

@@ -35,10 +35,14 @@ def workers(database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
 
 def _table(items: list[dict[str, Any]]) -> Table:
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for column in ("id", "host", "pid", "kinds", "in flight", "started", "last seen"):
-        table.add_column(column)
+    # Worker ids and kinds whole on any width (ids are what `fencepost workers` is read for); the rest folds.
+    table.add_column("id", no_wrap=True, min_width=max((len(w["id"]) for w in items), default=2))
+    table.add_column("host", overflow="fold")
+    table.add_column("pid", no_wrap=True)
+    for column in ("kinds", "in flight", "started", "last seen"):
+        table.add_column(column, overflow="fold")
     for w in items:
-        table.add_row(w["id"], w["host"], str(w["pid"]), ", ".join(w["kinds"]) or "-",
+        table.add_row(w["id"], w["host"], str(w["pid"]), "\n".join(w["kinds"]) or "-",
                       f"{w['in_flight']}/{w['concurrency']}", render.when(w["started_at"]),
                       f"{render.age(w['last_seen_seconds'])} ago")
     return table
