@@ -85,11 +85,16 @@ def test_target_cli(backend: StoreBackend, tmp_path: Path) -> None:
 
     added = run("target", "add", "tenant-a", f"sqlite://{tmp_path}/a.db", "--label", "env=prod", "--json")
     assert added.exit_code == 0, added.output
-    assert json.loads(added.output)["labels"] == {"env": "prod"}
+    assert json.loads(added.stdout)["labels"] == {"env": "prod"}
+    # Added, but said at once that the file is missing here (a new user's trial found out at delivery only).
+    assert f"warning: {tmp_path}/a.db is not a file on this machine" in added.stderr, added.stderr
+    (tmp_path / "c.db").touch()
+    present = run("target", "add", "tenant-c", f"sqlite://{tmp_path}/c.db")
+    assert present.exit_code == 0 and present.stderr == "", present.output
     refused = run("target", "add", "tenant-b", "postgresql://db/x")
     assert refused.exit_code == 2 and "scheme 'postgresql' is not supported" in refused.output
     listed = run("target", "list", "--label", "env=prod", "--json")
-    assert [t["name"] for t in json.loads(listed.output)] == ["tenant-a"]
+    assert [t["name"] for t in json.loads(listed.stdout)] == ["tenant-a"]
     shown = run("target", "show", "tenant-a")
     assert shown.exit_code == 0 and "tenant-a" in shown.output and "env=prod" in shown.output
     assert run("target", "remove", "tenant-a").exit_code == 0

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
 from fencepost.delivery.targets import TargetService, parse_labels, target_json
+from fencepost.delivery.urls import target_path
 from fencepost.store.delivery_records import TargetRecord
 from fencepost.store.url import DEFAULT_URL
 
@@ -32,6 +34,12 @@ def add(name: NameArg, url: Annotated[str, typer.Argument(help="sqlite:///absolu
     with opened(database) as store, handled():
         target = TargetService(store).add(name, url, parse_labels(label or []))
     emit(json, target_json(target), lambda: typer.echo(f"target {_line(target)}"))
+    path = Path(target_path(target.url))
+    if not path.is_file():
+        # Not refused: the workers that deliver open the path on their own machines, which may see a file that
+        # this one does not. Said now rather than at the first delivery (a new user's trial).
+        typer.echo(f"warning: {path} is not a file on this machine; a delivery to {target.name} fails until the "
+                   "database exists where the workers run (a target is never created)", err=True)
 
 
 @app.command("list")
