@@ -157,3 +157,19 @@ def test_the_sandbox_of_a_killed_worker_is_removed_once_its_attempt_is_aborted(t
     finally:
         store.close()
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["worker", "--lease-seconds", "abc"],
+     "fencepost worker: Invalid value for '--lease-seconds' (env var: 'FENCEPOST_LEASE_SECONDS'): Input should be"),
+    (["host", "resolve", "inv_x", "--as", "ops:me", "--succeeded"],
+     "fencepost host resolve: Missing option '--note'. (see `fencepost host resolve --help`)"),
+    (["nosuch"], "fencepost: No such command 'nosuch'. (see `fencepost --help`)"),
+    (["worker", "--no-such-flag"], "fencepost worker: No such option: --no-such-flag"),
+])
+def test_a_usage_error_is_one_line_naming_the_command(args: list[str], expected: str) -> None:
+    """From a new user's trial: Click's usage errors came as a usage block and a framed box of 4-5 lines."""
+    result = _cli(*args)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith(expected), result.stderr
+    assert "╭" not in result.stderr and "Traceback" not in result.stderr

@@ -517,6 +517,11 @@ def _quiet_wait(service: RehearsalService, attempt_id: str, timeout: float, stop
 unwrap_help(app)  # after every command is registered: the terminal wraps the help, not the source's lines
 
 
+#: Click's error classes, found through typer's public ``BadParameter`` (typer may bundle its own Click).
+_USAGE_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+_CLICK_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
 def main(prog_name: str | None = None) -> None:
     """The ``fencepost`` command. Arguments that are not valid UTF-8 (the shell passed raw bytes) and an
     interrupt before a command took its own signal handlers are one-line answers, never tracebacks. Its help
@@ -528,7 +533,22 @@ def main(prog_name: str | None = None) -> None:
             sys.stderr.write(f"fencepost: argument {position} is not valid UTF-8\n")
             raise SystemExit(2) from None
     try:
-        helptext.polish(typer.main.get_command(app))(prog_name=prog_name)
+        code = helptext.polish(typer.main.get_command(app))(prog_name=prog_name, standalone_mode=False)
+    except _CLICK_ERROR as error:
+        # A usage error (a bad option value, a missing option or argument) is one line naming the command, as
+        # every other refusal is, instead of Click's usage block and a framed box (a new user's trial).
+        context = getattr(error, "ctx", None)
+        usage = isinstance(error, _USAGE_ERROR)
+        command = context.command_path if usage and context is not None else "fencepost"
+        hint = f" (see `{command} --help`)" if usage else ""
+        message = " ".join(error.format_message().split())  # type: ignore[attr-defined]
+        if message:  # none after a group's help shown for want of a command (``no_args_is_help``)
+            sys.stderr.write(f"{command}: {message}{hint}\n")
+        raise SystemExit(error.exit_code) from None  # type: ignore[attr-defined]
+    except typer.Abort:
+        sys.stderr.write("fencepost: interrupted\n")
+        raise SystemExit(130) from None
     except KeyboardInterrupt:
         sys.stderr.write("fencepost: interrupted\n")
         raise SystemExit(130) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
