@@ -1,10 +1,12 @@
-"""A reader that tails the event log by sequence never skips an event (issue 15; ADR 0041), on every backend.
+"""A reader that tails the event log by sequence never skips an event (issue 15; ADRs 0041, 0096), on every backend.
 
 The known failure of event stores that tail by a serial id: transaction A takes sequence 5, transaction B takes 6
 and commits first; a reader that saw 6 moves its cursor past 5, which commits a moment later and is never read.
-fencepost's sequence is taken from the space's ``host_event_sequences`` row, whose update is held until COMMIT, so
-a second appender of the same space waits for the first to end: sequence order is commit order. The test holds A
-open on one connection, starts B on another, tails with a third, and checks the reader's view at every point.
+fencepost takes a space's sequence from its ``host_event_sequences`` row, locked until COMMIT, so sequence order
+is commit order. On SQLite the append takes it and a second appender waits for the first transaction to end
+(one writer at a time). On PostgreSQL the sequence is taken as the transaction commits (ADR 0096): a second
+appender of the space commits while the first is still open, and takes the first number. The test holds A open
+on one connection, appends B on another, tails with a third, and checks the reader's view at every point.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 
 from fencepost.store.base import Store
 from fencepost.store.host_records import NewEvent, Subject
+from fencepost.store.ports import UnitOfWork
 from helpers.store_backends import StoreBackend
 
 
@@ -25,6 +28,10 @@ def event(n: int, space: str = "s") -> NewEvent:
 def tail(store: Store, after: int, space: str = "s") -> list[int]:
     return [e.sequence for e in store.read(lambda tx: tx.events.list_events(tenant_id="t", space_id=space,
                                                                              after=after))]
+
+
+def ids(store: Store, space: str = "s") -> list[tuple[int, str]]:
+    return [(e.sequence, e.id) for e in store.read(lambda tx: tx.events.list_events(tenant_id="t", space_id=space))]
 
 
 def test_a_tailing_reader_never_sees_a_later_sequence_before_an_earlier_one(backend: StoreBackend) -> None:
@@ -44,13 +51,59 @@ def test_a_tailing_reader_never_sees_a_later_sequence_before_an_earlier_one(back
         assert tx.events.append_event_with_outbox(event(1))
         worker = threading.Thread(target=append_b)
         worker.start()
-        time.sleep(0.3 if backend.is_postgres else 0.05)  # B is now waiting on the space's sequence row
-        assert not b_done.is_set(), "a second appender of the space committed while the first was open"
-        assert tail(reader, 0) == []  # nothing committed yet: the reader's cursor stays at 0
+        if backend.is_postgres:
+            # ADR 0096: A holds no sequence until its COMMIT, so B neither waits nor leaves a number below A's
+            assert b_done.wait(timeout=30) and not b_error, b_error
+            assert ids(reader) == [(1, "evt-s-2")]
+        else:
+            time.sleep(0.05)  # B is now waiting for SQLite's write lock
+            assert not b_done.is_set(), "a second appender of the space committed while the first was open"
+            assert tail(reader, 0) == []  # nothing committed yet: the reader's cursor stays at 0
     worker.join(timeout=30)
     assert b_done.is_set() and not b_error, b_error
-    seen = tail(reader, 0)
-    assert seen == [1, 2]  # commit order is sequence order: no cursor can have moved past 1 before it was there
+    # commit order is sequence order: no cursor can have moved past a number before its event was there
+    expected = ([(1, "evt-s-2"), (2, "evt-s-1")] if backend.is_postgres else [(1, "evt-s-1"), (2, "evt-s-2")])
+    assert ids(reader) == expected
+
+
+def test_a_read_in_the_appending_transaction_sees_its_events_with_their_sequences(backend: StoreBackend) -> None:
+    """On PostgreSQL the sequence is taken at COMMIT (ADR 0096); a read of the log before then settles it, so
+    the appending transaction never sees an event without its number nor has ``after=`` pass one by."""
+    store = backend.migrated()
+    store.transact(lambda tx: tx.events.append_event(event(1)))
+
+    def unit(tx: UnitOfWork) -> tuple[list[tuple[int, str]], int | None, list[str]]:
+        assert tx.events.append_event(event(2))
+        assert tx.events.append_event(event(3))
+        listed = [(e.sequence, e.id) for e in tx.events.list_events(tenant_id="t", space_id="s")]
+        got = tx.events.get_event("evt-s-3")
+        assert tx.events.append_event(event(4))  # after the settle: taken at once, in order
+        after = [e.id for e in tx.events.list_events(tenant_id="t", space_id="s", after=3)]
+        return listed, None if got is None else got.sequence, after
+
+    listed, third, after = store.transact(unit, name="test.append.read")
+    assert listed == [(1, "evt-s-1"), (2, "evt-s-2"), (3, "evt-s-3")]
+    assert third == 3 and after == ["evt-s-4"]
+    assert ids(store) == [(1, "evt-s-1"), (2, "evt-s-2"), (3, "evt-s-3"), (4, "evt-s-4")]
+
+
+def test_an_append_rolled_back_with_its_savepoint_takes_no_sequence(backend: StoreBackend) -> None:
+    """A group commit's unit that fails is rolled back to its savepoint (ADR 0079): its event takes no number,
+    and the events after it leave no gap."""
+    store = backend.migrated()
+
+    def unit(tx: UnitOfWork) -> None:
+        assert tx.events.append_event(event(1))
+        try:
+            with tx.savepoint():
+                assert tx.events.append_event(event(2))
+                raise ValueError("this unit fails")
+        except ValueError:
+            pass
+        assert tx.events.append_event(event(3))
+
+    store.transact(unit, name="test.append.savepoint")
+    assert ids(store) == [(1, "evt-s-1"), (2, "evt-s-3")]
 
 
 def test_many_concurrent_appenders_commit_in_sequence_order(backend: StoreBackend) -> None:

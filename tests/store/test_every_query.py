@@ -211,6 +211,9 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
                            tx.host.find_invocation(tenant_id=host_contract.TENANT, space_id=host_contract.SPACE,
                                                    action_id="shop.charge", idempotency_key="inv-every-query")))
     assert store.transact(lambda tx: tx.events.append_event_with_outbox(host_contract.event("ev-every-query")))
+    # a read of the log in the appending transaction settles its sequences first (ADR 0096)
+    store.transact(lambda tx: (tx.events.append_event(host_contract.event("ev-every-query-settled")),
+                               tx.events.get_event("ev-every-query-settled")))
     store.read(lambda tx: (tx.events.get_event("ev-every-query"), tx.events.get_event_outbox("ev-every-query"),
                            tx.events.list_events(tenant_id=host_contract.TENANT, space_id=host_contract.SPACE)))
     # The event relay (ADR 0038): claim, renew, publish, fail, dead-letter, requeue, release, list, summarize.

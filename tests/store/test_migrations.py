@@ -56,7 +56,10 @@ def postgres_catalogue(schema: str) -> dict[str, list[tuple[Any, ...]]]:
 
         def fetch(query: str) -> list[tuple[Any, ...]]:
             rows = conn.execute(query.encode(), {"schema": schema}).fetchall()
-            return [tuple(str(v).replace(f"{schema}.", "") if isinstance(v, str) else v for v in row)
+            # A function bound to its schema (SET search_path FROM CURRENT, ADR 0096) names it in its definition.
+            bound = f"search_path TO '{schema}'"
+            return [tuple(str(v).replace(f"{schema}.", "").replace(bound, "search_path TO <schema>")
+                          if isinstance(v, str) else v for v in row)
                     for row in rows]
 
         return {

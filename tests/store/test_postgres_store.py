@@ -17,9 +17,10 @@ from fencepost.core.errors import Conflict, InvalidInput, StoreUnavailable
 from fencepost.core.statuses import CommandStatus
 from fencepost.store import Store, open_store
 from fencepost.store.base import StoreBusy
+from fencepost.store.host_records import NewEvent, Subject
 from fencepost.store.ports import UnitOfWork
 from fencepost.store.postgres.store import PostgresStore, _Scrubber, translate_postgres_error
-from helpers.store_backends import StoreBackend, admin_connect
+from helpers.store_backends import StoreBackend, admin_connect, postgres_url
 from helpers.store_reads import raw, read_command
 
 pytestmark = pytest.mark.postgres
@@ -257,3 +258,40 @@ def test_status_values_match_the_check_constraint(pg: Store) -> None:
 
 def test_postgres_store_is_the_backend_of_postgresql_urls(pg_backend: StoreBackend) -> None:
     assert isinstance(pg_backend.open(), PostgresStore)
+
+
+# ── the event sequence, taken at COMMIT (ADR 0096) ──
+
+def _event(n: int) -> NewEvent:
+    return NewEvent(id=f"evt-{n}", tenant_id="t", space_id="s", subject=Subject("Test", str(n)), type="Tested",
+                    payload={"n": n})
+
+
+def test_a_unit_on_an_application_transaction_sees_earlier_units_events_with_their_sequences(
+        pg_backend: StoreBackend, pg: Store) -> None:
+    """Two units on one application transaction: the second reads the log after the first appended, before
+    COMMIT. Without settling first it would see the event without its number and ``after=0`` would skip it."""
+    with psycopg.connect(postgres_url()) as conn:
+        with pg.unit_on(conn) as tx:
+            assert tx.events.append_event(_event(1))
+        with pg.unit_on(conn) as tx:
+            listed = [(e.sequence, e.id) for e in tx.events.list_events(tenant_id="t", space_id="s")]
+        conn.commit()
+    assert listed == [(1, "evt-1")]
+    assert [(e.sequence, e.id) for e in pg.read(lambda tx: tx.events.list_events(tenant_id="t", space_id="s"))] == [
+        (1, "evt-1")]
+
+
+def test_audit_finds_an_event_committed_without_its_sequence(pg_backend: StoreBackend, pg: Store) -> None:
+    """With the trigger disabled (by hand; fencepost never does) an event commits without a sequence, and no
+    reader tailing by sequence would ever see it: ``fencepost audit`` says so."""
+    pg.transact(lambda tx: tx.events.append_event(_event(1)))
+    assert not [f for f in pg.read(lambda tx: tx.audit.invariant_findings()) if f.check == "event_without_sequence"]
+    with admin_connect() as conn:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(str(pg_backend.schema))))
+        conn.execute(b"ALTER TABLE host_events DISABLE TRIGGER host_events_sequence_at_commit")
+        conn.commit()
+    pg.transact(lambda tx: tx.events.append_event(_event(2)))
+    found = [(f.subject, f.detail) for f in pg.read(lambda tx: tx.audit.invariant_findings())
+             if f.check == "event_without_sequence"]
+    assert found == [("evt-2", "Tested event of space t/s has no sequence")]

@@ -438,7 +438,8 @@ class NewEvent:
 
 @dataclass(frozen=True)
 class EventRecord:
-    """An event as stored: ``sequence`` per (tenant, space), assigned in the appending transaction (T7)."""
+    """An event as stored: ``sequence`` per (tenant, space), assigned in the appending transaction, at the
+    latest as it commits (T7; ADR 0096)."""
 
     id: str
     tenant_id: str

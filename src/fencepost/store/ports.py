@@ -772,7 +772,9 @@ class EventsPort(Protocol):
     """The host's event log (host-spec T1-T8): first-write-wins by a store-wide event id, with its outbox."""
 
     def append_event(self, event: NewEvent) -> bool:
-        """Append ``event`` with the next sequence of its (tenant, space), assigned in this unit (T7).
+        """Append ``event`` with the next sequence of its (tenant, space), assigned in this unit's transaction
+        (T7): by the append itself, or as the transaction commits (PostgreSQL, ADR 0096). Sequence order is commit
+        order either way (ADR 0041), and a read of the log in this transaction sees the event with its sequence.
 
         Returns:
             True when stored now; False when the id was already stored, in any tenant or space (T1, T4): a

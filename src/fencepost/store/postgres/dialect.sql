@@ -231,21 +231,15 @@ RETURNING o.event_id, o.lease_owner, o.lease_token, o.lease_until, o.attempts;
 SELECT id FROM workflow_runs WHERE id = :id FOR UPDATE;
 
 -- name: append_event_fused
--- The sequence, the event and (with :with_outbox) its outbox row in one statement: one round trip where three
--- were (ADR 0079). The outbox row's foreign key is checked at the end of the statement, so it sees the event
--- inserted beside it. An id already stored takes no sequence and inserts nothing (T1, T3).
-WITH taken AS (
-    INSERT INTO host_event_sequences (tenant_id, space_id, last)
-    SELECT :tenant_id, :space_id, 1
-    WHERE NOT EXISTS (SELECT 1 FROM host_events WHERE id = :id)
-    ON CONFLICT (tenant_id, space_id) DO UPDATE SET last = host_event_sequences.last + 1
-    RETURNING last
-), event AS (
+-- The event and (with :with_outbox) its outbox row in one statement: one round trip where three were (ADR 0079).
+-- The sequence is left NULL here and taken at COMMIT by the host_events_sequence_at_commit trigger (ADR 0096),
+-- so the space's sequence row is locked for the commit only. The outbox row's foreign key is checked at the end
+-- of the statement, so it sees the event inserted beside it. An id already stored inserts nothing (T1, T3).
+WITH event AS (
     INSERT INTO host_events (id, tenant_id, space_id, sequence, subject_type, subject_id, type, occurred_at,
                              recorded_at, payload, actor)
-    SELECT :id, :tenant_id, :space_id, taken.last, :subject_type, :subject_id, :type, :occurred_at, :now,
-           :payload, :actor
-    FROM taken
+    VALUES (:id, :tenant_id, :space_id, NULL, :subject_type, :subject_id, :type, :occurred_at, :now,
+            :payload, :actor)
     ON CONFLICT (id) DO NOTHING
     RETURNING id
 ), outbox AS (
@@ -257,6 +251,11 @@ WITH taken AS (
     RETURNING event_id
 )
 SELECT true AS fused, EXISTS (SELECT 1 FROM event) AS inserted, (SELECT count(*) FROM outbox) AS outboxed;
+
+-- name: settle_event_sequences
+-- Takes now the sequences this transaction's appends would take at COMMIT (ADR 0096), for a read of the log
+-- in the transaction that appended: from here to COMMIT the space's sequence row stays locked, as before.
+SET CONSTRAINTS host_events_sequence_at_commit IMMEDIATE;
 
 -- name: audit_claimable_payload_not_an_object
 -- fencepost_is_json first: a cast of text that is not JSON would end the audit with an error.

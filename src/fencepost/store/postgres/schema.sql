@@ -485,8 +485,8 @@ BEFORE UPDATE OF status ON adapter_invocations
 FOR EACH ROW EXECUTE FUNCTION fencepost_adapter_no_regression();
 
 -- The host's event log (host-spec T1-T7): an event id is unique across the whole store and the first write
--- wins; sequence is per (tenant, space), assigned inside the appending transaction from
--- host_event_sequences (increasing; a lost race for one id may leave a gap).
+-- wins; sequence is per (tenant, space), taken from host_event_sequences as the appending transaction commits
+-- (ADR 0096: a deferred constraint trigger; NULL only until then, so sequence order is commit order).
 CREATE TABLE host_event_sequences (
     tenant_id TEXT NOT NULL,
     space_id  TEXT NOT NULL,
@@ -498,7 +498,7 @@ CREATE TABLE host_events (
     id           TEXT PRIMARY KEY CHECK (length(id) BETWEEN 1 AND 100),
     tenant_id    TEXT NOT NULL CHECK (length(tenant_id) BETWEEN 1 AND 200),
     space_id     TEXT NOT NULL CHECK (length(space_id) BETWEEN 1 AND 200),
-    sequence     INTEGER NOT NULL CHECK (sequence >= 1),
+    sequence     INTEGER CHECK (sequence >= 1),
     subject_type TEXT NOT NULL CHECK (length(subject_type) BETWEEN 1 AND 100),
     subject_id   TEXT NOT NULL CHECK (length(subject_id) BETWEEN 1 AND 200),
     type         TEXT NOT NULL CHECK (length(type) BETWEEN 1 AND 100),
@@ -510,6 +510,29 @@ CREATE TABLE host_events (
 );
 
 CREATE INDEX host_events_by_subject ON host_events (subject_type, subject_id, sequence);
+
+-- The space's next sequence, taken at COMMIT: the host_event_sequences row is locked for the commit only, not
+-- for the rest of the appending transaction (ADR 0096). Bound to this schema: a trigger runs in the writing
+-- session, whose search_path need not list it.
+CREATE FUNCTION fencepost_event_sequence_at_commit() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    taken INTEGER;
+BEGIN
+    INSERT INTO host_event_sequences AS s (tenant_id, space_id, last)
+    VALUES (NEW.tenant_id, NEW.space_id, 1)
+    ON CONFLICT (tenant_id, space_id) DO UPDATE SET last = s.last + 1
+    RETURNING s.last INTO taken;
+    UPDATE host_events SET sequence = taken WHERE id = NEW.id;
+    RETURN NULL;
+END;
+$$;
+
+CREATE CONSTRAINT TRIGGER host_events_sequence_at_commit
+AFTER INSERT ON host_events
+DEFERRABLE INITIALLY DEFERRED
+FOR EACH ROW WHEN (NEW.sequence IS NULL)
+EXECUTE FUNCTION fencepost_event_sequence_at_commit();
 
 -- One row per event to publish, written only in the transaction whose event insert happened (T3). The
 -- lifecycle columns are the relay's (issue 15): the outbox lease protocol, reused.

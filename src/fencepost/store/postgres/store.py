@@ -543,7 +543,9 @@ class PostgresStore(Store):
                     cursor.execute(_SET_SESSION, (saved[1], saved[2], saved[3]))
 
         try:
-            yield SqlUnitOfWork(executor, self.queries, self.claim_rotation)
+            unit = SqlUnitOfWork(executor, self.queries, self.claim_rotation)
+            unit.events.may_hold_appends()  # earlier units of the application's transaction may have appended
+            yield unit
         except BaseException:
             with suppress(psycopg.Error):  # the caller's error is the one to see
                 restore()

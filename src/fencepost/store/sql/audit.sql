@@ -199,6 +199,13 @@ WHERE i.status IN ('succeeded', 'failed', 'reconciliation_required')
                                         WHEN 'failed' THEN 'ActionInvocationFailed'
                                         ELSE 'ActionInvocationReconciliationRequired' END)));
 
+-- name: audit_event_without_sequence
+-- Every committed event has its sequence (ADR 0096: on PostgreSQL a deferred trigger takes it at COMMIT, so a
+-- NULL one means the trigger was disabled or bypassed, and a reader tailing by sequence never sees the event).
+SELECT id AS subject, type || ' event of space ' || tenant_id || '/' || space_id || ' has no sequence' AS detail
+FROM host_events
+WHERE sequence IS NULL;
+
 -- name: audit_invocation_resolution
 -- An operator's resolution (ADR 0048; host-spec §1.Y-13) is written with its InvocationResolved event in one
 -- transaction, and keeps a copy of the verdict it settled: a resolution without its event, an event without

@@ -1,8 +1,10 @@
 """``EventsPort`` over SQL: the host's first-write-wins event log and its outbox (``events.sql``; host-spec T).
 
 An append takes the space's next sequence only when the id is not stored yet, then inserts the event; an id
-stored by a concurrent append meanwhile inserts nothing (its taken sequence stays a gap). The outbox row is
-written only when this unit's insert happened (T3).
+stored by a concurrent append meanwhile inserts nothing (its taken sequence stays a gap). On PostgreSQL the
+append inserts the event alone and the sequence is taken as the transaction commits (ADR 0096), so appenders of
+one space wait for each other's commit only, not for each other's whole transaction. The outbox row is written
+only when this unit's insert happened (T3).
 """
 
 from __future__ import annotations
@@ -39,6 +41,19 @@ class SqlEvents:
 
     def __init__(self, unit: Statements) -> None:
         self._unit = unit
+        #: This transaction may hold events whose sequence is taken only at COMMIT (ADR 0096): a read of the log
+        #: settles them first, so that it sees them with their sequences (and ``after=`` does not pass them by).
+        self._unsettled = False
+
+    def may_hold_appends(self) -> None:
+        """Say that the transaction may already hold appends of earlier units (an application's transaction
+        that ``Store.unit_on`` joins): the next read of the log settles their sequences first (ADR 0096)."""
+        self._unsettled = True
+
+    def _settle(self) -> None:
+        if self._unsettled:
+            self._unit.run("settle_event_sequences", {})
+            self._unsettled = False
 
     def append_event(self, event: NewEvent) -> bool:
         return self._append(event, None, None)
@@ -60,7 +75,10 @@ class SqlEvents:
         fused = self._unit.run("append_event_fused", {**values, **outbox,
                                                       "with_outbox": destination is not None}).rows
         if fused:
-            return bool(fused[0]["inserted"])
+            inserted = bool(fused[0]["inserted"])
+            self._unsettled = self._unsettled or inserted
+            return inserted
+        self._unsettled = True  # the dialect's settle is a no-op where the append takes the sequence itself
         taken = self._unit.run("next_event_sequence", {"id": event.id, "tenant_id": event.tenant_id,
                                                        "space_id": event.space_id}).rows
         if not taken:
@@ -72,6 +90,7 @@ class SqlEvents:
         return True
 
     def get_event(self, event_id: str) -> EventRecord | None:
+        self._settle()
         rows = self._unit.run("get_event", {"id": event_id}).rows
         return event_from_row(rows[0]) if rows else None
 
@@ -79,6 +98,7 @@ class SqlEvents:
                     limit: int = 1000) -> list[EventRecord]:
         if not 1 <= limit <= 10_000:
             raise ValueError("limit must be between 1 and 10000")
+        self._settle()
         rows = self._unit.run("list_events", {
             "tenant_id": tenant_id, "space_id": space_id, "after": after, "limit": limit,
             "subject_type": None if subject is None else subject.subject_type,

@@ -9,6 +9,11 @@
 -- insert_event_outbox writes it. Returns one row (fused = true, inserted: whether the event was stored now) when
 -- it did; a dialect that cannot returns no row and the caller runs the three statements instead.
 
+-- name: settle_event_sequences
+-- per-dialect
+-- Gives the events this transaction appended their sequences now, where a dialect takes them only at COMMIT
+-- (ADR 0096), so that a read of the log inside the appending transaction sees every event with its sequence.
+
 -- name: next_event_sequence
 -- The next sequence of (:tenant_id, :space_id), taken only when no event :id exists yet: one row per space,
 -- whose update serializes appenders of that space until COMMIT (PostgreSQL row lock; SQLite BEGIN

@@ -156,6 +156,10 @@ SELECT 1 AS locked;
 -- insert_event_outbox (three calls into the same process, no round trips to save).
 SELECT 1 AS fused WHERE 0;
 
+-- name: settle_event_sequences
+-- Nothing to settle: on SQLite the append takes its sequence itself (one writer at a time).
+SELECT 1 AS settled WHERE 0;
+
 -- name: audit_claimable_payload_not_an_object
 SELECT id AS subject, status || ' command payload is not a JSON object' AS detail
 FROM commands

@@ -1,0 +1,6 @@
+-- fencepost control schema, version 14 (SQLite): nothing changes (ADR 0096).
+--
+-- On PostgreSQL this version takes an event's sequence as its transaction commits, so that appenders of one
+-- space on different connections no longer wait for each other's whole transaction. SQLite has one writer at a
+-- time (BEGIN IMMEDIATE), so there is no such wait to shorten: the append keeps taking the sequence itself. The
+-- version exists so that both backends count the same versions.
