@@ -166,6 +166,11 @@ def test_the_sandbox_of_a_killed_worker_is_removed_once_its_attempt_is_aborted(t
      "fencepost host resolve: Missing option '--note'. (see `fencepost host resolve --help`)"),
     (["nosuch"], "fencepost: No such command 'nosuch'. (see `fencepost --help`)"),
     (["worker", "--no-such-flag"], "fencepost worker: No such option: --no-such-flag"),
+    # a setting out of range names the command too, and is found before a database is looked for
+    (["worker", "--concurrency", "0", "-d", "sqlite:///no-such-dir/never.db"],
+     "fencepost worker: concurrency must be between 1 and 1000 (see `fencepost worker --help`)"),
+    (["worker", "--time-limit", "x", "-d", "sqlite:///no-such-dir/never.db"],
+     "fencepost worker: --time-limit takes KIND=SECONDS"),
 ])
 def test_a_usage_error_is_one_line_naming_the_command(args: list[str], expected: str) -> None:
     """From a new user's trial: Click's usage errors came as a usage block and a framed box of 4-5 lines."""
