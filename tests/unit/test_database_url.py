@@ -68,6 +68,7 @@ def test_display_never_carries_path_or_password() -> None:
     ("sqlite:rel2.db", "database URL sqlite:... lacks '//'"),
     ("postgresql:fp_main", "database URL postgresql:... lacks '//'"),
     ("postgres:/tmp/x", "database URL postgres:... lacks '//'"),
+    ("-", "'-' is not a database"),
     ("", "empty database URL"),
     ("   ", "empty database URL"),
 ])

@@ -44,7 +44,7 @@ def parse_database_url(raw: str) -> DatabaseURL:
 
     Raises:
         InvalidInput: empty URL, unknown scheme, a scheme without ``//`` (``sqlite:x.db``), unknown or invalid
-            SQLite option, in-memory SQLite.
+            SQLite option, ``-`` (a bare path otherwise names a file, every character its own), in-memory SQLite.
     """
     text = (raw or "").strip()
     if not text:
@@ -54,7 +54,10 @@ def parse_database_url(raw: str) -> DatabaseURL:
         if bare:  # ``sqlite:x.db`` would otherwise become a file named "sqlite:x.db" (a new user's trial)
             raise InvalidInput(f"database URL {bare.group(1)}:... lacks '//': write sqlite:///relative.db, "
                                "sqlite:////absolute.db or postgresql://user@host/dbname (a bare path means SQLite)")
-        return _sqlite(text, {})
+        if text == "-":  # a shell's "standard input": a file named "-" would be created instead (./- is one)
+            raise InvalidInput("'-' is not a database: name a SQLite file (sqlite:///path.db or ./-) or a "
+                               "postgresql:// URL")
+        return _sqlite(text, {})  # every character of a bare path is the file's, '?' and '#' included
     try:
         parts = urlsplit(text)
         parts.port  # noqa: B018 - validates the port and bracketed host now, not at connect time
