@@ -149,6 +149,17 @@ def translate_postgres_error(error: BaseException, scrub: _Scrubber) -> Fencepos
     return StoreUnavailable(f"PostgreSQL error: {message}")
 
 
+def _has_rows(cursor: psycopg.Cursor[Any]) -> bool:
+    """Whether the last statement returned a result set (a SELECT, or a write with RETURNING).
+
+    Asked of the result's status rather than through ``cursor.description``, which builds a ``Column`` object
+    per column on every access: about a third of the client's time per statement for the invocation's
+    32-column rows, measured.
+    """
+    result = cursor.pgresult
+    return result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK
+
+
 def _utc_row(row: dict[str, Any]) -> dict[str, Any]:
     for key, value in row.items():
         if isinstance(value, datetime):
@@ -251,7 +262,7 @@ class PostgresExecutor:
         try:
             with self._conn.cursor(row_factory=dict_row) as cursor:
                 cursor.execute(query.sql, params)
-                rows = [_utc_row(r) for r in cursor.fetchall()] if cursor.description is not None else []
+                rows = [_utc_row(r) for r in cursor.fetchall()] if _has_rows(cursor) else []
                 return Result(rows=rows, rowcount=cursor.rowcount if cursor.rowcount >= 0 else len(rows))
         except psycopg.Error as error:
             raise self._fail(error) from None
@@ -268,7 +279,7 @@ class PostgresExecutor:
         try:
             with self._conn.cursor() as cursor:
                 cursor.execute(sql.encode("utf-8"), params or None)
-                return list(cursor.fetchall()) if cursor.description is not None else []
+                return list(cursor.fetchall()) if _has_rows(cursor) else []
         except psycopg.Error as error:
             raise self._fail(error) from None
 
