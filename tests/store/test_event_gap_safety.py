@@ -106,6 +106,40 @@ def test_an_append_rolled_back_with_its_savepoint_takes_no_sequence(backend: Sto
     assert ids(store) == [(1, "evt-s-1"), (2, "evt-s-3")]
 
 
+def test_a_read_after_a_savepoint_rolled_back_its_settle_still_sees_the_sequences(backend: StoreBackend) -> None:
+    """A settle inside a savepoint is undone with it (PostgreSQL fires the trigger again at COMMIT), so a later
+    read of the same transaction settles again; a group commit's units share the transaction (a break-it trial
+    found the second read seeing no sequence)."""
+    store = backend.migrated()
+
+    def unit(tx: UnitOfWork) -> tuple[int | None, list[tuple[int, str]]]:
+        assert tx.events.append_event(event(1))
+        try:
+            with tx.savepoint():
+                assert [e.sequence for e in tx.events.list_events(tenant_id="t", space_id="s")] == [1]
+                raise ValueError("this unit fails")
+        except ValueError:
+            pass
+        got = tx.events.get_event("evt-s-1")
+        return (None if got is None else got.sequence,
+                [(e.sequence, e.id) for e in tx.events.list_events(tenant_id="t", space_id="s")])
+
+    assert store.transact(unit, name="test.append.savepoint-settle") == (1, [(1, "evt-s-1")])
+    assert ids(store) == [(1, "evt-s-1")]
+
+
+def test_the_relay_claim_and_the_audit_in_the_appending_transaction_see_the_sequences(backend: StoreBackend) -> None:
+    store = backend.migrated()
+
+    def unit(tx: UnitOfWork) -> tuple[list[int], list[str]]:
+        assert tx.events.append_event_with_outbox(event(1))
+        claimed = tx.events.claim_event_outbox(owner="relay-1", limit=10, lease_seconds=30)
+        findings = [f.check for f in tx.audit.invariant_findings() if f.check == "event_without_sequence"]
+        return [c.event.sequence for c in claimed], findings
+
+    assert store.transact(unit, name="test.append.claim") == ([1], [])
+
+
 def test_many_concurrent_appenders_commit_in_sequence_order(backend: StoreBackend) -> None:
     """Eight appenders race in one space while a reader tails with a cursor: the reader's view is always a
     gap-free prefix of the final log (it never skips a sequence it later finds below its cursor)."""

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -20,7 +21,15 @@ from fencepost.store.base import StoreBusy
 from fencepost.store.host_records import NewEvent, Subject
 from fencepost.store.ports import UnitOfWork
 from fencepost.store.postgres.store import PostgresStore, _Scrubber, translate_postgres_error
-from helpers.store_backends import StoreBackend, admin_connect, postgres_url
+from helpers.store_backends import (
+    StoreBackend,
+    admin_connect,
+    create_schema,
+    drop_schema,
+    new_schema_name,
+    postgres_url,
+    schema_url,
+)
 from helpers.store_reads import raw, read_command
 
 pytestmark = pytest.mark.postgres
@@ -267,6 +276,10 @@ def _event(n: int) -> NewEvent:
                     payload={"n": n})
 
 
+def _log(store: Store) -> list[tuple[int, str]]:
+    return [(e.sequence, e.id) for e in store.read(lambda tx: tx.events.list_events(tenant_id="t", space_id="s"))]
+
+
 def test_a_unit_on_an_application_transaction_sees_earlier_units_events_with_their_sequences(
         pg_backend: StoreBackend, pg: Store) -> None:
     """Two units on one application transaction: the second reads the log after the first appended, before
@@ -295,3 +308,41 @@ def test_audit_finds_an_event_committed_without_its_sequence(pg_backend: StoreBa
     found = [(f.subject, f.detail) for f in pg.read(lambda tx: tx.audit.invariant_findings())
              if f.check == "event_without_sequence"]
     assert found == [("evt-2", "Tested event of space t/s has no sequence")]
+
+
+def test_the_sequence_trigger_numbers_the_events_of_its_own_schema(pg_backend: StoreBackend) -> None:
+    """The trigger runs in the writing session. Bound to the migrating session's search_path (``b, a``, with
+    ``b`` absent then), it took a later fencepost's numbers in ``b`` and left ``a``'s events without any (a
+    break-it trial); it is bound to the schema its tables were created in. After that schema is renamed it
+    names the event's own schema."""
+    a, b = new_schema_name("seqa"), new_schema_name("seqb")
+    renamed = f"{a}_renamed"
+    create_schema(a)
+    stores: list[Store] = []
+    try:
+        base = postgres_url()
+        path = quote(f"-csearch_path={b},{a}", safe="")
+        stores.append(open_store(f"{base}{'&' if '?' in base else '?'}options={path}"))
+        stores[-1].migrate()  # into a: b does not exist yet
+        create_schema(b)
+        stores.append(open_store(schema_url(b)))
+        stores[-1].migrate()
+        in_a, in_b = open_store(schema_url(a)), stores[-1]
+        stores.append(in_a)
+        in_a.transact(lambda tx: tx.events.append_event(_event(1)))
+        in_b.transact(lambda tx: tx.events.append_event(_event(2)))
+        assert _log(in_a) == [(1, "evt-1")]
+        assert _log(in_b) == [(1, "evt-2")]
+        for store in stores:
+            store.close()
+        stores.clear()
+        with admin_connect() as conn:
+            conn.execute(sql.SQL("ALTER SCHEMA {} RENAME TO {}").format(sql.Identifier(a), sql.Identifier(renamed)))
+        stores.append(open_store(schema_url(renamed)))
+        stores[-1].transact(lambda tx: tx.events.append_event(_event(3)))
+        assert _log(stores[-1]) == [(1, "evt-1"), (2, "evt-3")]
+    finally:
+        for store in stores:
+            store.close()
+        for name in (a, renamed, b):
+            drop_schema(name)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from fencepost.store.records import Finding, FrozenFile, ReceiptRecord
 from fencepost.store.sql.executor import Statements
@@ -24,13 +24,18 @@ class SqlAudit:
     Args:
         unit: runs the queries.
         queries: the dialect's queries, where the invariants are found (``invariant_names``).
+        settle_events: run before the invariants, so that events this transaction appended carry their
+            sequences (ADR 0096; ``SqlEvents.settle``).
     """
 
-    def __init__(self, unit: Statements, queries: Mapping[str, Query]) -> None:
+    def __init__(self, unit: Statements, queries: Mapping[str, Query],
+                 settle_events: Callable[[], None] = lambda: None) -> None:
         self._unit = unit
         self._queries = queries
+        self._settle_events = settle_events
 
     def invariant_findings(self) -> list[Finding]:
+        self._settle_events()
         found = []
         for name in invariant_names(self._queries):
             for row in self._unit.run(name, {}).rows:

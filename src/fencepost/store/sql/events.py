@@ -41,19 +41,22 @@ class SqlEvents:
 
     def __init__(self, unit: Statements) -> None:
         self._unit = unit
-        #: This transaction may hold events whose sequence is taken only at COMMIT (ADR 0096): a read of the log
-        #: settles them first, so that it sees them with their sequences (and ``after=`` does not pass them by).
-        self._unsettled = False
+        #: This transaction appended, so it may hold events whose sequence is taken only at COMMIT (ADR 0096):
+        #: every later read of the log settles them first, so that it sees them with their sequences (and
+        #: ``after=`` does not pass them by). Never cleared: a savepoint rolled back after a settle undoes it.
+        self._appended = False
 
     def may_hold_appends(self) -> None:
         """Say that the transaction may already hold appends of earlier units (an application's transaction
-        that ``Store.unit_on`` joins): the next read of the log settles their sequences first (ADR 0096)."""
-        self._unsettled = True
+        that ``Store.unit_on`` joins): every read of the log settles their sequences first (ADR 0096)."""
+        self._appended = True
 
-    def _settle(self) -> None:
-        if self._unsettled:
+    def settle(self) -> None:
+        """Give the events this transaction appended their sequences now, where the dialect would take them at
+        COMMIT (ADR 0096); nothing when it appended none. Every read of ``host_events`` inside an appending
+        transaction runs it first: this port's reads do so themselves, the audit calls it."""
+        if self._appended:
             self._unit.run("settle_event_sequences", {})
-            self._unsettled = False
 
     def append_event(self, event: NewEvent) -> bool:
         return self._append(event, None, None)
@@ -76,9 +79,9 @@ class SqlEvents:
                                                       "with_outbox": destination is not None}).rows
         if fused:
             inserted = bool(fused[0]["inserted"])
-            self._unsettled = self._unsettled or inserted
+            self._appended = self._appended or inserted
             return inserted
-        self._unsettled = True  # the dialect's settle is a no-op where the append takes the sequence itself
+        self._appended = True  # the dialect's settle is a no-op where the append takes the sequence itself
         taken = self._unit.run("next_event_sequence", {"id": event.id, "tenant_id": event.tenant_id,
                                                        "space_id": event.space_id}).rows
         if not taken:
@@ -90,7 +93,7 @@ class SqlEvents:
         return True
 
     def get_event(self, event_id: str) -> EventRecord | None:
-        self._settle()
+        self.settle()
         rows = self._unit.run("get_event", {"id": event_id}).rows
         return event_from_row(rows[0]) if rows else None
 
@@ -98,7 +101,7 @@ class SqlEvents:
                     limit: int = 1000) -> list[EventRecord]:
         if not 1 <= limit <= 10_000:
             raise ValueError("limit must be between 1 and 10000")
-        self._settle()
+        self.settle()
         rows = self._unit.run("list_events", {
             "tenant_id": tenant_id, "space_id": space_id, "after": after, "limit": limit,
             "subject_type": None if subject is None else subject.subject_type,
@@ -106,6 +109,7 @@ class SqlEvents:
         return [event_from_row(r) for r in rows]
 
     def get_event_outbox(self, event_id: str) -> EventOutboxRecord | None:
+        self.settle()
         rows = self._unit.run("get_event_outbox_row", {"event_id": event_id}).rows
         return outbox_from_row(rows[0]) if rows else None
 
@@ -117,6 +121,7 @@ class SqlEvents:
             raise ValueError("limit must be between 1 and 1000")
         if not 0.01 <= lease_seconds <= 3600:
             raise ValueError("lease_seconds must be between 0.01 and 3600")
+        self.settle()
         now = self._unit.now()
         rows = self._unit.run("claim_event_outbox", {
             "owner": owner, "limit": limit, "now": now, "lease_until": now + timedelta(seconds=lease_seconds)}).rows

@@ -49,7 +49,7 @@ class SqlUnitOfWork:
         self.rehearsal = SqlRehearsal(self)
         self.catalog = SqlCatalog(self)
         self.admission = SqlAdmission(self)
-        self.audit = SqlAudit(self, queries)
+        self.audit = SqlAudit(self, queries, settle_events=lambda: self.events.settle())
         self.workers = SqlWorkers(self)
         self.host = SqlHost(self)
         self.events = SqlEvents(self)
