@@ -7,11 +7,13 @@ import json
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fencepost.core.statuses import InvocationStatus
 from fencepost.store import open_store
+from fencepost.store.host_records import NewEvent, Subject
 from helpers.processes import run_cli, start, subprocess_env
 from helpers.waiting import wait_until
 
@@ -149,6 +151,36 @@ def test_show_names_what_was_submitted_the_provider_key_and_the_events(app_dir: 
     text = run_cli(["host", "show", view["id"], "-d", url], cwd=app_dir).stdout
     key = shown["steps"][0]["adapter_invocation_id"]
     assert f"provider key {key}" in text and "role:cashier" in text and "ActionInvocationSucceeded" in text
+
+
+def test_show_finds_the_events_of_an_invocation_in_a_space_of_many(app_dir: Path) -> None:
+    """A new user's trial: show read the space's first 1,000 events and filtered them, so every invocation after
+    the first few hundred of a space showed part of its history or none of it."""
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+
+    def submit(key: str) -> dict[str, str]:
+        ran = run_cli(["host", "submit", "shop.echo", "--app", "shopapp:make", "--params", '{"order_id": "o"}',
+                       "--key", key, "--inline", "--json", "-d", url], cwd=app_dir)
+        assert ran.returncode == 0, ran.describe()
+        view: dict[str, str] = json.loads(ran.stdout)
+        return view
+
+    first = submit("k-first")
+    store = open_store(url)
+    try:
+        def others(tx: Any) -> None:
+            for n in range(1100):
+                assert tx.events.append_event(NewEvent(
+                    id=f"evt-other-{n}", tenant_id=first["tenant_id"], space_id=first["space_id"],
+                    subject=Subject("Other", str(n)), type="Tested", payload={"n": n}))
+
+        store.transact(others)
+    finally:
+        store.close()
+    later = submit("k-later")
+    shown = json.loads(run_cli(["host", "show", later["id"], "--json", "-d", url], cwd=app_dir).stdout)
+    assert [(e["type"], e["sequence"]) for e in shown["events"]] == [
+        ("ActionInvocationStarted", 1104), ("AdapterInvocationSucceeded", 1105), ("ActionInvocationSucceeded", 1106)]
 
 
 def test_an_inline_run_that_did_not_succeed_exits_1(app_dir: Path) -> None:

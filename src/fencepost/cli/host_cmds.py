@@ -26,6 +26,7 @@ from fencepost.core.errors import InvalidInput, RecoverableFinalization, SchemaN
 from fencepost.core.statuses import CompletionDisposition, InvocationStatus
 from fencepost.host import Dispatch, Host, Inline, InvocationView
 from fencepost.host.health import DEFAULT_STUCK_AFTER, read_host_health
+from fencepost.host.operator import invocation_events
 from fencepost.store.base import Store
 from fencepost.store.url import DEFAULT_URL
 
@@ -104,12 +105,12 @@ def _view_json(view: InvocationView) -> dict[str, Any]:
 def _events(store: Store, view: InvocationView) -> list[dict[str, Any]]:
     """The lifecycle events recorded about the invocation and its steps, and its StateTransitioned fact (about
     the bound entity, ADR 0077), in sequence order."""
-    subjects = {view.id, *(step.adapter_invocation_id for step in view.steps)}
-    fact = ((view.state or {}).get("transition") or {}).get("event_id")
-    events = store.read(lambda tx: tx.events.list_events(tenant_id=view.tenant_id, space_id=view.space_id))
+    events = store.read(lambda tx: invocation_events(
+        tx, tenant_id=view.tenant_id, space_id=view.space_id, invocation_id=view.id,
+        adapter_ids=[step.adapter_invocation_id for step in view.steps], state_bound=view.state is not None))
     return [{"id": e.id, "sequence": e.sequence, "type": e.type, "subject": e.subject.subject_id,
              "occurred_at": e.occurred_at.isoformat(), "payload": e.payload}
-            for e in events if e.subject.subject_id in subjects or e.id == fact]
+            for e in events]
 
 
 def _reconciliations(store: Store, view: InvocationView) -> list[dict[str, Any]]:

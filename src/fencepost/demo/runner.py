@@ -66,6 +66,7 @@ from fencepost.demo.payments import (
 from fencepost.demo.simpay import SimPay
 from fencepost.demo.simpay_adapter import VENDOR
 from fencepost.host.finalization import SETTLED_BY_FALLBACK
+from fencepost.host.operator import invocation_events
 from fencepost.host.service import Dispatch, Host, Inline, InvocationView
 from fencepost.host.telemetry import STATUS
 from fencepost.store import open_store
@@ -768,9 +769,9 @@ def lifecycle_events(store: Any, invocation: InvocationView) -> list[Any]:
     order."""
 
     def read(tx: Any) -> list[Any]:
-        events = tx.events.list_events(tenant_id=invocation.tenant_id, space_id=invocation.space_id)
-        subjects = {invocation.id} | {s.adapter_invocation_id for s in invocation.steps}
-        return [e for e in events if e.subject.subject_id in subjects]
+        return invocation_events(tx, tenant_id=invocation.tenant_id, space_id=invocation.space_id,
+                                 invocation_id=invocation.id,
+                                 adapter_ids=[s.adapter_invocation_id for s in invocation.steps], state_bound=False)
 
     found: list[Any] = store.read(read)
     return found

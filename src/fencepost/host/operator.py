@@ -13,6 +13,7 @@ reconciliation queue.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,13 @@ from fencepost.core.statuses import AdapterStatus
 from fencepost.host.lifecycle import adapter_subject, invocation_subject
 from fencepost.host.state import entity_key, state_event_id
 from fencepost.outbox.history import lease_history
-from fencepost.store.host_records import AdapterRecord, InvocationRecord, ReconciliationRecord, ResolutionRecord
+from fencepost.store.host_records import (
+    AdapterRecord,
+    EventRecord,
+    InvocationRecord,
+    ReconciliationRecord,
+    ResolutionRecord,
+)
 from fencepost.store.ports import UnitOfWork
 
 
@@ -114,18 +121,29 @@ class QueueEntry:
                 "waiting_since": self.waiting_since, "lookups": [lk.as_json() for lk in self.lookups]}
 
 
-def events_of(tx: UnitOfWork, record: InvocationRecord, rows: list[AdapterRecord]) -> list[dict[str, Any]]:
-    """The events of the invocation and of its adapter invocations, and its ``StateTransitioned`` fact (whose
-    subject is the bound entity), in log (sequence) order, as plain JSON."""
-    subjects = [invocation_subject(record.id)] + [adapter_subject(r.id) for r in rows]
-    found = []
-    for subject in subjects:
-        found.extend(tx.events.list_events(tenant_id=record.tenant_id, space_id=record.space_id, subject=subject,
-                                           limit=1000))
-    fact = tx.events.get_event(state_event_id(record.id)) if record.state_binding is not None else None
+def invocation_events(tx: UnitOfWork, *, tenant_id: str, space_id: str, invocation_id: str,
+                      adapter_ids: Iterable[str], state_bound: bool) -> list[EventRecord]:
+    """The events about an invocation and its adapter invocations, and its ``StateTransitioned`` fact when it is
+    state-bound (whose subject is the bound entity), in log (sequence) order.
+
+    Read by subject, so an invocation's events are found however many other events its space holds (reading
+    the space's log and filtering dropped every event after its first 1,000; a new user's trial).
+    """
+    found: list[EventRecord] = []
+    for subject in [invocation_subject(invocation_id), *(adapter_subject(a) for a in adapter_ids)]:
+        found.extend(tx.events.list_events(tenant_id=tenant_id, space_id=space_id, subject=subject, limit=10_000))
+    fact = tx.events.get_event(state_event_id(invocation_id)) if state_bound else None
     if fact is not None:
         found.append(fact)
     found.sort(key=lambda e: e.sequence)
+    return found
+
+
+def events_of(tx: UnitOfWork, record: InvocationRecord, rows: list[AdapterRecord]) -> list[dict[str, Any]]:
+    """The events of the invocation and of its adapter invocations, and its ``StateTransitioned`` fact
+    (``invocation_events``), as plain JSON."""
+    found = invocation_events(tx, tenant_id=record.tenant_id, space_id=record.space_id, invocation_id=record.id,
+                              adapter_ids=[r.id for r in rows], state_bound=record.state_binding is not None)
     return [{"id": e.id, "sequence": e.sequence, "type": e.type, "subject_type": e.subject.subject_type,
              "subject_id": e.subject.subject_id, "occurred_at": e.occurred_at.isoformat(), "payload": e.payload}
             for e in found]
