@@ -38,3 +38,28 @@ def test_event_ids_are_whole_on_a_narrow_terminal(monkeypatch: pytest.MonkeyPatc
                            None)
     text = console.export_text()
     assert event_id in text and "…" not in text, text
+
+
+@pytest.mark.parametrize(("columns", "tty", "expected"), [
+    (None, False, render.PIPED_WIDTH),  # a pipe, watch, a CI log: rows stay one line each
+    ("100", False, None),  # COLUMNS says: rich reads it
+    (None, True, None),  # a terminal: rich asks it
+])
+def test_output_that_is_not_a_terminal_is_wide_unless_columns_says(
+        monkeypatch: pytest.MonkeyPatch, columns: str | None, tty: bool, expected: int | None) -> None:
+    """From a new user's trial: piped, ``fencepost workers`` and ``events list`` wrapped every cell at 80."""
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    monkeypatch.setattr(render.sys.stdout, "isatty", lambda: tty)
+    assert render._width() == expected
+
+
+def test_a_piped_worker_table_keeps_each_row_on_one_line() -> None:
+    item = {"id": "w1", "host": "h", "pid": 1,
+            "kinds": ["host.invoke:fencepost.deliver@1", "host.invoke:fencepost.workflow.task@1",
+                      "rehearsal.attempt", "delivery.target"],
+            "in_flight": 0, "concurrency": 1, "started_at": "2026-12-07T00:00:00.000000Z", "last_seen_seconds": 1.0}
+    text = _rendered(_table([item]), render.PIPED_WIDTH)
+    assert all(kind in text for kind in item["kinds"]), text  # at 80 they broke mid-word: host.invoke:fen / cepost

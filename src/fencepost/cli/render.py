@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-console = Console(highlight=False, soft_wrap=True)
+#: The width of output that is not a terminal (a pipe, ``watch``, a CI log) when COLUMNS does not say: wide
+#: enough that a table's rows stay one line each. Rich would take 80 and wrap every cell (a new user's trial).
+PIPED_WIDTH = 240
+
+
+def _width() -> int | None:
+    """None (rich asks the terminal, or reads COLUMNS) unless stdout is not a terminal and COLUMNS is unset."""
+    if os.environ.get("COLUMNS") or sys.stdout.isatty():
+        return None
+    return PIPED_WIDTH
+
+
+console = Console(highlight=False, soft_wrap=True, width=_width())
 
 _STYLE = {"SUCCEEDED": "green", "DELIVERED": "green", "FAILED": "red", "ABORTED": "yellow", "RUNNING": "cyan",
           "PROCESSING": "cyan", "PENDING": "dim", "READY": "green", "RETIRED": "yellow", "INTERRUPTED": "yellow",
