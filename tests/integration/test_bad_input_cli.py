@@ -171,6 +171,8 @@ def test_the_sandbox_of_a_killed_worker_is_removed_once_its_attempt_is_aborted(t
      "fencepost worker: concurrency must be between 1 and 1000 (see `fencepost worker --help`)"),
     (["worker", "--time-limit", "x", "-d", "sqlite:///no-such-dir/never.db"],
      "fencepost worker: --time-limit takes KIND=SECONDS"),
+    (["worker", "--sandbox-max-bytes", "1", "-d", "sqlite:///no-such-dir/never.db"],
+     "fencepost worker: the sandbox disk cap must be"),
 ])
 def test_a_usage_error_is_one_line_naming_the_command(args: list[str], expected: str) -> None:
     """From a new user's trial: Click's usage errors came as a usage block and a framed box of 4-5 lines."""

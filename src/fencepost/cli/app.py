@@ -340,10 +340,10 @@ def worker(
                               time_limits=parse_time_limits(time_limit or []),
                               worker_id=worker_id or default_worker_id(), listen=listen)
         config.validate()  # bad input leaves nothing behind, not even the work directory
+        limits = sandbox_limits(sandbox_max_bytes, sandbox_max_memory)
     except InvalidInput as error:
         raise _usage_error(str(error), ctx) from None
     with opened(database) as store, handled():
-        limits = sandbox_limits(sandbox_max_bytes, sandbox_max_memory)
         require_work_dir(work_dir)
         user_host = load_host(host_app, store) if host_app else None
         attach_telemetry(user_host, telemetry)

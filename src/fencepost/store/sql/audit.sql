@@ -202,7 +202,8 @@ WHERE i.status IN ('succeeded', 'failed', 'reconciliation_required')
 -- name: audit_event_without_sequence
 -- Every committed event has its sequence (ADR 0096: on PostgreSQL a deferred trigger takes it at COMMIT, so a
 -- NULL one means the trigger was disabled or bypassed, and a reader tailing by sequence never sees the event).
-SELECT id AS subject, type || ' event of space ' || tenant_id || '/' || space_id || ' has no sequence' AS detail
+SELECT id AS subject, type || ' event of space ' || tenant_id || '/' || space_id || ' has no sequence (its '
+       || 'trigger was disabled or bypassed; a reader tailing by sequence never sees it)' AS detail
 FROM host_events
 WHERE sequence IS NULL;
 
