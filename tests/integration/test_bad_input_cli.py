@@ -166,13 +166,6 @@ def test_the_sandbox_of_a_killed_worker_is_removed_once_its_attempt_is_aborted(t
      "fencepost host resolve: Missing option '--note'. (see `fencepost host resolve --help`)"),
     (["nosuch"], "fencepost: No such command 'nosuch'. (see `fencepost --help`)"),
     (["worker", "--no-such-flag"], "fencepost worker: No such option: --no-such-flag"),
-    # a setting out of range names the command too, and is found before a database is looked for
-    (["worker", "--concurrency", "0", "-d", "sqlite:///no-such-dir/never.db"],
-     "fencepost worker: concurrency must be between 1 and 1000 (see `fencepost worker --help`)"),
-    (["worker", "--time-limit", "x", "-d", "sqlite:///no-such-dir/never.db"],
-     "fencepost worker: --time-limit takes KIND=SECONDS"),
-    (["worker", "--sandbox-max-bytes", "1", "-d", "sqlite:///no-such-dir/never.db"],
-     "fencepost worker: the sandbox disk cap must be"),
 ])
 def test_a_usage_error_is_one_line_naming_the_command(args: list[str], expected: str) -> None:
     """From a new user's trial: Click's usage errors came as a usage block and a framed box of 4-5 lines."""
@@ -180,3 +173,16 @@ def test_a_usage_error_is_one_line_naming_the_command(args: list[str], expected:
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and result.stderr.startswith(expected), result.stderr
     assert "╭" not in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--concurrency", "0"], "fencepost: concurrency must be between 1 and 1000"),
+    (["--time-limit", "x"], "fencepost: --time-limit takes KIND=SECONDS"),
+    (["--sandbox-max-bytes", "1"], "fencepost: the sandbox disk cap must be"),
+])
+def test_a_worker_setting_out_of_range_is_refused_before_a_database_is_looked_for(
+        args: list[str], expected: str) -> None:
+    """It came after "no control database exists yet" (exit 4) when the database was missing too."""
+    result = _cli("worker", *args, "-d", "sqlite:///no-such-dir/never.db")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith(expected), result.stderr

@@ -282,7 +282,6 @@ def exit_soon(code: int, seconds: float) -> Callable[[], None]:
 
 @app.command()
 def worker(
-    ctx: typer.Context,
     database: DatabaseOpt = DEFAULT_URL,
     work_dir: WorkDirOpt = DEFAULT_WORK_DIR,
     lease_seconds: LeaseOpt = 30.0,
@@ -334,7 +333,7 @@ def worker(
     if log_format not in ("json", "text"):
         fail(InvalidInput(f"--log-format must be json or text, not {log_format!r}"))
     logs.configure(log_format)
-    try:  # a setting out of range is a usage error of this command, found before the store is opened
+    try:  # a setting out of range is refused before the store is opened (no database is looked for)
         config = WorkerConfig(poll_interval=poll_interval, batch_size=batch_size, concurrency=concurrency,
                               lease_seconds=lease_seconds, grace_seconds=grace_period,
                               time_limits=parse_time_limits(time_limit or []),
@@ -342,7 +341,7 @@ def worker(
         config.validate()  # bad input leaves nothing behind, not even the work directory
         limits = sandbox_limits(sandbox_max_bytes, sandbox_max_memory)
     except InvalidInput as error:
-        raise _usage_error(str(error), ctx) from None
+        fail(error)
     with opened(database) as store, handled():
         require_work_dir(work_dir)
         user_host = load_host(host_app, store) if host_app else None
@@ -525,10 +524,6 @@ unwrap_help(app)  # after every command is registered: the terminal wraps the he
 _USAGE_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 _CLICK_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
-
-def _usage_error(message: str, ctx: typer.Context) -> Exception:
-    """A usage error of the running command (``main`` prints it as ``fencepost <command>: <message>``, exit 2)."""
-    return _USAGE_ERROR(message, ctx=ctx)  # type: ignore[call-arg]
 
 
 def main(prog_name: str | None = None) -> None:

@@ -249,11 +249,11 @@ class SQLiteStore(Store):
             if not self.create and "unable to open" in str(error) and not os.path.lexists(self.path):
                 # Only a missing file was never migrated; one that exists but will not open (a directory, a
                 # read-only directory without its -shm) is a store that does not answer.
-                # Named, with the way to point elsewhere: the default URL (no -d, no FENCEPOST_DATABASE in this
-                # shell) sent a new user to migrate a stray local file instead of finding their PostgreSQL.
-                raise SchemaNotReady(
-                    f"no control database exists yet at {self.path}: run `fencepost migrate` first, or name yours "
-                    "with -d or FENCEPOST_DATABASE") from None
+                # With the way to point elsewhere: the default URL (no -d, no FENCEPOST_DATABASE in this shell)
+                # sent a new user to migrate a stray local file instead of finding their PostgreSQL. The path is
+                # not named: errors never carry it.
+                raise SchemaNotReady("no control database exists yet: run `fencepost migrate` first, or name "
+                                     "yours with -d or FENCEPOST_DATABASE") from None
             raise _explained(error, self.path) from None
         except sqlite3.Error as error:
             raise _explained(error, self.path) from None
