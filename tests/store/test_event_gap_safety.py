@@ -140,6 +140,21 @@ def test_the_relay_claim_and_the_audit_in_the_appending_transaction_see_the_sequ
     assert store.transact(unit, name="test.append.claim") == ([1], [])
 
 
+def test_the_audit_finds_a_space_counter_behind_its_log(backend: StoreBackend) -> None:
+    """A counter behind the log would hand out a number already taken (ADR 0096's trial reached it through a
+    temporary table of the counter's name): the audit says so."""
+    store = backend.migrated()
+    store.transact(lambda tx: [tx.events.append_event(event(n)) for n in (1, 2)])
+
+    def findings() -> list[tuple[str, str]]:
+        return [(f.subject, f.detail) for f in store.read(lambda tx: tx.audit.invariant_findings())
+                if f.check == "event_sequence_counter_behind"]
+
+    assert findings() == []
+    store.transact(lambda tx: tx.execute_raw("UPDATE host_event_sequences SET last = 1"))
+    assert findings() == [("t/s", "event sequence counter 1 is behind the log's highest sequence 2")]
+
+
 def test_many_concurrent_appenders_commit_in_sequence_order(backend: StoreBackend) -> None:
     """Eight appenders race in one space while a reader tails with a cursor: the reader's view is always a
     gap-free prefix of the final log (it never skips a sequence it later finds below its cursor)."""

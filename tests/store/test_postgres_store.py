@@ -347,3 +347,19 @@ def test_the_sequence_trigger_numbers_the_events_of_its_own_schema(pg_backend: S
             store.close()
         for name in (a, renamed, b):
             drop_schema(name)
+
+
+def test_a_temporary_table_of_the_counters_name_cannot_stand_in_for_it(pg_backend: StoreBackend, pg: Store) -> None:
+    """A break-it trial: a session's temporary ``host_event_sequences`` was found before the schema's (PostgreSQL
+    searches pg_temp first unless told otherwise), so the event took its number from it, the real counter
+    stayed behind, and every later append of the space failed on a duplicate sequence."""
+    with psycopg.connect(postgres_url()) as conn:
+        conn.execute(b"CREATE TEMP TABLE host_event_sequences (tenant_id text, space_id text, last int, "
+                     b"PRIMARY KEY (tenant_id, space_id))")
+        conn.commit()
+        with pg.unit_on(conn) as tx:
+            assert tx.events.append_event(_event(1))
+        conn.commit()
+        assert conn.execute(b"SELECT count(*) FROM pg_temp.host_event_sequences").fetchone() == (0,)
+    pg.transact(lambda tx: tx.events.append_event(_event(2)))
+    assert _log(pg) == [(1, "evt-1"), (2, "evt-2")]

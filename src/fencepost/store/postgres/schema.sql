@@ -540,10 +540,12 @@ END;
 $$;
 
 -- Bound to the schema its tables were just created in: the schema itself, not the search_path that found it
--- ("$user", public can find another schema in another session).
+-- ("$user", public can find another schema in another session), and with pg_temp last, so that a session's
+-- temporary table of the same name cannot stand in for the sequence table.
 DO $$
 BEGIN
-    EXECUTE format('ALTER FUNCTION fencepost_event_sequence_at_commit() SET search_path = %I', current_schema());
+    EXECUTE format('ALTER FUNCTION fencepost_event_sequence_at_commit() SET search_path = %I, pg_temp',
+                   current_schema());
 END;
 $$;
 

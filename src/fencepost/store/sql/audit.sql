@@ -207,6 +207,18 @@ SELECT id AS subject, type || ' event of space ' || tenant_id || '/' || space_id
 FROM host_events
 WHERE sequence IS NULL;
 
+-- name: audit_event_sequence_counter_behind
+-- A space's counter is at least its highest sequence (ADR 0041, 0096): a counter behind the log would hand out
+-- a number already taken, and every later append of the space would fail (a break-it trial got there through a
+-- session's temporary table of the counter's name, which the trigger's search_path now rules out).
+SELECT e.tenant_id || '/' || e.space_id AS subject,
+       'event sequence counter ' || CAST(coalesce(max(q.last), 0) AS TEXT) || ' is behind the log''s highest '
+       || 'sequence ' || CAST(max(e.sequence) AS TEXT) AS detail
+FROM host_events e
+LEFT JOIN host_event_sequences q ON q.tenant_id = e.tenant_id AND q.space_id = e.space_id
+GROUP BY e.tenant_id, e.space_id
+HAVING max(e.sequence) > coalesce(max(q.last), 0);
+
 -- name: audit_invocation_resolution
 -- An operator's resolution (ADR 0048; host-spec §1.Y-13) is written with its InvocationResolved event in one
 -- transaction, and keeps a copy of the verdict it settled: a resolution without its event, an event without

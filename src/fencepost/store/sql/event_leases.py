@@ -8,6 +8,7 @@ caller's owner and token, so a row leased by anyone else is never touched.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -50,11 +51,13 @@ def _row(r: dict[str, Any]) -> EventOutboxRow:
 class SqlEventLeases:
     """The ``EventLeasesPort`` of one SQL unit of work."""
 
-    def __init__(self, unit: Statements) -> None:
+    def __init__(self, unit: Statements, settle_events: Callable[[], None] = lambda: None) -> None:
         self._unit = unit
+        self._settle_events = settle_events  # ADR 0096: sequences this transaction appended, taken now
 
     def list_rows(self, *, tenant_id: str, space_id: str) -> list[EventOutboxRow]:
         """Every outbox row of one (tenant, space), any status, in event sequence order."""
+        self._settle_events()
         return [_row(r) for r in self._unit.run("probe_list_outbox_rows",
                                                 {"tenant_id": tenant_id, "space_id": space_id}).rows]
 

@@ -53,7 +53,8 @@ class SqlUnitOfWork:
         self.workers = SqlWorkers(self)
         self.host = SqlHost(self)
         self.events = SqlEvents(self)
-        self.event_leases = SqlEventLeases(self)  # ADR 0040: the store conformance checks
+        # ADR 0040: the store conformance checks
+        self.event_leases = SqlEventLeases(self, settle_events=lambda: self.events.settle())
         self.delivery = SqlDelivery(self)  # ADRs 0055, 0056
         self.progress = SqlProgress(self)  # ADR 0072: workflow execution
         #: The lease whose fence ``Store.fenced`` runs last in this unit, once ``_fence`` made it a fenced unit.
