@@ -71,7 +71,7 @@ CREATE TRIGGER commands_payload_is_json BEFORE INSERT OR UPDATE OF payload ON co
     FOR EACH ROW EXECUTE FUNCTION fencepost_commands_payload_is_json();
 
 CREATE TABLE lease_events (
-    seq         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    seq         BIGINT GENERATED ALWAYS AS IDENTITY,
     -- Not a foreign key: written only with the change it records; `fencepost audit` checks it (ADR 0091).
     command_id  TEXT NOT NULL,
     event       TEXT NOT NULL CHECK (event IN ('claim', 'takeover', 'heartbeat', 'release', 'reconcile',
@@ -79,9 +79,10 @@ CREATE TABLE lease_events (
     owner       TEXT,
     delivery    INTEGER NOT NULL CHECK (delivery >= 0),
     at          TIMESTAMPTZ NOT NULL,
-    lease_until TIMESTAMPTZ
+    lease_until TIMESTAMPTZ,
+    -- Every read names one command and orders by seq: one B-tree entry per history row (ADR 0097).
+    CONSTRAINT lease_events_pkey PRIMARY KEY (command_id, seq)
 );
-CREATE INDEX lease_events_by_command ON lease_events (command_id, seq);
 
 CREATE TABLE rehearsal_runs (
     id               TEXT PRIMARY KEY,

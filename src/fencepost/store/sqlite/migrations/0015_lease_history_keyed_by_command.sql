@@ -1,0 +1,6 @@
+-- fencepost control schema, version 15 (SQLite): nothing changes (ADR 0097).
+--
+-- On PostgreSQL this version folds the lease history's two B-trees (primary key on seq, and an index on
+-- (command_id, seq)) into one primary key on (command_id, seq). On SQLite seq is the rowid, which costs no
+-- index of its own, so the table already has one index entry per row. The version exists so that both
+-- backends count the same versions.
