@@ -18,6 +18,8 @@ stronger isolation levels would only add serialization failures. Read-only units
 
 Why connections are in autocommit mode with explicit BEGIN/COMMIT: the crash points
 ``<name>:before-commit``/``<name>:after-commit`` must sit exactly around COMMIT, as in the SQLite store.
+A unit's BEGIN goes out with its first statement, in one pipeline (ADR 0098), unless it carries the clock
+read (``EAGER_CLOCK_UNITS``): BEGIN takes no snapshot and no lock, so only the round trip it cost is saved.
 
 Driver errors are translated once, here, into ``fencepost.core.errors``. No message ever carries the
 DSN, a password or a lease token: only PostgreSQL's primary message is used (never its DETAIL, which can
@@ -69,6 +71,7 @@ _URL_IN_TEXT = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 #: A write unit's BEGIN together with the store clock's read (``store_now``'s clock_timestamp()).
 _BEGIN_WRITE = b"BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; SELECT clock_timestamp()"
 _BEGIN_WRITE_LAZY = b"BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE"
+_BEGIN_READ = b"BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 #: The units whose instant is read with BEGIN (one round trip less on the hot path, ADR 0018): they take no
 #: lock before deciding by the instant, so reading it earlier can only make a lease look less expired. Every
 #: other unit reads it at its first use, after the locks it takes first (the package lock of an admission or
@@ -188,6 +191,28 @@ class PostgresExecutor:
         self.single_statement = single_name is not None
         self._single_name = single_name
         self._statements = 0
+        #: The BEGIN of a unit whose instant is read lazily, not sent yet: it travels with the unit's first
+        #: statement in one pipeline (one round trip less per unit), or is never sent if the unit runs none.
+        self._pending_begin: bytes | None = None
+
+    def defer_begin(self, begin: bytes) -> None:
+        """Send ``begin`` together with this unit's first statement instead of now (ADR 0098).
+
+        BEGIN takes no snapshot and no lock, and a transaction's snapshot is taken by its first statement, so
+        sending it later, in the same pipeline as that statement, changes nothing the unit can observe.
+        """
+        self._pending_begin = begin
+
+    @property
+    def began(self) -> bool:
+        """Whether the unit's BEGIN was sent (False only for a unit that ran no statement yet)."""
+        return self._pending_begin is None
+
+    def _send_begin(self) -> None:
+        """Send a deferred BEGIN on its own (before a savepoint or an ad-hoc statement)."""
+        begin, self._pending_begin = self._pending_begin, None
+        if begin is not None:
+            self._conn.execute(begin)
 
     @property
     def ran_statement(self) -> bool:
@@ -261,7 +286,13 @@ class PostgresExecutor:
             crashpoint(f"{self._single_name}:before-commit")
         try:
             with self._conn.cursor(row_factory=dict_row) as cursor:
-                cursor.execute(query.sql, params)
+                begin, self._pending_begin = self._pending_begin, None
+                if begin is None:
+                    cursor.execute(query.sql, params)
+                else:
+                    with self._conn.pipeline():  # BEGIN and the first statement in one round trip (ADR 0098)
+                        self._conn.execute(begin)
+                        cursor.execute(query.sql, params)
                 rows = [_utc_row(r) for r in cursor.fetchall()] if _has_rows(cursor) else []
                 return Result(rows=rows, rowcount=cursor.rowcount if cursor.rowcount >= 0 else len(rows))
         except psycopg.Error as error:
@@ -277,6 +308,7 @@ class PostgresExecutor:
         """
         self._guard()
         try:
+            self._send_begin()
             with self._conn.cursor() as cursor:
                 cursor.execute(sql.encode("utf-8"), params or None)
                 return list(cursor.fetchall()) if _has_rows(cursor) else []
@@ -286,6 +318,7 @@ class PostgresExecutor:
     def savepoint(self, name: str) -> None:
         self._guard()
         try:
+            self._send_begin()
             self._conn.execute(f"SAVEPOINT {name}".encode())
         except psycopg.Error as error:
             raise self._fail(error) from None
@@ -442,7 +475,7 @@ class PostgresStore(Store):
                     if single is not None:
                         pass  # no block: the unit's statement commits by itself (ADR 0090)
                     elif write and name not in EAGER_CLOCK_UNITS:
-                        conn.execute(_BEGIN_WRITE_LAZY)
+                        executor.defer_begin(_BEGIN_WRITE_LAZY)
                     elif write:
                         # BEGIN and the clock read in one round trip (one simple-protocol message).
                         with conn.cursor() as cursor:
@@ -452,7 +485,7 @@ class PostgresStore(Store):
                             assert row is not None
                             executor.start(row[0])
                     else:
-                        conn.execute(b"BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                        executor.defer_begin(_BEGIN_READ)
                 except psycopg.Error as error:
                     raise translate_postgres_error(error, self.scrub) from None
                 try:
@@ -467,7 +500,8 @@ class PostgresStore(Store):
                     else:
                         if name:
                             crashpoint(f"{name}:before-commit")
-                        conn.execute(b"COMMIT")
+                        if executor.began:  # a unit that sent no statement has no transaction to commit
+                            conn.execute(b"COMMIT")
                 except BaseException as error:
                     if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                         with suppress(psycopg.Error):
