@@ -17,6 +17,7 @@ import pytest
 
 from fencepost.core.errors import Conflict
 from fencepost.store import Store
+from fencepost.store.postgres import store as pg_store_module
 
 pytestmark = pytest.mark.postgres
 
@@ -110,3 +111,14 @@ def test_eager_clock_units_still_read_the_clock_with_begin(pg: Store, sent: list
     pg.transact(lambda tx: _insert(tx, "e1"), name="outbox.enqueue")
     assert sent[0][0].startswith("BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; SELECT clock_timestamp()")
     assert sent[0][1] is False
+
+
+def test_without_pipeline_mode_begin_goes_alone_and_the_unit_still_commits(
+    pg: Store, sent: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg_store_module, "_PIPELINE", False)  # a libpq older than 14
+    sent.clear()
+    pg.transact(lambda tx: _insert(tx, "old-libpq"))
+    assert sent[0] == ("BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE", False), sent
+    assert not any(piped for _, piped in sent), sent
+    assert pg.read(lambda tx: tx.outbox.get("old-libpq")) is not None

@@ -72,6 +72,8 @@ _URL_IN_TEXT = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 _BEGIN_WRITE = b"BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; SELECT clock_timestamp()"
 _BEGIN_WRITE_LAZY = b"BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE"
 _BEGIN_READ = b"BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+#: Whether libpq has pipeline mode (14 and newer; psycopg's binary wheel bundles one), for ADR 0098.
+_PIPELINE = psycopg.Pipeline.is_supported()
 #: The units whose instant is read with BEGIN (one round trip less on the hot path, ADR 0018): they take no
 #: lock before deciding by the instant, so reading it earlier can only make a lease look less expired. Every
 #: other unit reads it at its first use, after the locks it takes first (the package lock of an admission or
@@ -288,6 +290,9 @@ class PostgresExecutor:
             with self._conn.cursor(row_factory=dict_row) as cursor:
                 begin, self._pending_begin = self._pending_begin, None
                 if begin is None:
+                    cursor.execute(query.sql, params)
+                elif not _PIPELINE:  # a libpq older than 14: BEGIN on its own, as before ADR 0098
+                    self._conn.execute(begin)
                     cursor.execute(query.sql, params)
                 else:
                     with self._conn.pipeline():  # BEGIN and the first statement in one round trip (ADR 0098)
