@@ -9,10 +9,8 @@ with it); and the units that read the clock with BEGIN (``EAGER_CLOCK_UNITS``) k
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 
 from fencepost.core.errors import Conflict
@@ -22,59 +20,37 @@ from fencepost.store.postgres import store as pg_store_module
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture
-def pg(pg_backend: Any) -> Store:
-    store: Store = pg_backend.migrated()
-    return store
-
-
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, bool]]]:
-    """Every statement psycopg sends from this process, in order, with whether it went in a pipeline."""
-    texts: list[tuple[str, bool]] = []
-    original = psycopg.Cursor.execute
-
-    def execute(self: psycopg.Cursor[Any], query: Any, params: Any = None, **kwargs: Any) -> Any:
-        raw = query if isinstance(query, (str, bytes)) else query.as_string(self)
-        piped = self.connection.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF
-        texts.append((raw.decode() if isinstance(raw, bytes) else raw, piped))
-        return original(self, query, params, **kwargs)
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", execute)
-    yield texts
-
-
 def _insert(tx: Any, command_id: str) -> None:
     tx.outbox.insert(command_id=command_id, kind="k.a", payload={"i": 1})
 
 
 @pytest.mark.parametrize("unit", ["read", "write"])
-def test_begin_travels_with_the_first_statement(pg: Store, sent: list[tuple[str, bool]], unit: str) -> None:
-    sent.clear()
+def test_begin_travels_with_the_first_statement(pg: Store, wire: list[tuple[str, bool]], unit: str) -> None:
+    wire.clear()
     if unit == "read":
         assert pg.read(lambda tx: tx.outbox.get("absent")) is None
         begin = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
     else:
         assert pg.transact(lambda tx: tx.outbox.get("absent")) is None
         begin = "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE"
-    assert sent[0] == (begin, True), sent
-    assert sent[1][1] is True and "FROM commands" in sent[1][0], sent  # the first statement, same pipeline
-    assert sent[2:] == [("COMMIT", False)], sent
+    assert wire[0] == (begin, True), wire
+    assert wire[1][1] is True and "FROM commands" in wire[1][0], wire  # the first statement, same pipeline
+    assert wire[2:] == [("COMMIT", False)], wire
 
 
-def test_a_write_unit_commits_what_it_wrote_after_a_pipelined_start(pg: Store, sent: list[tuple[str, bool]]) -> None:
-    sent.clear()
+def test_a_write_unit_commits_what_it_wrote_after_a_pipelined_start(pg: Store, wire: list[tuple[str, bool]]) -> None:
+    wire.clear()
     pg.transact(lambda tx: _insert(tx, "c1"))  # its first statement is the lazy clock read
-    assert [piped for _, piped in sent[:2]] == [True, True] and "clock_timestamp" in sent[1][0], sent
-    assert all(not piped for _, piped in sent[2:]), sent
+    assert [piped for _, piped in wire[:2]] == [True, True] and "clock_timestamp" in wire[1][0], wire
+    assert all(not piped for _, piped in wire[2:]), wire
     assert pg.read(lambda tx: tx.outbox.get("c1")) is not None
 
 
-def test_a_unit_that_runs_no_statement_sends_nothing(pg: Store, sent: list[tuple[str, bool]]) -> None:
-    sent.clear()
+def test_a_unit_that_runs_no_statement_sends_nothing(pg: Store, wire: list[tuple[str, bool]]) -> None:
+    wire.clear()
     assert pg.transact(lambda tx: 7) == 7
     assert pg.read(lambda tx: 8) == 8
-    assert sent == []
+    assert wire == []
 
 
 def test_a_failing_first_statement_is_translated_and_the_connection_stays_usable(pg: Store) -> None:
@@ -106,19 +82,19 @@ def test_a_unit_opening_with_a_savepoint_or_raw_sql_is_still_one_transaction(pg:
     assert pg.read(lambda tx: (tx.outbox.get("sp"), tx.outbox.get("raw"))) == (None, None)
 
 
-def test_eager_clock_units_still_read_the_clock_with_begin(pg: Store, sent: list[tuple[str, bool]]) -> None:
-    sent.clear()
+def test_eager_clock_units_still_read_the_clock_with_begin(pg: Store, wire: list[tuple[str, bool]]) -> None:
+    wire.clear()
     pg.transact(lambda tx: _insert(tx, "e1"), name="outbox.enqueue")
-    assert sent[0][0].startswith("BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; SELECT clock_timestamp()")
-    assert sent[0][1] is False
+    assert wire[0][0].startswith("BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE; SELECT clock_timestamp()")
+    assert wire[0][1] is False
 
 
 def test_without_pipeline_mode_begin_goes_alone_and_the_unit_still_commits(
-    pg: Store, sent: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
+    pg: Store, wire: list[tuple[str, bool]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(pg_store_module, "_PIPELINE", False)  # a libpq older than 14
-    sent.clear()
+    wire.clear()
     pg.transact(lambda tx: _insert(tx, "old-libpq"))
-    assert sent[0] == ("BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE", False), sent
-    assert not any(piped for _, piped in sent), sent
+    assert wire[0] == ("BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE", False), wire
+    assert not any(piped for _, piped in wire), wire
     assert pg.read(lambda tx: tx.outbox.get("old-libpq")) is not None

@@ -35,11 +35,6 @@ from helpers.store_reads import raw, read_command
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture
-def pg(pg_backend: StoreBackend) -> Store:
-    return pg_backend.migrated()
-
-
 def seed(store: Store, *ids: str) -> None:
     def fn(tx: UnitOfWork) -> None:
         for command_id in ids:

@@ -8,11 +8,9 @@ crash points keep their meaning (before-commit: nothing committed; after-commit:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-import psycopg
 import pytest
 
 from fencepost.core.statuses import CommandStatus
@@ -20,27 +18,6 @@ from fencepost.store import Store
 from fencepost.store.postgres import store as pg_store_module
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def pg(pg_backend: Any) -> Store:
-    store: Store = pg_backend.migrated()
-    return store
-
-
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Every statement text psycopg sends from this process (``Cursor.execute``), in order."""
-    texts: list[str] = []
-    original = psycopg.Cursor.execute
-
-    def execute(self: psycopg.Cursor[Any], query: Any, params: Any = None, **kwargs: Any) -> Any:
-        raw = query if isinstance(query, (str, bytes)) else query.as_string(self)
-        texts.append(raw.decode() if isinstance(raw, bytes) else raw)
-        return original(self, query, params, **kwargs)
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", execute)
-    yield texts
 
 
 def _enqueue(store: Store, count: int, kind: str = "k.a") -> list[str]:
@@ -70,15 +47,17 @@ def _history(store: Store) -> list[tuple[Any, ...]]:
     return _raw(store, "SELECT command_id, event, at, lease_until FROM lease_events ORDER BY seq")
 
 
-def test_a_claim_of_one_kind_and_its_completion_are_one_statement_each(pg: Store, sent: list[str]) -> None:
+def test_a_claim_of_one_kind_and_its_completion_are_one_statement_each(pg: Store, wire: list[tuple[str, bool]]) -> None:
     _enqueue(pg, 5)
-    sent.clear()
+    wire.clear()
     claimed = _claim(pg, ["k.a"])
     assert len(claimed) == 5
+    sent = [text for text, _ in wire]
     assert len(sent) == 1 and "FOR UPDATE SKIP LOCKED" in sent[0], sent
-    sent.clear()
+    wire.clear()
     done = pg.transact(lambda tx: tx.outbox.finish_many([c.lease for c in claimed]), name="outbox.deliver")
     assert done == [True] * 5
+    sent = [text for text, _ in wire]
     assert len(sent) == 1 and "DELIVERED" in sent[0], sent
 
 
@@ -99,24 +78,28 @@ def test_the_claim_and_its_history_carry_the_statements_own_instant(pg: Store) -
     assert len(finished) == 1 and delivered == [finished[0][0]] * 3 and finished[0][0] > instant
 
 
-def test_a_claim_over_two_kinds_opens_a_block_and_commits_it_whole(pg: Store, sent: list[str]) -> None:
+def test_a_claim_over_two_kinds_opens_a_block_and_commits_it_whole(pg: Store, wire: list[tuple[str, bool]]) -> None:
     _enqueue(pg, 3, "k.a")
     _enqueue(pg, 3, "k.b")
-    sent.clear()
+    wire.clear()
     claimed = _claim(pg, ["k.a", "k.b"], limit=6)
     assert sorted(c.kind for c in claimed) == ["k.a"] * 3 + ["k.b"] * 3
+    sent = [text for text, _ in wire]
     assert sent[0].startswith("BEGIN") and sent[-1] == "COMMIT", sent
     # One instant for both statements: the block's clock, not each statement's own.
     assert len({h[2] for h in _history(pg)}) == 1
 
 
-def test_a_completion_listing_one_command_twice_runs_its_rounds_in_one_block(pg: Store, sent: list[str]) -> None:
+def test_a_completion_listing_one_command_twice_runs_its_rounds_in_one_block(
+    pg: Store, wire: list[tuple[str, bool]]
+) -> None:
     _enqueue(pg, 2)
     claimed = _claim(pg, ["k.a"])
-    sent.clear()
+    wire.clear()
     leases = [c.lease for c in claimed]
     done = pg.transact(lambda tx: tx.outbox.finish_many([*leases, leases[0]]), name="outbox.deliver")
     assert done == [True, True, False]
+    sent = [text for text, _ in wire]
     assert sent[0].startswith("BEGIN") and sent[-1] == "COMMIT" and len(sent) == 4, sent
 
 
