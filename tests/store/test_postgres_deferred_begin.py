@@ -9,13 +9,20 @@ with it); and the units that read the clock with BEGIN (``EAGER_CLOCK_UNITS``) k
 
 from __future__ import annotations
 
+import threading
+import time
+from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 
 from fencepost.core.errors import Conflict
+from fencepost.host import Dispatch
 from fencepost.store import Store
 from fencepost.store.postgres import store as pg_store_module
+from helpers.store_backends import postgres_url
+from host.kit import PARAMS, Ledger, Scripted, Spy, charge_action, make_host
 
 pytestmark = pytest.mark.postgres
 
@@ -98,3 +105,59 @@ def test_without_pipeline_mode_begin_goes_alone_and_the_unit_still_commits(
     assert wire[0] == ("BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE", False), wire
     assert not any(piped for _, piped in wire), wire
     assert pg.read(lambda tx: tx.outbox.get("old-libpq")) is not None
+
+
+def _invocation(pg: Store) -> str:
+    host = make_host(pg, charge_action(Spy()), Scripted(Ledger()))
+    return host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="k1", mode=Dispatch()).id
+
+
+def test_the_invocation_lock_brings_the_clock_read_in_its_round_trip(pg: Store, wire: list[tuple[str, bool]]) -> None:
+    invocation_id = _invocation(pg)
+    wire.clear()
+
+    def unit(tx: Any) -> Any:
+        assert tx.host.lock_invocation(invocation_id) is not None
+        return tx.now()
+
+    now = pg.transact(unit)
+    assert now.utcoffset() == timedelta(0)
+    assert [piped for _, piped in wire[:3]] == [True, True, True], wire
+    assert "FOR UPDATE OF i" in wire[1][0] and wire[2][0] == "SELECT clock_timestamp()", wire
+    assert wire[3:] == [("COMMIT", False)], wire  # now() sent nothing more
+
+
+def test_the_clock_read_with_the_lock_is_taken_after_the_lock_is_granted(pg: Store) -> None:
+    invocation_id = _invocation(pg)
+    locked = threading.Event()
+
+    def holder(tx: Any) -> datetime:
+        tx.execute_raw("SELECT id FROM invocations WHERE id = %s FOR UPDATE", (invocation_id,))
+        locked.set()
+        time.sleep(0.5)
+        return tx.execute_raw("SELECT clock_timestamp()")[0][0]  # the lock is released after this, at COMMIT
+
+    released: list[datetime] = []
+    thread = threading.Thread(target=lambda: released.append(pg.transact(holder)))
+    thread.start()
+    assert locked.wait(10)
+
+    def waiter(tx: Any) -> datetime:
+        tx.host.lock_invocation(invocation_id)  # waits for the holder's COMMIT
+        return tx.now()
+
+    now = pg.transact(waiter)
+    thread.join(10)
+    assert released and now > released[0], (now, released)
+
+
+def test_an_application_connection_never_gets_a_pipeline(pg: Store, wire: list[tuple[str, bool]]) -> None:
+    invocation_id = _invocation(pg)
+    with psycopg.connect(postgres_url()) as conn:
+        wire.clear()
+        with pg.unit_on(conn) as tx:
+            tx.host.lock_invocation(invocation_id)
+            tx.now()
+        conn.rollback()
+    assert wire and not any(piped for _, piped in wire), wire
+    assert any(text.startswith("SELECT clock_timestamp()") for text, _ in wire), wire

@@ -5,8 +5,9 @@ clock decides when it expires, and the one clock every worker shares is the serv
 reads ``clock_timestamp()`` once (``PostgresExecutor.now``) and every statement of that decision uses
 that instant, so the rows it writes and the lease events it records agree, exactly as on SQLite; lease
 deadlines are computed by the server (``:now + make_interval(secs => :lease_seconds)``). The hot outbox
-units (``EAGER_CLOCK_UNITS``) read the instant in the same round trip as their BEGIN (ADR 0018), every other
-unit at its first ``now()``, after the locks it takes first. So a statement that later waits on a row lock
+units (``EAGER_CLOCK_UNITS``) read the instant in the same round trip as their BEGIN (ADR 0018), a host unit
+in the same round trip as its invocation row lock, after it (``CLOCK_WITH_LOCK``, ADR 0098), every other unit
+at its first ``now()``, after the locks it takes first. So a statement that later waits on a row lock
 judges expiry by a slightly earlier instant: it can only see a lease as *less* expired (and a deadline it
 computes is only nearer), never steal an active one.
 
@@ -74,6 +75,13 @@ _BEGIN_WRITE_LAZY = b"BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE"
 _BEGIN_READ = b"BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 #: Whether libpq has pipeline mode (14 and newer; psycopg's binary wheel bundles one), for ADR 0098.
 _PIPELINE = psycopg.Pipeline.is_supported()
+_READ_CLOCK = b"SELECT clock_timestamp()"
+#: The statements that take the first lock of the host's lock order, the invocation row (ADR 0022). A unit
+#: that has no instant yet reads the clock in the same round trip, on the server right after the lock is
+#: granted (ADR 0098): every host writer serializes on that lock, so the instant is read where it would be
+#: read at the unit's first ``now()``, or earlier only by locks that cannot wait (the same row again) or that
+#: come later in the lock order, which can only make a lease look less expired, as for ``EAGER_CLOCK_UNITS``.
+CLOCK_WITH_LOCK = frozenset({"lock_invocation", "lock_invocation_for_adapter_write"})
 #: The units whose instant is read with BEGIN (one round trip less on the hot path, ADR 0018): they take no
 #: lock before deciding by the instant, so reading it earlier can only make a lease look less expired. Every
 #: other unit reads it at its first use, after the locks it takes first (the package lock of an admission or
@@ -183,8 +191,12 @@ class PostgresExecutor:
 
     backend = "postgres"
 
-    def __init__(self, conn: psycopg.Connection[Any], store: PostgresStore, *, single_name: str | None = None) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], store: PostgresStore, *, single_name: str | None = None,
+                 own_connection: bool = True) -> None:
         self._conn = conn
+        #: Whether the connection is the store's own (pooled): only then may a statement take the clock read
+        #: into a pipeline with it; an application's connection (``unit_on``) is used exactly as before.
+        self._own_connection = own_connection
         self._store = store
         self._now: datetime | None = None
         self.failure: FencepostError | None = None
@@ -289,15 +301,24 @@ class PostgresExecutor:
         try:
             with self._conn.cursor(row_factory=dict_row) as cursor:
                 begin, self._pending_begin = self._pending_begin, None
-                if begin is None:
-                    cursor.execute(query.sql, params)
-                elif not _PIPELINE:  # a libpq older than 14: BEGIN on its own, as before ADR 0098
+                clock = (_PIPELINE and self._own_connection and not self.single_statement and self._now is None
+                         and query.name in CLOCK_WITH_LOCK)
+                if not _PIPELINE and begin is not None:  # a libpq older than 14: BEGIN on its own (ADR 0098)
                     self._conn.execute(begin)
                     cursor.execute(query.sql, params)
+                elif begin is None and not clock:
+                    cursor.execute(query.sql, params)
                 else:
-                    with self._conn.pipeline():  # BEGIN and the first statement in one round trip (ADR 0098)
-                        self._conn.execute(begin)
+                    # One round trip: the deferred BEGIN, the statement, and the clock read after its lock.
+                    with self._conn.pipeline():
+                        if begin is not None:
+                            self._conn.execute(begin)
                         cursor.execute(query.sql, params)
+                        instant = self._conn.execute(_READ_CLOCK) if clock else None
+                    if instant is not None:
+                        row = instant.fetchone()
+                        assert row is not None
+                        self.start(row[0])
                 rows = [_utc_row(r) for r in cursor.fetchall()] if _has_rows(cursor) else []
                 return Result(rows=rows, rowcount=cursor.rowcount if cursor.rowcount >= 0 else len(rows))
         except psycopg.Error as error:
@@ -584,7 +605,7 @@ class PostgresStore(Store):
                 cursor.execute(_SET_SESSION, (search_path, "UTC", lock_timeout))
         except psycopg.Error as error:
             raise translate_postgres_error(error, self.scrub) from None
-        executor = PostgresExecutor(conn, self)
+        executor = PostgresExecutor(conn, self, own_connection=False)
 
         def restore() -> None:
             # After a failed statement the transaction is aborted and its rollback reverts the settings.
