@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,7 +21,7 @@ from fencepost.store import Store, open_store
 from fencepost.store.base import StoreBusy
 from fencepost.store.host_records import NewEvent, Subject
 from fencepost.store.ports import UnitOfWork
-from fencepost.store.postgres.store import PostgresStore, _Scrubber, translate_postgres_error
+from fencepost.store.postgres.store import _CREATE_SCHEMA_TABLE, PostgresStore, _Scrubber, translate_postgres_error
 from helpers.store_backends import (
     StoreBackend,
     admin_connect,
@@ -358,3 +359,43 @@ def test_a_temporary_table_of_the_counters_name_cannot_stand_in_for_it(pg_backen
         assert conn.execute(b"SELECT count(*) FROM pg_temp.host_event_sequences").fetchone() == (0,)
     pg.transact(lambda tx: tx.events.append_event(_event(2)))
     assert _log(pg) == [(1, "evt-1"), (2, "evt-2")]
+
+
+def test_migrate_waits_for_another_runs_step_longer_than_the_lock_timeout(pg_backend: StoreBackend) -> None:
+    """A second ``fencepost migrate`` waits for the first however long its step takes (a step rebuilding an
+    index over a large history takes longer than the 5 s lock timeout), instead of failing with StoreBusy."""
+    store = pg_backend.open(lock_timeout_seconds=0.2)
+    with psycopg.connect(postgres_url(), autocommit=True) as holder:
+        holder.execute("SET search_path TO " + str(pg_backend.schema))
+        holder.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (0x6670, pg_backend.schema))
+        done: list[object] = []
+        thread = threading.Thread(target=lambda: done.append(store.migrate()))
+        thread.start()
+        time.sleep(1.0)  # five lock timeouts
+        assert done == [] and thread.is_alive()
+        holder.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (0x6670, pg_backend.schema))
+        thread.join(60)
+    assert done and len(done[0]) == store.expected_version  # type: ignore[arg-type]
+    store.require_schema()
+
+
+def test_a_migration_step_blocked_on_its_tables_says_what_to_stop(pg_backend: StoreBackend) -> None:
+    store = pg_backend.open(lock_timeout_seconds=0.3)
+    steps = store.migrations()
+    with store._connection() as conn:  # apply every step but the last by hand, as an older fencepost would
+        for step in steps[:-1]:
+            with conn.transaction():
+                conn.execute(step.sql.encode("utf-8"))
+                conn.execute(_CREATE_SCHEMA_TABLE.encode("utf-8"))
+                conn.execute("INSERT INTO fencepost_schema VALUES (%s, %s, %s, clock_timestamp())",
+                             (step.version, step.name, step.checksum))
+    last = steps[-1]
+    with psycopg.connect(postgres_url()) as reader:  # an open session reading the history, as a report would
+        reader.execute("SET search_path TO " + str(pg_backend.schema))
+        reader.execute("SELECT count(*) FROM lease_events")
+        with pytest.raises(StoreBusy) as refused:
+            store.migrate()
+        reader.rollback()
+    message = str(refused.value)
+    assert f"migration {last.version:04d}_{last.name}" in message and "stop the workers" in message, message
+    assert [s.version for s in store.migrate()] == [last.version]  # once the session is gone, it applies

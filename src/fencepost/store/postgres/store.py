@@ -663,23 +663,32 @@ class PostgresStore(Store):
     def migrate(self) -> list[MigrationStep]:
         """Apply pending migrations in order, each file as one script in its own transaction.
 
-        Each transaction first takes a transaction-scoped advisory lock (per schema), then re-reads the
-        applied versions, so concurrent ``fencepost migrate`` runs are safe: the second waits, finds the
-        step applied and skips it.
+        Each transaction first takes a transaction-scoped advisory lock (per schema), waiting for it without
+        a timeout, then re-reads the applied versions, so concurrent ``fencepost migrate`` runs are safe: the
+        second waits, however long the first's step takes, finds the step applied and skips it. The step's own
+        statements wait for their table locks at most the store's lock timeout.
 
         Returns:
             The steps applied by this call (empty when up to date).
         Raises:
             SchemaNotReady: an applied migration's checksum differs from the shipped file, or the
                 database is newer than this fencepost.
-            StoreBusy, StoreUnavailable, Conflict: translated driver errors (the failing step is rolled back).
+            StoreBusy: a step could not lock its tables within the lock timeout (the message names the
+                migration and what to stop), or another translated contention error.
+            StoreUnavailable, Conflict: translated driver errors (the failing step is rolled back).
         """
         applied_now = []
+        lock_timeout = f"{max(1, round(self.lock_timeout_seconds * 1000))}ms"
         with self._connection() as conn:
             try:
                 for step in self.migrations():
                     with conn.transaction():
+                        # Another run's step may hold the migration lock for longer than any lock timeout (a
+                        # step rebuilding an index over a large table): wait for it as long as it takes, then
+                        # give the step's own statements the store's lock timeout back.
+                        conn.execute(b"SET LOCAL lock_timeout = 0")
                         conn.execute(_MIGRATION_LOCK, (_MIGRATION_LOCK_CLASS,))
+                        conn.execute(b"SELECT set_config('lock_timeout', %s, true)", (lock_timeout,))
                         conn.execute(_CREATE_SCHEMA_TABLE.encode("utf-8"))
                         applied = self._applied(conn)
                         if step.version in applied:
@@ -689,7 +698,14 @@ class PostgresStore(Store):
                                     "shipped with this fencepost; refusing to continue")
                             continue
                         # No parameters: psycopg sends the file as one simple-protocol script.
-                        conn.execute(step.sql.encode("utf-8"))
+                        try:
+                            conn.execute(step.sql.encode("utf-8"))
+                        except psycopg.errors.LockNotAvailable:
+                            raise StoreBusy(
+                                f"migration {step.version:04d}_{step.name} waited {self.lock_timeout_seconds:g} s "
+                                "for a lock on its tables and gave up: another session holds them; stop the "
+                                "workers, `fencepost serve` and any open session on this database, then run "
+                                "`fencepost migrate` again") from None
                         conn.execute(b"INSERT INTO fencepost_schema (version, name, checksum, applied_at) "
                                      b"VALUES (%s, %s, %s, clock_timestamp())",
                                      (step.version, step.name, step.checksum))

@@ -6,7 +6,8 @@
 -- (command_id, seq): the same rows, the same order per command, one index entry per row. seq stays an identity
 -- column and stays unique by construction.
 --
--- Rebuilding the key locks the table for as long as the index takes to build: run it with the workers stopped.
+-- Rebuilding the key locks the table for as long as the index takes to build (seconds per ten million rows): run
+-- it with the workers, `fencepost serve` and any open session on the database stopped.
 
 ALTER TABLE lease_events DROP CONSTRAINT lease_events_pkey;
 DROP INDEX lease_events_by_command;
