@@ -382,14 +382,14 @@ def test_migrate_waits_for_another_runs_step_longer_than_the_lock_timeout(pg_bac
 def test_a_migration_step_blocked_on_its_tables_says_what_to_stop(pg_backend: StoreBackend) -> None:
     store = pg_backend.open(lock_timeout_seconds=0.3)
     steps = store.migrations()
-    with store._connection() as conn:  # apply every step but the last by hand, as an older fencepost would
-        for step in steps[:-1]:
+    with store._connection() as conn:  # apply the steps before 0015 by hand, as an older fencepost did
+        for step in steps[:14]:
             with conn.transaction():
                 conn.execute(step.sql.encode("utf-8"))
                 conn.execute(_CREATE_SCHEMA_TABLE.encode("utf-8"))
                 conn.execute("INSERT INTO fencepost_schema VALUES (%s, %s, %s, clock_timestamp())",
                              (step.version, step.name, step.checksum))
-    last = steps[-1]
+    rebuild = steps[14]  # 0015 rebuilds the lease history's key under the table's lock
     with psycopg.connect(postgres_url()) as reader:  # an open session reading the history, as a report would
         reader.execute("SET search_path TO " + str(pg_backend.schema))
         reader.execute("SELECT count(*) FROM lease_events")
@@ -397,5 +397,23 @@ def test_a_migration_step_blocked_on_its_tables_says_what_to_stop(pg_backend: St
             store.migrate()
         reader.rollback()
     message = str(refused.value)
-    assert f"migration {last.version:04d}_{last.name}" in message and "stop the workers" in message, message
-    assert [s.version for s in store.migrate()] == [last.version]  # once the session is gone, it applies
+    assert f"migration {rebuild.version:04d}_{rebuild.name}" in message and "stop the workers" in message, message
+    assert [s.version for s in store.migrate()] == [s.version for s in steps[14:]]  # once the session is gone
+
+
+@pytest.mark.parametrize("call", [
+    "fencepost_is_json(payload)", "fencepost_is_json_object(payload)",
+    "fencepost_json_field(payload, ARRAY['i'])", "fencepost_json_array_length(payload, ARRAY['a'])",
+])
+def test_the_json_check_functions_work_in_a_parallel_query(pg: Store, call: str) -> None:
+    """A parallel worker cannot open the subtransaction of a PL/pgSQL EXCEPTION block; with the functions marked
+    PARALLEL SAFE, `fencepost audit` failed on a commands table large enough for a parallel scan."""
+    seed(pg, "c1", "c2")
+
+    def unit(tx: UnitOfWork) -> int:
+        version = int(tx.execute_raw("SHOW server_version_num")[0][0])
+        forced = "debug_parallel_query" if version >= 160000 else "force_parallel_mode"
+        tx.execute_raw(f"SET LOCAL {forced} = on")  # plan every parallel-safe query as a parallel one
+        return int(tx.execute_raw(f"SELECT count(*) FROM commands WHERE ({call}) IS NOT DISTINCT FROM ({call})")[0][0])
+
+    assert pg.read(unit) == 2

@@ -7,8 +7,10 @@
 -- text parses: a plain ``value::json`` cast in a CHECK would raise a data exception (22P02) instead of a
 -- check violation, and PostgreSQL 15 has no ``IS JSON`` predicate. ``json`` (not ``jsonb``) mirrors SQLite's
 -- json_valid: syntax only, so a ``\u0000`` escape is accepted.
+-- PARALLEL UNSAFE, as every check function here with an EXCEPTION block: entering one starts a
+-- subtransaction, which a parallel worker cannot (migration 0016).
 CREATE FUNCTION fencepost_is_json(value text) RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL UNSAFE AS $$
 BEGIN
     PERFORM value::json;
     RETURN true;
@@ -160,7 +162,7 @@ $$;
 
 -- A field of a JSON text, or NULL when the text does not parse (the CHECK on the text itself reports that).
 CREATE FUNCTION fencepost_json_field(doc text, path text[]) RETURNS text
-LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL UNSAFE AS $$
 BEGIN
     RETURN doc::json #>> path;
 EXCEPTION WHEN data_exception THEN
@@ -169,7 +171,7 @@ END;
 $$;
 
 CREATE FUNCTION fencepost_json_array_length(doc text, path text[]) RETURNS integer
-LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL UNSAFE AS $$
 BEGIN
     RETURN json_array_length(doc::json #> path);
 EXCEPTION WHEN data_exception OR invalid_parameter_value THEN
@@ -380,7 +382,7 @@ CREATE TABLE workers (
 -- The action host (migration 0004, ADRs 0022-0027): invocations, their adapter rows, the host event log and
 -- its publication outbox.
 CREATE FUNCTION fencepost_is_json_object(doc text) RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL UNSAFE AS $$
 BEGIN
     RETURN json_typeof(doc::json) = 'object';
 EXCEPTION WHEN data_exception THEN

@@ -1,0 +1,5 @@
+-- fencepost control schema, version 16 (SQLite): nothing changes.
+--
+-- On PostgreSQL this version marks the JSON check functions PARALLEL UNSAFE: their EXCEPTION block opens a
+-- subtransaction, which PostgreSQL forbids while a query runs in parallel mode. SQLite's json_valid is a C
+-- function and SQLite has no parallel query. The version exists so that both backends count the same versions.
