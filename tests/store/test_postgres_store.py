@@ -417,3 +417,16 @@ def test_the_json_check_functions_work_in_a_parallel_query(pg: Store, call: str)
         return int(tx.execute_raw(f"SELECT count(*) FROM commands WHERE ({call}) IS NOT DISTINCT FROM ({call})")[0][0])
 
     assert pg.read(unit) == 2
+
+
+def test_a_connection_lost_inside_a_savepoint_is_busy_so_the_whole_unit_is_retried(pg: Store) -> None:
+    """A group commit runs each unit in a savepoint. When the connection drops, rolling back to the savepoint
+    fails too; that must surface as StoreBusy (Store.transact retries the whole group), not as
+    TransactionAborted, which ended every unit of the group failed after an outage of seconds."""
+    with pytest.raises(StoreBusy), pg.transaction() as tx:  # type: ignore[attr-defined]
+        pid = tx.execute_raw("SELECT pg_backend_pid()")[0][0]
+        with tx.savepoint():
+            with psycopg.connect(postgres_url(), autocommit=True) as killer:
+                killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            tx.execute_raw("SELECT 1")
+    assert pg.read(lambda tx: tx.execute_raw("SELECT 1")) == [(1,)]  # the pool hands out a live connection

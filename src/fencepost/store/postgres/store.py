@@ -362,7 +362,12 @@ class PostgresExecutor:
         try:
             self._conn.execute(f"ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}".encode())
         except psycopg.Error as error:
-            self._fail(error)
+            failure = self._fail(error)
+            if isinstance(failure, StoreBusy):
+                # The connection is gone (or the server too busy to answer): the whole transaction is lost and
+                # nothing of it committed, so Store.transact retries all of it, a group commit's other units
+                # included, as for any busy error, rather than ending every unit of the group as failed.
+                raise failure from None
             raise TransactionAborted(f"a nested unit could not be rolled back alone: {error}") from None
         self.failure = None
 
