@@ -54,6 +54,15 @@ class TestCanonicalJson:
             with pytest.raises(ValueError, match="non-finite"):
                 parse_json(f'{{"x": {literal}}}')
 
+    def test_parse_takes_utf8_and_utf16_bytes_as_json_loads_does(self) -> None:
+        text = '{"name": "Zoë", "n": [1, 2.5]}'
+        assert parse_json(text.encode("utf-8")) == parse_json(text.encode("utf-16")) == parse_json(text)
+
+    def test_a_refused_literal_does_not_spoil_the_next_parse(self) -> None:
+        with pytest.raises(ValueError, match="non-finite"):
+            parse_json("[NaN]")
+        assert parse_json('{"x": 1}') == {"x": 1}
+
     def test_parse_then_canonical_round_trips(self) -> None:
         text = canonical_json({"b": [1, 2.5, "x"], "a": {"c": False}})
         assert canonical_json(parse_json(text)) == text
