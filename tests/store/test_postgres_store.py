@@ -79,6 +79,16 @@ def test_an_unreachable_or_wrong_url_is_one_clear_line(url: str) -> None:
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
 
 
+def test_a_missing_database_says_to_create_it_then_migrate() -> None:
+    url = "postgresql://postgres:hunter2secret@127.0.0.1:5432/fencepost_no_such_database"
+    with pytest.raises(StoreUnavailable) as caught:
+        open_store(url, connect_timeout_seconds=2)
+    message = str(caught.value)
+    assert 'database "fencepost_no_such_database" does not exist' in message
+    assert 'CREATE DATABASE "fencepost_no_such_database"' in message and "fencepost migrate" in message
+    assert "hunter2secret" not in message and "\n" not in message
+
+
 def test_a_malformed_url_is_refused_as_input_before_any_connection() -> None:
     url = "postgresql://postgres:hunter2secret@127.0.0.1:notaport/test"
     with pytest.raises(InvalidInput) as caught:

@@ -67,6 +67,7 @@ _BUSY_STATES = {"40001", "40P01", "55P03"}
 # First key of the migration advisory lock ("fp" in ASCII); the second is a hash of the schema name, so
 # migrations of different schemas in one database do not wait for each other.
 _MIGRATION_LOCK_CLASS = 0x6670
+_MISSING_DATABASE = re.compile(r'^database "(.*)" does not exist$')
 _URL_IN_TEXT = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 
 #: A write unit's BEGIN together with the store clock's read (``store_now``'s clock_timestamp()).
@@ -450,7 +451,13 @@ class PostgresStore(Store):
         # libpq: "connection failed: connection to server at "h", port p failed: FATAL:  <reason>\n\t<hint>"
         line = self.scrub(str(error))
         reason = line.rsplit("failed:", 1)[-1].strip() if "failed:" in line else line
-        return reason.removeprefix("FATAL:").strip() or "no detail"
+        reason = reason.removeprefix("FATAL:").strip() or "no detail"
+        missing = _MISSING_DATABASE.search(reason)
+        if missing:  # the first thing a new user meets: say what to do (the server sends no SQLSTATE here)
+            name = missing.group(1).replace('"', '""')
+            reason += (f"; create it first (createdb, or CREATE DATABASE \"{name}\" as a user allowed to), "
+                       "then run fencepost migrate")
+        return reason
 
     def configure_session(self, conn: psycopg.Connection[Any]) -> None:
         """Apply this store's session settings to a connection it did not pool (the LISTEN connection)."""
