@@ -323,3 +323,34 @@ def test_the_summary_keeps_every_cell_whole_in_an_80_column_terminal(monkeypatch
         assert f"verdict {verdict}; SimPay ledger 1 payout, 1 call(s)" in text, text
         assert f"evidence: {_evidence(row)}" in text and f"{row.scenario.number:>3}. {row.scenario.title}" in text
     assert "…" not in text and "[/" not in text and "every row holds" in text, text
+
+
+def test_the_next_steps_name_every_open_row_and_quote_the_database(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    """Row 12 (poison) never called the provider, so it has no key to look up; it still needs an operator, and
+    the printed commands must survive a database path with a space when pasted into a shell."""
+    import io
+    import shlex
+
+    from rich.console import Console
+
+    from fencepost.cli import demo_cmd, render
+
+    out = io.StringIO()
+    monkeypatch.setattr(render, "console", Console(file=out, width=300, highlight=False, soft_wrap=True))
+    by_number = {s.number: s for s in SCENARIOS}
+    timed_out = Row(by_number[4], invocation_id="inv_4", status="reconciliation_required",
+                    adapter_invocation_id="ai_4")
+    poison = Row(by_number[12], invocation_id="inv_12", status="reconciliation_required")
+    fine = Row(by_number[1], invocation_id="inv_1", status="succeeded", adapter_invocation_id="ai_1")
+    database = f"sqlite:///{tmp_path}/my demo/fencepost-demo.db"
+    demo_cmd._print_next_steps(Report(tmp_path, database, "http://127.0.0.1:1", [fine, timed_out, poison], 1.0))
+    lines = [line.strip() for line in out.getvalue().splitlines()]
+    commands = [shlex.split(line[line.index("fencepost "):]) for line in lines if "fencepost host" in line]
+    assert ["fencepost", "host", "show", "inv_4", "--database", database] in commands
+    assert ["fencepost", "host", "show", "inv_12", "--database", database] in commands
+    resolve = [c for c in commands if c[:3] == ["fencepost", "host", "resolve"]]
+    assert resolve == [["fencepost", "host", "resolve", "inv_12", "--failed", "--as", "ops:you", "--note",
+                        "no provider call; the handler killed its worker", "--database", database]]
+    assert not any(c[3] == "inv_1" for c in commands)
+    assert "provider key ai_4" in out.getvalue() and "provider key ai_12" not in out.getvalue()

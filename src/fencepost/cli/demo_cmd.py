@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -95,6 +96,7 @@ def _print_table(report: Report) -> None:
 
 
 def _print_next_steps(report: Report) -> None:
+    database = shlex.quote(report.database)
     unknown = [r for r in report.rows if r.status == "reconciliation_required" and r.adapter_invocation_id]
     if unknown:
         ledger = report.directory / "simpay-ledger.db"
@@ -103,12 +105,22 @@ def _print_next_steps(report: Report) -> None:
         for row in unknown:
             payout = f", payout {row.external_reference}" if row.external_reference else ""
             render.console.print(f"  {row.scenario.number:>2}. fencepost host show {row.invocation_id} --database "
-                                 f"{report.database}\n      provider key {row.adapter_invocation_id}{payout}",
+                                 f"{database}\n      provider key {row.adapter_invocation_id}{payout}",
                                  markup=False)
         render.console.print(f"  SimPay's ledger stays in {ledger}: `python -m fencepost.demo.simpay --ledger "
                              f"{ledger}` serves it again, GET /v1/charges?key=KEY answers what it charged, and "
                              "GET /_ledger lists its payouts and every webhook it sent",
                              markup=False)
+    never_called = [r for r in report.rows if r.status == "reconciliation_required" and not r.adapter_invocation_id]
+    if never_called:
+        render.console.print("no provider was called for these: the handler never got as far as a step, so there is "
+                             "nothing to look up; fix what kills the worker, then settle the invocation failed",
+                             markup=False)
+        for row in never_called:
+            render.console.print(f"  {row.scenario.number:>2}. fencepost host show {row.invocation_id} --database "
+                                 f"{database}\n      fencepost host resolve {row.invocation_id} --failed "
+                                 f"--as ops:you --note 'no provider call; the handler killed its worker' "
+                                 f"--database {database}", markup=False)
     if report.stray_findings:
         render.console.print("audit findings that no row explains:", markup=False)
         for finding in report.stray_findings:
