@@ -43,6 +43,7 @@ def test_quick_sqlite_host_invocations_each_succeed_once_with_one_adapter_row() 
         commits = count_commits(url, 10, batch=10, concurrency=2)
     assert commits["verified"]["ok"], commits["verified"]
     assert commits["submit"] == {"host.submit": 10}
+    assert commits["reads"]["submit"] == 0  # the submit's view is read inside its own write unit
     for name in ("host.claim", "host.handler", "host.step.row", "host.step.checkpoint", "host.finalize"):
         assert commits["worker_units"][name] == 10, commits["worker_units"]  # grouped or alone, once each
     assert sum(commits["worker"].values()) <= sum(commits["worker_units"].values()), commits

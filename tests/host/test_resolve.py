@@ -202,3 +202,20 @@ def _cli_flow(backend: StoreBackend, inv: InvocationView) -> None:
 
 def _quote(value: str | None) -> str:
     return "NULL" if value is None else "'" + value.replace("'", "''") + "'"
+
+
+def test_a_replayed_submit_shows_the_resolution_as_get_does(store: Store, backend: StoreBackend,
+                                                            ledger: Ledger) -> None:
+    """Submitting the same key again returns the stored invocation as ``get`` shows it: steps, resolution and
+    all, whether fencepost opens the unit or the caller's transaction is used (its view once lacked the
+    resolution)."""
+    host, before = ambiguous(store, backend, ledger)
+    host.resolve(before.id, "failed", operator="ops:1", note="no charge at SimPay")
+    shown = host.get(before.id)
+    assert shown.resolution is not None and shown.steps
+    again = host.submit("shop.charge", {**PARAMS, "order_id": "k1"}, actor="u1", idempotency_key="k1")
+    assert again == shown
+    with store.transaction() as tx:
+        in_caller_tx = host.submit("shop.charge", {**PARAMS, "order_id": "k1"}, actor="u1", idempotency_key="k1",
+                                   tx=tx)
+    assert in_caller_tx == shown

@@ -210,6 +210,12 @@ class InvocationView:
                 "resolution": self.resolution, "state": self.state}
 
 
+def read_view(tx: UnitOfWork, record: InvocationRecord) -> InvocationView:
+    """``record``'s view with its steps, resolution and state, read in ``tx`` (what ``Host.get`` returns)."""
+    return view(record, tx.host.list_adapter_invocations(record.id),
+                resolution_json(tx.host.get_resolution(record.id)), state_json(tx, record))
+
+
 def view(record: InvocationRecord, rows: Iterable[AdapterRecord],
          resolution: dict[str, Any] | None = None, state: dict[str, Any] | None = None) -> InvocationView:
     """An ``InvocationView`` of a stored invocation, its adapter rows, its resolution and its state (plain JSON or
@@ -419,7 +425,7 @@ class Host:
 
         kind = kind_of(action.id, action.version)
 
-        def unit(tx: UnitOfWork) -> tuple[InvocationRecord, ClaimedCommand | None]:
+        def unit(tx: UnitOfWork) -> tuple[InvocationRecord, ClaimedCommand | None, InvocationView | None]:
             existing = tx.host.find_invocation(tenant_id=tenant, space_id=space, action_id=action.id,
                                                idempotency_key=idempotency_key)
             if existing is None and tx.host.insert_invocation(new):
@@ -429,36 +435,41 @@ class Host:
                     stored = tx.host.get_invocation(new.id)
                     assert stored is not None
                     tx.events.append_event_with_outbox(invocation_event(stored, STARTED, {"mode": "inline"}))
-                    return stored, ClaimedCommand(new.id, kind, {"invocation_id": new.id}, lease)
+                    return stored, ClaimedCommand(new.id, kind, {"invocation_id": new.id}, lease), None
                 tx.outbox.insert(command_id=new.id, kind=kind, payload={"invocation_id": new.id})
                 stored = tx.host.get_invocation(new.id)
                 assert stored is not None
-                return stored, None
+                # Written by this unit: no steps and no resolution yet. The view is read here rather than in a
+                # transaction of its own after COMMIT (one unit per submit, not two).
+                return stored, None, view(stored, (), state=state_json(tx, stored))
             winner = existing or tx.host.find_invocation(tenant_id=tenant, space_id=space, action_id=action.id,
                                                          idempotency_key=idempotency_key)
             if winner is None:  # pragma: no cover - the insert lost to a row this unit cannot see
                 raise Conflict("the idempotency key is being written concurrently; submit again")
             check_replay(winner, action_version=action.version, actor=actor, authority=authority, params=plain,
                          key=self.config.params_digest_key)
-            return winner, None
+            return winner, None, read_view(tx, winner)
 
         if tx is not None:
             # The caller's unit: no retry (a busy retry would replay the caller's own writes, which only the
             # caller can do) and no read through a unit of ours, which could not see this uncommitted row.
-            record, _ = unit(tx)
-            return view(record, tx.host.list_adapter_invocations(record.id), state=state_json(tx, record))
-        record, claimed = self.store.transact(unit, name="host.submit")
-        if claimed is not None:  # inserted running under this caller's lease: its status change (S3)
-            telemetry.emit(self.runtime.telemetry, telemetry.STATUS, invocation_id=record.id,
-                           status=str(InvocationStatus.RUNNING))
-            ctx = CommandContext(self.store, claimed, self.config.lease_seconds)
-            self._run_inline(ctx, fresh=True)
-            try:
-                return self.get(record.id)
-            except StoreUnavailable as error:  # the run's outcome is stored; only reading it back failed
-                raise StoreUnavailable(f"invocation {record.id} ran; reading its outcome back failed ({error}): "
-                                       "read it again with get()") from error
-        return self.get(record.id)
+            _, _, shown = unit(tx)
+            assert shown is not None  # Inline() was refused above
+            return shown
+        record, claimed, shown = self.store.transact(unit, name="host.submit")
+        if shown is not None:
+            return shown
+        assert claimed is not None  # the unit shows what it wrote or found unless it started an inline run
+        # Inserted running under this caller's lease: its status change (S3), then the run, then its outcome.
+        telemetry.emit(self.runtime.telemetry, telemetry.STATUS, invocation_id=record.id,
+                       status=str(InvocationStatus.RUNNING))
+        ctx = CommandContext(self.store, claimed, self.config.lease_seconds)
+        self._run_inline(ctx, fresh=True)
+        try:
+            return self.get(record.id)
+        except StoreUnavailable as error:  # the run's outcome is stored; only reading it back failed
+            raise StoreUnavailable(f"invocation {record.id} ran; reading its outcome back failed ({error}): "
+                                   "read it again with get()") from error
 
     def _redacted_params(self, action: Action, plain: dict[str, Any]) -> dict[str, Any]:
         """Q1: the params as stored and executed, redacted once; they must still validate, since every run
@@ -615,10 +626,7 @@ class Host:
 
         def read(tx: UnitOfWork) -> InvocationView | None:
             record = tx.host.get_invocation(invocation_id)
-            if record is None:
-                return None
-            return view(record, tx.host.list_adapter_invocations(invocation_id),
-                        resolution_json(tx.host.get_resolution(invocation_id)), state_json(tx, record))
+            return None if record is None else read_view(tx, record)
 
         found = self.store.read(read)
         if found is None:
