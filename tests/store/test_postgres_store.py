@@ -89,6 +89,15 @@ def test_a_missing_database_says_to_create_it_then_migrate() -> None:
     assert "hunter2secret" not in message and "\n" not in message
 
 
+def test_a_server_not_reached_names_where_fencepost_looked() -> None:
+    """From a new user's trial: a wrong port said only "Connection refused"."""
+    with pytest.raises(StoreUnavailable) as caught:
+        open_store("postgresql://postgres:hunter2secret@127.0.0.1:1/test", connect_timeout_seconds=2)
+    message = str(caught.value)
+    assert "127.0.0.1 port 1: Connection refused; is PostgreSQL running there" in message, message
+    assert "hunter2secret" not in message
+
+
 def test_a_malformed_url_is_refused_as_input_before_any_connection() -> None:
     url = "postgresql://postgres:hunter2secret@127.0.0.1:notaport/test"
     with pytest.raises(InvalidInput) as caught:

@@ -67,6 +67,7 @@ _BUSY_STATES = {"40001", "40P01", "55P03"}
 # First key of the migration advisory lock ("fp" in ASCII); the second is a hash of the schema name, so
 # migrations of different schemas in one database do not wait for each other.
 _MIGRATION_LOCK_CLASS = 0x6670
+_SERVER_IN_TEXT = re.compile(r'connection to server (?:at "([^"]*)", port (\d+)|on socket "([^"]*)") failed:')
 _MISSING_DATABASE = re.compile(r'^database "(.*)" does not exist$')
 _URL_IN_TEXT = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 
@@ -451,6 +452,12 @@ class PostgresStore(Store):
         # libpq: "connection failed: connection to server at "h", port p failed: FATAL:  <reason>\n\t<hint>"
         line = self.scrub(str(error))
         reason = line.rsplit("failed:", 1)[-1].strip() if "failed:" in line else line
+        if not reason.startswith("FATAL:"):  # the server was not reached: say where fencepost looked
+            where = _SERVER_IN_TEXT.search(line)
+            if where:
+                place = (f"{where.group(1)} port {where.group(2)}" if where.group(1) is not None
+                         else f"socket {where.group(3)}")
+                return f"{place}: {reason}; is PostgreSQL running there and accepting connections?"
         reason = reason.removeprefix("FATAL:").strip() or "no detail"
         missing = _MISSING_DATABASE.search(reason)
         if missing:  # the first thing a new user meets: say what to do (the server sends no SQLSTATE here)
