@@ -29,6 +29,9 @@ APP = textwrap.dedent('''
     class Echo:
         type, vendor = "echo", "local"
         def execute(self, call):
+            if call.input["order_id"].startswith("slow-"):
+                import time
+                time.sleep(60)
             if call.input["order_id"] == "decline":
                 return PermanentFailure("card declined")
             if call.input["order_id"].startswith("payout-"):
@@ -352,3 +355,66 @@ def test_params_that_are_not_json_say_where_the_json_breaks(app_dir: Path) -> No
     assert refused.returncode == 2, refused.stderr
     assert "--params must be a JSON object; it is not valid JSON: Expecting property name enclosed in double " \
            "quotes (line 1 column 2)" in refused.stderr, refused.stderr
+
+
+def test_params_naming_a_key_twice_are_refused_not_silently_the_last(app_dir: Path) -> None:
+    """From a new user's trial: ``{"order_id": "o-91", ..., "order_id": "o-92"}`` was stored as o-92, exit 0."""
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    for option, value in (("--params", '{"order_id": "o-91", "amount": 5, "order_id": "o-92"}'),
+                          ("--params", '{"outer": {"a": 1, "a": 2}}')):
+        refused = run_cli(["host", "submit", "shop.echo", "--app", "shopapp:make", "--key", "k", option, value,
+                           "-d", url], cwd=app_dir)
+        assert refused.returncode == 2, refused.describe()
+        assert f"{option} must be a JSON object: duplicate key" in refused.stderr, refused.stderr
+    listed = run_cli(["host", "list", "-d", url, "--json"], cwd=app_dir)
+    assert listed.returncode == 0 and json.loads(listed.stdout) == {"invocations": []}, listed.describe()
+
+
+def test_an_interrupted_inline_submit_names_the_invocation_and_who_finishes_it(app_dir: Path) -> None:
+    """From a new user's trial: Ctrl-C of ``host submit --inline`` exited 130 without a word, the invocation left
+    running under the dead caller's lease."""
+    import signal
+    import subprocess
+    import time
+
+    from fencepost.store import open_store
+
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fencepost.cli", "host", "submit", "shop.echo", "--app", "shopapp:make", "--params",
+         '{"order_id": "slow-1"}', "--key", "s1", "--inline", "-d", url],
+        cwd=app_dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**__import__("os").environ, "PYTHONPATH": str(app_dir)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal's foreground job
+    store = open_store(url)
+    try:
+        deadline = time.monotonic() + 30
+        # The step's row is written running before the provider is called: the run is then in the slow call.
+        while not store.read(lambda tx: [a for i in tx.host.list_invocations()
+                                         for a in tx.host.list_adapter_invocations(i.id)]):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        [invocation] = store.read(lambda tx: tx.host.list_invocations())
+    finally:
+        store.close()
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    assert f"invocation {invocation.id} is still running under this process's lease" in stderr, stderr
+    assert "takes it over once the lease expires" in stderr and "Traceback" not in stderr, stderr
+    assert stderr.count("interrupted") == 1, stderr
+
+
+def test_a_closed_stdout_ends_the_command_with_141_not_the_gate_blocked_code(app_dir: Path) -> None:
+    """From a new user's trial: ``fencepost ... | head -1`` exited 1 without a word once ``head`` left, and 1 is
+    ``rehearse``'s code for a blocked release gate."""
+    import subprocess
+
+    for args in (["--help"], ["host", "list", "-d", f"sqlite:///{app_dir / 'fp.db'}"]):
+        proc = subprocess.Popen([sys.executable, "-m", "fencepost.cli", *args], cwd=app_dir,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        proc.stdout.close()  # the reader is gone before the first line is written
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 141, stderr
+        assert stderr == "fencepost: standard output was closed by its reader; stopped\n", stderr

@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 1 release gate blocked (or Attempt did not finish); 2 bad input or unknown id;
 3 conflicting state (e.g. reconcile of an active lease); 4 schema not migrated; 5 store unavailable or a record
-fails verification; 6 a start guard is false. Errors map to codes in ``fencepost.cli.exit_codes``.
+fails verification; 6 a start guard is false; 130 interrupted; 141 stdout's reader went away (``cli.stdio``).
+Errors map to codes in ``fencepost.cli.exit_codes``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import typer
 
 from fencepost import __version__
 from fencepost.catalog.manifest import load_package
-from fencepost.cli import helptext, logs, render
+from fencepost.cli import helptext, logs, render, stdio
 from fencepost.cli.audit_cmd import audit
 from fencepost.cli.backup_cmd import backup
 from fencepost.cli.check_store_cmd import app as check_store_app
@@ -536,8 +537,16 @@ def main(prog_name: str | None = None) -> None:
         except UnicodeEncodeError:
             sys.stderr.write(f"fencepost: argument {position} is not valid UTF-8\n")
             raise SystemExit(2) from None
+    watch = stdio.interrupts
+    watch.install()
+    guarded = stdio.GuardedStdout(sys.stdout)
+    sys.stdout = guarded
     try:
         code = helptext.polish(typer.main.get_command(app))(prog_name=prog_name, standalone_mode=False)
+    except stdio.StdoutClosed:
+        stdio.silence_stdout()
+        stdio.say("fencepost: standard output was closed by its reader; stopped")
+        raise SystemExit(stdio.STDOUT_CLOSED_EXIT) from None
     except _CLICK_ERROR as error:
         # A usage error (a bad option value, a missing option or argument) is one line naming the command, as
         # every other refusal is, instead of Click's usage block and a framed box (a new user's trial).
@@ -555,4 +564,11 @@ def main(prog_name: str | None = None) -> None:
     except KeyboardInterrupt:
         sys.stderr.write("fencepost: interrupted\n")
         raise SystemExit(130) from None
+    finally:
+        sys.stdout = guarded.stream
+    if guarded.closed_by_reader:  # only another thread wrote after the reader left
+        stdio.silence_stdout()
+        raise SystemExit(stdio.STDOUT_CLOSED_EXIT)
+    if code == 130 and watch.interrupted and not watch.explained:  # Typer answered it with a silent 130
+        stdio.say("fencepost: interrupted")
     raise SystemExit(code if isinstance(code, int) else 0)

@@ -4,6 +4,7 @@ never with an import traceback (a break-it trial)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -13,6 +14,12 @@ def main(prog_name: str | None = None) -> None:
     Raises:
         SystemExit: always; 130 when interrupted during the import.
     """
+    # Started with a standard stream closed (`fencepost worker >&-`): Python then has None there, and the first
+    # print would fail. What the command says to a closed stream goes nowhere; the command still runs.
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - the process's own stream
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
     try:
         from fencepost.cli.app import main as run
     except KeyboardInterrupt:

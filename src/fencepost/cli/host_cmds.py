@@ -19,9 +19,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from fencepost.cli import render
+from fencepost.cli import render, stdio
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
 from fencepost.cli.exit_codes import exit_code
+from fencepost.core.canonical import parse_input_json
 from fencepost.core.errors import InvalidInput, RecoverableFinalization, SchemaNotReady
 from fencepost.core.statuses import CompletionDisposition, InvocationStatus
 from fencepost.host import Dispatch, Host, Inline, InvocationView
@@ -85,14 +86,14 @@ def _json_object(text: str, option: str) -> dict[str, Any]:
     """``text`` parsed as a JSON object. Raises ``InvalidInput`` naming ``option`` otherwise (also for JSON
     nested past the parser's recursion limit)."""
     try:
-        parsed = jsonlib.loads(text)
+        parsed = parse_input_json(text)
     except jsonlib.JSONDecodeError as error:
         raise InvalidInput(f"{option} must be a JSON object; it is not valid JSON: {error.msg} "
                            f"(line {error.lineno} column {error.colno})") from None
-    except ValueError:
-        raise InvalidInput(f"{option} must be a JSON object") from None
-    except RecursionError:  # the parser's own limit: bad input, not a crash of the command
-        raise InvalidInput(f"{option} is nested too deeply to be read") from None
+    except ValueError as error:  # a duplicate key, a non-finite number, nesting past the parser's limit
+        if "nests too deeply" in str(error):  # the parser's own limit: bad input, not a crash of the command
+            raise InvalidInput(f"{option} is nested too deeply to be read") from None
+        raise InvalidInput(f"{option} must be a JSON object: {error}") from None
     if not isinstance(parsed, dict):
         raise InvalidInput(f"{option} must be a JSON object")
     return parsed
@@ -241,6 +242,11 @@ def submit(
         try:
             view = host.submit(action, parsed, actor=actor, authority=authority, idempotency_key=key,
                                tenant=tenant, space=space, mode=Inline() if inline else Dispatch())
+        except KeyboardInterrupt:
+            if inline:  # the run stops here; say what is stored and who finishes it (a new user's trial)
+                _interrupted_inline(store, host, action=action, key=key, tenant=tenant, space=space)
+                stdio.interrupts.explained = True
+            raise
         except RecoverableFinalization as error:  # name the invocation, so the user can look at what is stored
             if error.invocation_id is None:
                 raise
@@ -252,6 +258,28 @@ def submit(
     emit(json, _view_json(view), lambda: _show_text(view))
     if inline and view.status in (InvocationStatus.FAILED, InvocationStatus.RECONCILIATION_REQUIRED):
         raise typer.Exit(1)
+
+
+def _interrupted_inline(store: Store, host: Host, *, action: str, key: str, tenant: str, space: str) -> None:
+    """Say on stderr what an interrupted ``submit --inline`` left: nothing (the same --key submits afresh), or the
+    invocation still running under this process's lease, which a worker takes over once it expires."""
+    try:
+        record = store.read(lambda tx: tx.host.find_invocation(tenant_id=tenant, space_id=space, action_id=action,
+                                                               idempotency_key=key))
+    except Exception:  # interrupted already: say what can be said, never a second traceback
+        record = None
+    if record is None:
+        sys.stderr.write("fencepost: interrupted before the invocation was stored; submitting again with the same "
+                         "--key is safe\n")
+        return
+    if record.status is not InvocationStatus.RUNNING:
+        sys.stderr.write(f"fencepost: interrupted; invocation {record.id} is {record.status} "
+                         f"(fencepost host show {record.id})\n")
+        return
+    sys.stderr.write(f"fencepost: interrupted; invocation {record.id} is still running under this process's lease: "
+                     f"a worker serving {action} takes it over once the lease expires (within "
+                     f"{host.config.lease_seconds:g} s) and recovers it or settles it reconciliation_required "
+                     f"(fencepost host show {record.id})\n")
 
 
 @app.command("show")

@@ -24,7 +24,7 @@ from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
 from fencepost.cli.exit_codes import FOLLOW_TIMEOUT_EXIT, INTERRUPTED_EXIT, RUN_VERDICT_EXIT
 from fencepost.cli.signals import acting_on_signals
 from fencepost.cli.workflow_follow import Followed, follow, headline, one_line, step_reason, steps_table, verdict_line
-from fencepost.core.canonical import parse_json
+from fencepost.core.canonical import parse_input_json, parse_json
 from fencepost.core.errors import InvalidInput, InvalidPlan
 from fencepost.core.statuses import WorkflowRunStatus
 from fencepost.rehearsal.views import iso
@@ -49,7 +49,7 @@ def parse_inputs(text: str) -> dict[str, Any]:
         InvalidPlan: not JSON, or JSON that is not an object (exit 2).
     """
     try:
-        parsed = parse_json(text)
+        parsed = parse_input_json(text)
     except ValueError as error:
         raise InvalidPlan(f"--inputs is not valid JSON: {error}") from None
     if not isinstance(parsed, dict):
@@ -71,7 +71,7 @@ def read_plan(plan_file: str) -> Any:
     except UnicodeDecodeError:
         raise InvalidPlan(f"the plan {source} is not UTF-8 text") from None
     try:
-        return parse_json(raw)
+        return parse_input_json(raw)
     except ValueError as error:
         raise InvalidPlan(f"the plan {source} is not valid JSON: {error}") from None
 

@@ -65,6 +65,33 @@ def _refuse_constant(literal: str) -> Any:
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"duplicate key {key!r} in a JSON object")
+        seen[key] = value
+    return seen
+
+
+_INPUT_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+
+
+def parse_input_json(text: str) -> JSONValue:
+    """Parse JSON that a person or a program hands in (a command-line option): as ``parse_json``, and an object
+    that names one key twice is refused instead of keeping the last value, which would silently drop the first
+    (``{"amount": 5, "amount": 500}``).
+
+    Raises:
+        ValueError: as ``parse_json``, or a duplicate key (named). ``json.JSONDecodeError`` (a ValueError) for
+            malformed JSON.
+    """
+    try:
+        return _INPUT_DECODER.decode(text)
+    except RecursionError:
+        raise ValueError("JSON nests too deeply") from None
+
+
 def parse_json(text: str) -> JSONValue:
     """Parse JSON text, refusing NaN/Infinity literals (they have no canonical form).
 

@@ -1,0 +1,113 @@
+"""The command line's standard streams when their reader goes away, and interrupts nobody else answered.
+
+``fencepost host list | head -1``: once ``head`` exits, the next write to stdout fails with ``BrokenPipeError``.
+Click answers that with a silent exit 1, which for ``fencepost rehearse`` is the code of a blocked release gate
+(a new user's trial). Here the failed write raises ``StdoutClosed`` instead, which no command's ``except
+Exception`` swallows, and the process exits 141 (the shell's 128 + SIGPIPE, what ``cat`` or ``grep`` exit with
+when killed by it). SIGPIPE itself stays ignored: restoring its default would also kill a worker or ``serve`` that
+writes to a socket whose peer is gone, where Python raises an error the code handles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any, TextIO
+
+#: The exit code when stdout's reader went away (128 + SIGPIPE).
+STDOUT_CLOSED_EXIT = 128 + signal.SIGPIPE
+
+
+class StdoutClosed(BaseException):
+    """Standard output's reader went away. A ``BaseException``, so that it ends the command as an interrupt does."""
+
+
+class GuardedStdout:
+    """``stream`` whose failed write (``BrokenPipeError``) raises ``StdoutClosed`` on the main thread.
+
+    Output of other threads is dropped once the pipe is gone (an exception there would only print a thread
+    traceback); the main thread's next write raises. Every other attribute is ``stream``'s.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.closed_by_reader = False
+
+    @property
+    def stream(self) -> TextIO:
+        """The stream guarded."""
+        return self._stream
+
+    def _broken(self) -> None:
+        self.closed_by_reader = True
+        if threading.current_thread() is threading.main_thread():
+            raise StdoutClosed
+
+    def write(self, text: str) -> int:
+        if self.closed_by_reader:
+            self._broken()
+            return len(text)
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._broken()
+            return len(text)
+
+    def flush(self) -> None:
+        if self.closed_by_reader:
+            return
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._broken()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def silence_stdout() -> None:
+    """Point file descriptor 1 at /dev/null, so that the interpreter's last flush at exit finds no broken pipe
+    (it would print ``Exception ignored ... BrokenPipeError``)."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ is not None else 1)
+        os.close(devnull)
+
+
+def say(line: str) -> None:
+    """Write one line to stderr, which may be the same closed pipe (``2>&1 | head``): then nothing is said."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+class InterruptWatch:
+    """SIGINT as Python answers it (``KeyboardInterrupt``), remembering that it came.
+
+    Typer turns a ``KeyboardInterrupt`` into a silent exit 130. A command that installs its own handlers (the
+    worker, ``rehearse``, ``serve``) replaces this one and says itself what the interrupt did; for every other
+    command ``interrupted`` tells the entry point to say it (``fencepost: interrupted``).
+    """
+
+    def __init__(self) -> None:
+        self.interrupted = False
+        #: Set by a command that said itself what the interrupt left (``host submit --inline``).
+        self.explained = False
+
+    def install(self) -> None:
+        """Take SIGINT over from Python's default handler; an ignored SIGINT (a background job) stays ignored."""
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        self.interrupted = True
+        raise KeyboardInterrupt
+
+
+#: The process's one watch, installed by the entry point.
+interrupts = InterruptWatch()
