@@ -382,3 +382,48 @@ def test_a_second_signal_releases_at_once_a_command_whose_handler_ignores_it(
     assert history(store, "c0")[-1] == ("release", "w-stubborn", 1)
     assert w.stats.released == 1 and w.stats.failed == 0 and w.stats.delivered == 0
     assert [r.worker_id for r in store.read(lambda tx: tx.workers.list_workers())] == []
+
+
+@pytest.mark.parametrize("stored", ["deep", "long-integer", "not-utf8"])
+def test_a_payload_that_cannot_be_read_fails_its_command_alone(store: Store, backend: StoreBackend,
+                                                               stored: str) -> None:
+    """A break-it trial: a command row written past the outbox port with a payload the worker cannot read back
+    (nesting past the parser's limit, an integer past Python's digit limit, text that is not UTF-8) failed the
+    whole claim at every worker of its kind, forever; the good commands behind it never ran."""
+    for i in range(4):
+        insert(store, f"good{i}")
+    insert(store, "poison")
+    text = {"deep": '{"pad": ' + "[" * 990 + "]" * 990 + "}",
+            "long-integer": '{"pad": ' + "1" * 5000 + "}"}.get(stored)
+
+    def tamper(tx: UnitOfWork) -> None:
+        if text is not None:
+            literal = text.replace("'", "''")
+            backend.inspect(tx, f"UPDATE commands SET payload = '{literal}' WHERE id = 'poison'")
+        elif backend.is_postgres:
+            backend.inspect(tx, "UPDATE commands SET payload = convert_from('\\x7b2261223a2280227d'::bytea, "
+                                "'UTF8') WHERE id = 'poison'")
+        else:  # bytes 0x80 inside a JSON string: valid JSON to SQLite's json_valid, not UTF-8 text
+            backend.inspect(tx, "UPDATE commands SET payload = CAST(X'7b2261223a2280227d' AS TEXT) "
+                                "WHERE id = 'poison'")
+
+    if stored == "not-utf8" and backend.is_postgres:  # the server refuses such text: the case cannot arise
+        with pytest.raises(FencepostError, match="invalid byte sequence"):
+            store.transact(tamper)
+        return
+    store.transact(tamper)
+    ran: list[str] = []
+    w = worker(store, backend, lambda ctx: ran.append(ctx.command.id), worker_id="w-a", batch_size=10,
+               lease=backend.long_lease)
+    assert w.run_once() == 5
+    assert sorted(ran) == ["good0", "good1", "good2", "good3"]  # the poison's handler never ran
+    assert all(command(store, f"good{i}").status is CommandStatus.DELIVERED for i in range(4))
+    [(status, deliveries, error)] = store.read(lambda tx: backend.inspect(
+        tx, "SELECT status, delivery_count, last_error FROM commands WHERE id = 'poison'"))
+    assert (status, deliveries) == ("FAILED", 1) and "payload cannot be read" in error, error
+    assert history(store, "poison") == [("claim", "w-a", 1), ("fail", "w-a", 1)]
+    if stored != "not-utf8":  # an operator's read of the row shows it, empty and saying why
+        record = command(store, "poison")
+        assert record.payload == {} and record.unreadable is not None and record.status is CommandStatus.FAILED
+    assert (w.stats.delivered, w.stats.failed) == (4, 1)
+    assert w.run_once() == 0  # never claimed again

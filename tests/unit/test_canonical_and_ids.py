@@ -161,3 +161,28 @@ def test_an_enqueued_payload_that_is_not_a_json_object_is_refused(tmp_path: Path
                                                           owner="w", lease_seconds=5))
     assert store.read(lambda tx: (tx.outbox.get("c1"), tx.outbox.get("c2"))) == (None, None)
     store.close()
+
+
+def test_a_value_nested_deeper_than_it_could_be_read_back_is_refused_at_write() -> None:
+    """A break-it trial: a payload nested 988 deep was written and then failed every claim that read it back
+    (the parser ran deeper in the stack than the writer's check)."""
+    from fencepost.core.canonical import MAX_DEPTH
+
+    def nested(depth: int) -> object:
+        value: object = 1
+        for _ in range(depth):
+            value = [value]
+        return value
+
+    assert parse_json(canonical_json({"pad": nested(MAX_DEPTH - 1)})) == {"pad": nested(MAX_DEPTH - 1)}
+    with pytest.raises(TypeError, match=f"nests deeper than {MAX_DEPTH} levels"):
+        canonical_json({"pad": nested(MAX_DEPTH)})
+    with pytest.raises(TypeError, match=r"nests too deeply|nests deeper"):
+        canonical_json(nested(5000))
+
+
+def test_an_integer_too_long_to_be_read_back_is_refused_at_write() -> None:
+    with pytest.raises(TypeError, match="more digits than JSON readers accept"):
+        canonical_json({"n": 10 ** 5000})  # built by arithmetic: int("1" * 5000) is refused by Python itself
+    big = int("9" * 4000)
+    assert parse_json(canonical_json({"n": big})) == {"n": big}

@@ -9,27 +9,45 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any
 
 JSONValue = Any  # a plain JSON value: dict[str, JSONValue] | list[JSONValue] | str | int | float | bool | None
 
 
-def _check(value: Any, path: str) -> None:
-    if value is None or isinstance(value, (str, bool, int)):
+#: The deepest nesting a canonical value may have. Every value written is read back later, often deeper in a
+#: call stack (a worker's claim, a slot thread); the parser's recursion limit is shared with the stack, so a
+#: value accepted near that limit could be written and then never read (a break-it trial). No plan, payload or
+#: evidence comes near it.
+MAX_DEPTH = 200
+
+#: The longest integer, in bits, whose decimal text Python parses back (``sys.get_int_max_str_digits``; 0 is no
+#: limit): a longer one is written and then refused on every read.
+_MAX_INT_BITS = int(sys.get_int_max_str_digits() * 3.32) if sys.get_int_max_str_digits() else None
+
+
+def _check(value: Any, path: str, depth: int = 0) -> None:
+    if value is None or isinstance(value, (str, bool)):
+        return
+    if isinstance(value, int):
+        if _MAX_INT_BITS is not None and value.bit_length() > _MAX_INT_BITS:
+            raise TypeError(f"integer at {path} has more digits than JSON readers accept")
         return
     if isinstance(value, float):
         if not math.isfinite(value):
             raise TypeError(f"non-finite number at {path}")
         return
+    if isinstance(value, (list, tuple, dict)) and depth >= MAX_DEPTH:
+        raise TypeError(f"value nests deeper than {MAX_DEPTH} levels at {path[:200]}")
     if isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            _check(item, f"{path}[{i}]")
+            _check(item, f"{path}[{i}]", depth + 1)
         return
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"non-string key {key!r} at {path}")
-            _check(item, f"{path}.{key}")
+            _check(item, f"{path}.{key}", depth + 1)
         return
     raise TypeError(f"value of type {type(value).__name__} at {path} is not plain JSON data")
 
@@ -46,9 +64,9 @@ def canonical_json(value: JSONValue) -> str:
     """
     try:
         _check(value, "$")
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except RecursionError:
         raise TypeError("value nests too deeply to be canonical JSON") from None
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def canonical_bytes(value: JSONValue) -> bytes:
@@ -92,11 +110,13 @@ def parse_input_json(text: str) -> JSONValue:
         raise ValueError("JSON nests too deeply") from None
 
 
-def parse_json(text: str) -> JSONValue:
-    """Parse JSON text, refusing NaN/Infinity literals (they have no canonical form).
+def parse_json(text: str | bytes | bytearray) -> JSONValue:
+    """Parse JSON text (or bytes in a UTF encoding, as ``json.loads`` takes them), refusing NaN/Infinity
+    literals (they have no canonical form).
 
     Raises:
-        ValueError: on malformed JSON, a non-finite literal, or nesting too deep to parse.
+        ValueError: on malformed JSON, a non-finite literal, nesting too deep to parse, a number past Python's
+            integer-digit limit, or bytes that are not text (``UnicodeDecodeError``).
     """
     if isinstance(text, bytes | bytearray):  # as json.loads takes them
         text = text.decode(json.detect_encoding(text), "surrogatepass")

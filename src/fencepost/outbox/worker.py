@@ -402,7 +402,10 @@ class Worker:
         """On a slot thread: the command's budget, then its handler, then what to do with its outcome."""
         try:
             spent = self._spent(ctx) if ctx.delivery > max_deliveries else 0
-            if spent >= max_deliveries:
+            if ctx.command.unreadable is not None:  # nothing can run it, now or on any later delivery
+                outcome = self._fail(ctx, f"the command's payload cannot be read ({ctx.command.unreadable}); "
+                                          "its handler did not run", unreadable=True)
+            elif spent >= max_deliveries:
                 outcome = self._exhausted(ctx, spent, max_deliveries)
             else:
                 ctx.start()
@@ -482,11 +485,15 @@ class Worker:
             log.warning("lease lost; work stopped", extra=extra)
 
     def _fail(self, ctx: CommandContext, text: str, *, timed_out: bool = False,
-              budget: DeliveryBudget | None = None) -> _Outcome:
+              budget: DeliveryBudget | None = None, unreadable: bool = False) -> _Outcome:
+        """FAILED under the lease, with the handler's failure verdict in the same unit (its budget verdict with
+        ``budget``); with ``unreadable`` the handler is left out, since it cannot tell what the command is."""
         text = text[:MAX_ERROR_CHARS]
         handler = self.registry.get(ctx.command.kind)
 
         def unit(tx: FencedUnit) -> None:
+            if unreadable:
+                return
             if budget is not None and isinstance(handler, BudgetAware):
                 handler.on_budget_exhausted(tx, ctx, budget)
             else:
@@ -510,7 +517,7 @@ class Worker:
             log.error("failure verdict not recorded: the store failed; the lease is left to expire", extra={
                 "event": "command_abandoned", "command_id": ctx.command.id, "error": str(error)})
             return _Outcome.ABANDONED
-        if isinstance(handler, FailureFollowUp):
+        if isinstance(handler, FailureFollowUp) and not unreadable:
             try:
                 handler.after_failure(ctx, budget)
             except Exception as error:  # the verdict stands; the handler's evidence is what is missing

@@ -30,12 +30,19 @@ class Lease:
 
 @dataclass(frozen=True)
 class ClaimedCommand:
-    """A command handed to a worker with its lease."""
+    """A command handed to a worker with its lease.
+
+    ``unreadable``: why the stored payload could not be read back as a JSON object (a row written past the
+    outbox port: nesting or a number beyond the parser's limits, text that is not UTF-8), with ``payload``
+    then empty; None for every command written through ``insert``. The worker fails such a command at once
+    without running its handler, instead of failing the whole claim and with it every worker of its kind.
+    """
 
     id: str
     kind: str
     payload: dict[str, Any]
     lease: Lease
+    unreadable: str | None = None
 
     @property
     def delivery(self) -> int:
@@ -59,6 +66,9 @@ class CommandRecord:
     delivery_count: int
     finished_at: datetime | None
     last_error: str | None
+    #: Why the stored payload could not be read back (``payload`` is then empty); None for every command
+    #: written through the outbox port (``ClaimedCommand.unreadable``).
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True)

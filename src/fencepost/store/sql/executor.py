@@ -105,12 +105,13 @@ class Statements(Protocol):
 
 
 def json_object(raw: Any, what: str = "value") -> dict[str, Any]:
-    """A stored JSON object column (text on SQLite, text or already decoded on PostgreSQL) as a dict.
+    """A stored JSON object column (text, or UTF-8 bytes, on SQLite; text or already decoded on PostgreSQL) as a
+    dict.
 
     Raises:
         ValueError: it is not a JSON object (``what`` names it in the message).
     """
-    value = parse_json(raw) if isinstance(raw, str) else raw
+    value = parse_json(raw) if isinstance(raw, str | bytes) else raw
     if not isinstance(value, dict):
         raise ValueError(f"{what} is not a JSON object")
     return value

@@ -164,8 +164,9 @@ class SqlOutbox:
             kind = LeaseEventKind.CLAIM if lease.delivery == 1 else LeaseEventKind.TAKEOVER
             if not row.get("history_written"):
                 events.append((lease.command_id, kind, owner, lease.delivery, lease.until))
-            claimed.append(ClaimedCommand(id=row["id"], kind=row["kind"],
-                                          payload=json_object(row["payload"], "command payload"), lease=lease))
+            payload, unreadable = read_payload(row["payload"])  # one bad row must not fail the batch
+            claimed.append(ClaimedCommand(id=row["id"], kind=row["kind"], payload=payload, lease=lease,
+                                          unreadable=unreadable))
         # Heartbeat history of the whole batch in one statement, in the same unit as the claim, unless the
         # dialect's claim statement already wrote it (PostgreSQL: a data-modifying CTE, ADR 0018).
         self._events(events, now)
@@ -298,10 +299,22 @@ def _json(rows: list[Any]) -> str:
     return json.dumps(rows, separators=(",", ":"))
 
 
+def read_payload(raw: Any) -> tuple[dict[str, Any], str | None]:
+    """A stored payload as ``(object, None)``, or ``({}, why)`` when it cannot be read back: a row written past
+    the outbox port (nesting or an integer beyond the parser's limits, not a JSON object). Reading it never
+    raises, so that one such row fails alone (``ClaimedCommand.unreadable``) instead of every claim or listing
+    that meets it (a break-it trial)."""
+    try:
+        return json_object(raw, "command payload"), None
+    except (ValueError, RecursionError) as error:
+        return {}, f"{type(error).__name__}: {error}"[:500]
+
+
 def command_from_row(row: dict[str, Any]) -> CommandRecord:
     """A ``CommandRecord`` from a row of ``get_command``'s columns."""
+    payload, unreadable = read_payload(row["payload"])
     return CommandRecord(
-        id=row["id"], kind=row["kind"], payload=json_object(row["payload"], "command payload"),
+        id=row["id"], kind=row["kind"], payload=payload, unreadable=unreadable,
         status=CommandStatus(row["status"]),
         available_at=row["available_at"], created_at=row["created_at"], updated_at=row["updated_at"],
         lease_owner=row["lease_owner"], lease_until=row["lease_until"],

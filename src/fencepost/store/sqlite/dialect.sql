@@ -10,6 +10,8 @@ SELECT 1;
 -- One atomic conditional update for one kind: due PENDING rows and PROCESSING rows whose lease
 -- expired, expired leases first (they waited longest). Each claimed row gets its own fresh random
 -- token. One kind per statement keeps both scans pure index range scans (no sort of all due rows).
+-- The payload comes back as bytes: a row whose text is not UTF-8 (written past the outbox port) then fails
+-- alone when the worker reads it, where decoding it as text failed the whole claim, for every worker.
 {{claim_rows}}
 WHERE id IN (
     SELECT id FROM (
@@ -22,7 +24,7 @@ WHERE id IN (
         WHERE status = 'PENDING' AND kind = :kind AND available_at <= :now
         ORDER BY available_at LIMIT :limit)
     LIMIT :limit)
-RETURNING id, kind, payload, lease_owner, lease_token, lease_until, delivery_count;
+RETURNING id, kind, CAST(payload AS BLOB) AS payload, lease_owner, lease_token, lease_until, delivery_count;
 
 -- name: claim_given_commands
 -- claim_commands over the listed ids only (each found by primary key).
@@ -40,7 +42,7 @@ WHERE id IN (
           AND status = 'PENDING' AND kind = :kind AND available_at <= :now
         ORDER BY available_at LIMIT :limit)
     LIMIT :limit)
-RETURNING id, kind, payload, lease_owner, lease_token, lease_until, delivery_count;
+RETURNING id, kind, CAST(payload AS BLOB) AS payload, lease_owner, lease_token, lease_until, delivery_count;
 
 -- fragment: claim_rows
 -- What both claims write to each row they claim: a fresh random token per row, one more delivery.
