@@ -111,6 +111,33 @@ def test_invalid_params_are_refused_before_anything_is_stored(store: Store, ledg
     assert host.list() == []
 
 
+def test_params_json_cannot_hold_are_refused_not_stored_as_null(store: Store, ledger: Ledger) -> None:
+    """A break-it trial: NaN and Infinity were stored as null (pydantic's JSON mode), so NaN, Infinity and None
+    submitted under one key were one request; a float field holding NaN and a string holding a lone surrogate
+    crashed with TypeError and UnicodeEncodeError."""
+    from typing import Any
+
+    from pydantic import BaseModel
+
+    from fencepost.host import Action
+
+    class Loose(BaseModel):
+        n: int
+        data: Any = None
+        x: float = 0.0
+
+    host = make_host(store, Action(id="shop.loose", version=1, params=Loose, handler=Spy()), Scripted(ledger))
+    for params, why in (({"n": 1, "data": float("nan")}, "params.data: nan is not a finite number"),
+                        ({"n": 1, "data": [1, {"deep": float("inf")}]}, "params.data.1.deep: inf is not a finite"),
+                        ({"n": 1, "x": float("-inf")}, "params.x: -inf is not a finite number"),
+                        ({"n": 1, "data": "\ud800"}, "a string holds a lone surrogate")):
+        with pytest.raises(InvalidInput, match=f"invalid params for shop.loose: {why}"):
+            host.submit("shop.loose", params, actor="u1", idempotency_key="k")
+    assert host.list() == []
+    stored = host.submit("shop.loose", {"n": 1, "data": None}, actor="u1", idempotency_key="k")
+    assert stored.params == {"n": 1, "data": None, "x": 0.0}
+
+
 def test_concurrent_same_key_single_invocation(backend: StoreBackend, ledger: Ledger) -> None:
     backend.migrated()
     hosts = [make_host(backend.migrated(), charge_action(Spy()), Scripted(ledger)) for _ in range(8)]

@@ -210,6 +210,25 @@ class InvocationView:
                 "resolution": self.resolution, "state": self.state}
 
 
+def _unstorable(value: Any, path: str) -> str | None:
+    """Where ``value`` (a model's Python-mode dump) holds a float that is not finite, which pydantic's JSON mode
+    would silently turn into null (so NaN, Infinity and None would share one idempotency digest; a break-it
+    trial); None when it holds none."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{path}: {value!r} is not a finite number (it has no JSON form)"
+    if isinstance(value, dict):
+        items: Iterable[tuple[Any, Any]] = value.items()
+    elif isinstance(value, list | tuple | set | frozenset):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = _unstorable(item, f"{path}.{key}")
+        if found is not None:
+            return found
+    return None
+
+
 def read_view(tx: UnitOfWork, record: InvocationRecord) -> InvocationView:
     """``record``'s view with its steps, resolution and state, read in ``tx`` (what ``Host.get`` returns)."""
     return view(record, tx.host.list_adapter_invocations(record.id),
@@ -407,6 +426,16 @@ class Host:
                                + "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
                                            for e in error.errors()[:5])) from None
         plain = validated.model_dump(mode="json")
+        refused = _unstorable(validated.model_dump(), "params")
+        if refused is None:
+            try:
+                digest = params_digest(plain, key=self.config.params_digest_key)
+            except TypeError as error:  # canonical JSON refused it (A14): bad input, not a crash
+                refused = str(error)
+            except UnicodeEncodeError:
+                refused = "a string holds a lone surrogate, which has no UTF-8 form"
+        if refused is not None:
+            raise InvalidInput(f"invalid params for {action.id}: {refused}")
         bound = action.state.bind(validated) if action.state is not None else None  # A19: fixed from here on
         stored = self._redacted_params(action, plain)
         inline = isinstance(mode, Inline)
@@ -419,7 +448,7 @@ class Host:
             id=invocation_id(tenant, space, action.id, idempotency_key), tenant_id=tenant, space_id=space,
             action_id=action.id, action_version=action.version, idempotency_key=idempotency_key, actor=actor,
             authority=authority, binding_digest=binding_digest(action.version, actor, authority),
-            params_digest=params_digest(plain, key=self.config.params_digest_key), params=stored,
+            params_digest=digest, params=stored,
             mode=InvocationMode.INLINE if inline else InvocationMode.DISPATCH,
             status=InvocationStatus.RUNNING if inline else InvocationStatus.PENDING, state_binding=bound)
 
