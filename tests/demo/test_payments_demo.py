@@ -343,8 +343,9 @@ def test_the_next_steps_name_every_open_row_and_quote_the_database(monkeypatch: 
                     adapter_invocation_id="ai_4")
     poison = Row(by_number[12], invocation_id="inv_12", status="reconciliation_required")
     fine = Row(by_number[1], invocation_id="inv_1", status="succeeded", adapter_invocation_id="ai_1")
-    database = f"sqlite:///{tmp_path}/my demo/fencepost-demo.db"
-    demo_cmd._print_next_steps(Report(tmp_path, database, "http://127.0.0.1:1", [fine, timed_out, poison], 1.0))
+    directory = tmp_path / "my demo"
+    database = f"sqlite:///{directory}/fencepost-demo.db"
+    demo_cmd._print_next_steps(Report(directory, database, "http://127.0.0.1:1", [fine, timed_out, poison], 1.0))
     lines = [line.strip() for line in out.getvalue().splitlines()]
     commands = [shlex.split(line[line.index("fencepost "):]) for line in lines if "fencepost host" in line]
     assert ["fencepost", "host", "show", "inv_4", "--database", database] in commands
@@ -354,3 +355,6 @@ def test_the_next_steps_name_every_open_row_and_quote_the_database(monkeypatch: 
                         "no provider call; the handler killed its worker", "--database", database]]
     assert not any(c[3] == "inv_1" for c in commands)
     assert "provider key ai_4" in out.getvalue() and "provider key ai_12" not in out.getvalue()
+    [serve_ledger] = [line for line in lines if "python -m fencepost.demo.simpay --ledger" in line]
+    pasted = shlex.split(serve_ledger[serve_ledger.index("`") + 1:serve_ledger.rindex("`")])
+    assert pasted == ["python", "-m", "fencepost.demo.simpay", "--ledger", str(directory / "simpay-ledger.db")]

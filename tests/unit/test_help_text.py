@@ -73,3 +73,21 @@ def test_a_summary_is_the_first_whole_sentence() -> None:
     assert helptext.first_sentence("Check A, B and C. Exit 0 when sound.\n\nMore.") == "Check A, B and C."
     assert helptext.first_sentence("Abort a PENDING Attempt (e.g. a stuck\none); fences it.") == (
         "Abort a PENDING Attempt (e.g. a stuck one); fences it.")
+
+
+@pytest.mark.parametrize("command", [("worker",), ("serve",), ("host", "submit")])
+def test_option_names_and_metavars_stay_whole_in_an_80_column_terminal(command: tuple[str, ...]) -> None:
+    """From a new user's trial: at 80 columns ``worker --help`` showed ``--sandbox-max-by…``: the option and
+    value columns (``--no-keep-sandboxes``, ``MODULE:ATTRIBUTE``) left the description a sixth of the width.
+    (The longest environment variable names are still cut there; the descriptions are whole.)"""
+    result = run_cli([*command, "--help"], env=subprocess_env(COLUMNS="80"))
+    assert result.returncode == 0, result.describe()
+    target: Any = helptext.polish(typer.main.get_command(app))
+    for name in command:
+        target = target.commands[name]
+    shown = result.stdout.replace("│", " ").split()
+    for param in target.params:
+        for option in (*param.opts, *param.secondary_opts):
+            assert option in shown, (option, result.stdout)
+        if getattr(param, "metavar", None):
+            assert param.metavar in shown, (param.metavar, result.stdout)

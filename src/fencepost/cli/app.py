@@ -303,7 +303,10 @@ def worker(
              "(600 s by default).")] = None,
     worker_id: Annotated[str | None, typer.Option(envvar="FENCEPOST_WORKER_ID", show_envvar=True,
                                                   help="Lease owner name (default host:pid:random).")] = None,
-    keep_sandboxes: Annotated[bool, typer.Option(help="Keep sandbox databases after each delivery.")] = False,
+    # One flag, no --no- form (off is the default): the negative form widened the help's option column until
+    # every description was cut at 80 columns (a new user's trial).
+    keep_sandboxes: Annotated[bool, typer.Option("--keep-sandboxes",
+                                                 help="Keep sandbox databases after each delivery.")] = False,
     sandbox_max_bytes: SandboxBytesOpt = DEFAULT_SANDBOX_MAX_BYTES,
     sandbox_max_memory: SandboxMemoryOpt = DEFAULT_SANDBOX_MAX_MEMORY,
     log_format: Annotated[str, typer.Option(envvar="FENCEPOST_LOG_FORMAT", show_envvar=True,
@@ -313,7 +316,7 @@ def worker(
                                               "instead of sleeping out the poll interval; polling stays the "
                                               "fallback. No effect on SQLite.")] = True,
     host_app: Annotated[str | None, typer.Option(
-        "--app", envvar="FENCEPOST_APP", show_envvar=True, metavar="MODULE:ATTRIBUTE",
+        "--app", envvar="FENCEPOST_APP", show_envvar=True, metavar="MODULE:ATTR",
         help="Also serve the action invocations of your Host (a fencepost.host.Host, or a callable "
              "store -> Host).")] = None,
     telemetry: TelemetryOpt = "log",

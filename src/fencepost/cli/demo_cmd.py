@@ -99,7 +99,7 @@ def _print_next_steps(report: Report) -> None:
     database = shlex.quote(report.database)
     unknown = [r for r in report.rows if r.status == "reconciliation_required" and r.adapter_invocation_id]
     if unknown:
-        ledger = report.directory / "simpay-ledger.db"
+        ledger = shlex.quote(str(report.directory / "simpay-ledger.db"))
         render.console.print("what an operator does next: read the verdict's evidence, then look the step's key up "
                              "at the provider before deciding", markup=False)
         for row in unknown:

@@ -34,7 +34,7 @@ from fencepost.store.url import DEFAULT_URL
 app = typer.Typer(help="Submit action invocations and read their verdicts (the action host).",
                   no_args_is_help=True)
 
-AppOpt = Annotated[str, typer.Option("--app", envvar="FENCEPOST_APP", show_envvar=True, metavar="MODULE:ATTRIBUTE",
+AppOpt = Annotated[str, typer.Option("--app", envvar="FENCEPOST_APP", show_envvar=True, metavar="MODULE:ATTR",
                                      help="Your Host: a fencepost.host.Host, or a callable store -> Host.")]
 
 

@@ -158,7 +158,7 @@ def serve(
     sandbox_max_bytes: SandboxBytesOpt = DEFAULT_SANDBOX_MAX_BYTES,
     sandbox_max_memory: SandboxMemoryOpt = DEFAULT_SANDBOX_MAX_MEMORY,
     host_app: Annotated[str | None, typer.Option(
-        "--app", envvar="FENCEPOST_APP", show_envvar=True, metavar="MODULE:ATTRIBUTE",
+        "--app", envvar="FENCEPOST_APP", show_envvar=True, metavar="MODULE:ATTR",
         help="Your Host (a fencepost.host.Host, or a callable store -> Host): the in-process workers serve its "
              "invocations, and completions settle them. The module may define COMPLETION_PARSERS = "
              "{provider: parser} for vendor-shaped webhooks.")] = None,
