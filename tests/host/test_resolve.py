@@ -198,6 +198,10 @@ def _cli_flow(backend: StoreBackend, inv: InvocationView) -> None:
     assert json.loads(listed.stdout)["invocations"][0]["resolution"]["operator"] == "ops:1"
     text = run_cli(["host", "list", "-d", url])
     assert text.returncode == 0 and "resolved succeeded by ops:1" in text.stdout
+    # show labels the settled verdict's error as the original one, not as the error of a succeeded invocation
+    show = run_cli(["host", "show", inv.id, "-d", url])
+    assert show.returncode == 0 and f"  original error: {inv.error}" in show.stdout, show.stdout
+    assert "\n  error: " not in show.stdout and "  original reconciliation: " in show.stdout
 
 
 def _quote(value: str | None) -> str:

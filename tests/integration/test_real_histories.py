@@ -203,6 +203,10 @@ def test_status_shows_not_applicable_with_its_reason(rig: Rig) -> None:
     assert "scenarios exercised: 4 of 6" in gate.stdout, gate.describe()
     assert "not exercised: upgrade_from_previous (not applicable: the manifest declares no previous" in gate.stdout
     assert "semantics were not compared" in gate.stdout
+    # an Attempt's id where a rehearsal's is wanted says which id to give (a new user's trial)
+    attempt_id = json.loads(shown.stdout)["attempts"][0]["id"]
+    wrong = run_cli(["rehearsal", "status", attempt_id, "--database", url])
+    assert wrong.returncode == 2 and "that is an Attempt id; name its rehearsal" in wrong.stderr, wrong.describe()
 
 
 def test_publish_requires_a_compared_pair_unless_waived(rig: Rig) -> None:

@@ -129,10 +129,13 @@ def _show_text(view: InvocationView, events: list[dict[str, Any]] | None = None,
     print_(f"  submitted by {view.actor}" + (f" under {view.authority}" if view.authority else "")
            + f", {view.mode}, {view.created_at.isoformat()}", markup=False)
     print_(f"  params {jsonlib.dumps(view.params, sort_keys=True)}  ({view.params_digest})", markup=False)
+    # After an operator's resolution these are the verdict it replaced (kept as evidence): say so, next to a
+    # status they no longer describe (a new user's trial).
+    before = "original " if view.resolution else ""
     if view.error:
-        print_(f"  error: {view.error}", markup=False)
+        print_(f"  {before}error: {view.error}", markup=False)
     if view.reconciliation:
-        print_(f"  reconciliation: {jsonlib.dumps(view.reconciliation, sort_keys=True)}", markup=False)
+        print_(f"  {before}reconciliation: {jsonlib.dumps(view.reconciliation, sort_keys=True)}", markup=False)
     if view.handoff:
         h = view.handoff
         state = ("parked, waiting for its completion" if view.parked
@@ -217,7 +220,7 @@ def submit(
     params: Annotated[str, typer.Option("--params", help="The params as a JSON object.")] = "{}",
     actor: Annotated[str, typer.Option(help="Who submits (bound to the key).")] = "cli",
     authority: Annotated[str, typer.Option(help="The authority binding (bound to the key).")] = "",
-    key: Annotated[str, typer.Option("--key", help="The idempotency key.")] = "",
+    key: Annotated[str, typer.Option("--key", help="The idempotency key (required).")] = "",
     tenant: Annotated[str, typer.Option(help="Tenant.")] = "default",
     space: Annotated[str, typer.Option(help="Space.")] = "default",
     inline: Annotated[bool, typer.Option("--inline", help="Run it now in this process (under a caller lease) "

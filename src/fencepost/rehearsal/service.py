@@ -25,6 +25,13 @@ from fencepost.store.ports import UnitOfWork
 from fencepost.store.records import AttemptRecord, ReceiptRecord, RunRecord
 
 
+def _no_rehearsal(run_id: str) -> NotFound:
+    """``NotFound`` for ``run_id``, saying so when it is an Attempt's id (a new user's trial: ``rehearsal status
+    att_...`` answered only "no rehearsal att_...")."""
+    hint = " (that is an Attempt id; name its rehearsal, the run_... id)" if run_id.startswith("att_") else ""
+    return NotFound(f"no rehearsal {run_id}{hint}")
+
+
 @dataclass(frozen=True)
 class ComparisonResult:
     """The two latest successful Attempts compared, or why there is nothing to compare."""
@@ -76,7 +83,7 @@ class RehearsalService:
     def get_run(self, run_id: str) -> RunRecord:
         run = self.store.read(lambda tx: tx.rehearsal.get_run(run_id))
         if run is None:
-            raise NotFound(f"no rehearsal {run_id}")
+            raise _no_rehearsal(run_id)
         return run
 
     def list_runs(self, limit: int = 100) -> list[RunRecord]:
@@ -95,7 +102,7 @@ class RehearsalService:
         def unit(tx: UnitOfWork) -> AttemptRecord:
             run = tx.rehearsal.get_run(run_id)
             if run is None:
-                raise NotFound(f"no rehearsal {run_id}")
+                raise _no_rehearsal(run_id)
             if run.status is not RunStatus.READY:
                 raise Conflict(f"rehearsal {run_id} is {run.status}; only a READY Run takes new Attempts")
             seq = tx.rehearsal.next_attempt_seq(run_id)
@@ -198,7 +205,7 @@ class RehearsalService:
         def unit(tx: UnitOfWork) -> GateReport:
             run = tx.rehearsal.get_run(run_id)
             if run is None:
-                raise NotFound(f"no rehearsal {run_id}")
+                raise _no_rehearsal(run_id)
             return gate_of(tx, run)
 
         return self.store.read(unit)

@@ -75,8 +75,10 @@ def parse_database_url(raw: str) -> DatabaseURL:
 
 
 def _sqlite(path: str, options: dict[str, str]) -> DatabaseURL:
-    if not path or path == ":memory:":
-        raise InvalidInput("fencepost needs a SQLite file shared by its processes, not an in-memory database")
+    if not path:
+        raise InvalidInput("the sqlite URL names no file: write sqlite:///relative.db or sqlite:////abs.db")
+    if path == ":memory:":
+        raise InvalidInput("a SQLite file shared by every fencepost process is needed, not an in-memory database")
     for key, value in options.items():
         allowed = _SQLITE_OPTIONS.get(key)
         if allowed is None:
