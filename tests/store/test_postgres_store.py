@@ -98,6 +98,36 @@ def test_a_server_not_reached_names_where_fencepost_looked() -> None:
     assert "hunter2secret" not in message
 
 
+def test_a_database_dropped_under_a_running_store_is_named_when_no_connection_comes() -> None:
+    """A break-it trial: after DROP DATABASE under a running worker, its log said only "no PostgreSQL connection
+    became available within the pool timeout" (the pool logs its connect errors without their reason)."""
+    name = f"fp_dropped_{new_schema_name('d')}"
+    with admin_connect() as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = postgres_url().rsplit("/", 1)[0] + f"/{name}"
+    store = PostgresStore(url, pool_timeout_seconds=1, connect_timeout_seconds=2)
+    store.busy_wait_seconds = 0.5  # one pool timeout per read, not half a minute of retries
+    try:
+        assert store.read(lambda tx: tx.now()) is not None
+        with admin_connect() as admin:
+            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+        messages = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                store.read(lambda tx: tx.now())
+            except StoreBusy as error:
+                messages.append(str(error))
+                if f'database "{name}" does not exist' in str(error):
+                    break
+        assert messages and f'database "{name}" does not exist' in messages[-1], messages
+        assert "within the pool timeout" in messages[-1]
+    finally:
+        store.close()
+        with admin_connect() as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+
+
 def test_a_malformed_url_is_refused_as_input_before_any_connection() -> None:
     url = "postgresql://postgres:hunter2secret@127.0.0.1:notaport/test"
     with pytest.raises(InvalidInput) as caught:

@@ -466,6 +466,18 @@ class PostgresStore(Store):
                        "then run fencepost migrate")
         return reason
 
+    def _why_no_connection(self) -> StoreBusy:
+        """The pool gave no connection in time: say why when the server itself refuses one (the database was
+        dropped, the server stopped), which the pool only logs without its reason (a break-it trial); otherwise
+        every connection is in use."""
+        try:
+            psycopg.connect(self.dsn, **self.connect_kwargs).close()
+        except psycopg.Error as error:
+            return StoreBusy("no PostgreSQL connection became available within the pool timeout: "
+                             f"{self._connect_reason(error)}")
+        return StoreBusy("no PostgreSQL connection became available within the pool timeout: every pooled "
+                         "connection is in use")
+
     def configure_session(self, conn: psycopg.Connection[Any]) -> None:
         """Apply this store's session settings to a connection it did not pool (the LISTEN connection)."""
         self._configure(conn)
@@ -487,6 +499,8 @@ class PostgresStore(Store):
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
         try:
             conn = self._pool.getconn()
+        except PoolTimeout:
+            raise self._why_no_connection() from None
         except psycopg.Error as error:
             raise translate_postgres_error(error, self.scrub) from None
         try:
