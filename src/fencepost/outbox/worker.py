@@ -31,7 +31,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from fencepost.core.errors import InvalidInput, LeaseLost, RecoverableFinalization, StoreUnavailable
+from fencepost.core.errors import (
+    IntegrityViolation,
+    InvalidInput,
+    LeaseLost,
+    RecoverableFinalization,
+    StoreUnavailable,
+)
 from fencepost.core.statuses import CommandStatus, LeaseEventKind
 from fencepost.outbox.context import (
     CommandContext,
@@ -501,6 +507,13 @@ class Worker:
 
         try:
             ctx.fenced(unit, name="outbox.fail", finish=CommandStatus.FAILED, error=text)
+        except IntegrityViolation as error:
+            if unreadable:  # pragma: no cover - the unit ran nothing that could raise it
+                raise
+            # The handler cannot read its own record (written past the port): its verdict cannot be written, and
+            # every later delivery would meet the same row. The command fails without it (ADR 0100).
+            return self._fail(ctx, f"{text}; the handler's failure verdict could not be written: {error}",
+                              timed_out=timed_out, unreadable=True)
         except LeaseLost:
             self._log_lost(ctx)
             return _Outcome.LOST

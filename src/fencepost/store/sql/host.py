@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from fencepost.core.canonical import canonical_json, parse_json
-from fencepost.core.errors import Conflict, LeaseLost
+from fencepost.core.errors import Conflict, IntegrityViolation, LeaseLost
 from fencepost.core.statuses import (
     AdapterStatus,
     CommandStatus,
@@ -61,8 +61,22 @@ def _json_or_none(value: Any) -> str | None:
     return None if value is None else canonical_json(value)
 
 
-def _parsed(raw: Any) -> Any:
-    return parse_json(raw) if isinstance(raw, str) else raw
+def _parsed(row: dict[str, Any], column: str) -> Any:
+    """``row[column]``, a stored JSON column, parsed.
+
+    Raises:
+        IntegrityViolation: the stored text cannot be read back (written past the port: nesting or a number
+            beyond the parser's limits), naming the row and the column, instead of a bare ``ValueError`` out of
+            every read that meets the row (a break-it trial). Fail closed (exit 5).
+    """
+    raw = row[column]
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return parse_json(raw)
+    except (ValueError, RecursionError) as error:
+        raise IntegrityViolation(f"the stored {column} of {row.get('id', '?')} cannot be read back: "
+                                 f"{type(error).__name__}: {str(error)[:200]}") from None
 
 
 def _statuses(values: frozenset[Any]) -> str:
@@ -382,15 +396,15 @@ def invocation_from_row(row: dict[str, Any]) -> InvocationRecord:
         id=row["id"], tenant_id=row["tenant_id"], space_id=row["space_id"], action_id=row["action_id"],
         action_version=int(row["action_version"]), idempotency_key=row["idempotency_key"], actor=row["actor"],
         authority=row["authority"], binding_digest=row["binding_digest"], params_digest=row["params_digest"],
-        params=_parsed(row["params"]), mode=InvocationMode(row["mode"]), status=InvocationStatus(row["status"]),
-        error=row["error"], result=_parsed(row["result"]), reconciliation=_parsed(row["reconciliation"]),
-        pending_completion=_parsed(row["pending_completion"]), created_at=row["created_at"],
+        params=_parsed(row, "params"), mode=InvocationMode(row["mode"]), status=InvocationStatus(row["status"]),
+        error=row["error"], result=_parsed(row, "result"), reconciliation=_parsed(row, "reconciliation"),
+        pending_completion=_parsed(row, "pending_completion"), created_at=row["created_at"],
         updated_at=row["updated_at"], attempt_count=int(row["attempt_count"]), lease_owner=row["lease_owner"],
         lease_until=row["lease_until"],
         command_status=None if command_status is None else CommandStatus(command_status),
         handoff_provider=row["handoff_provider"], handoff_reference=row["handoff_reference"],
         completion_due_at=row["completion_due_at"], parked_at=row["parked_at"], overdue_at=row["overdue_at"],
-        external_completion=_parsed(row["external_completion"]),
+        external_completion=_parsed(row, "external_completion"),
         state_binding=None if row["state_subject"] is None else EntityBinding(
             row["state_subject"], row["state_entity_id"], row["state_target"]))
 
@@ -412,10 +426,10 @@ def adapter_from_row(row: dict[str, Any]) -> AdapterRecord:
     return AdapterRecord(
         id=row["id"], tenant_id=row["tenant_id"], space_id=row["space_id"], invocation_id=row["invocation_id"],
         step_index=int(row["step_index"]), step_name=row["step_name"], adapter_type=row["adapter_type"],
-        operation=row["operation"], vendor=row["vendor"], input=_parsed(row["input"]),
-        output=_parsed(row["output"]), status=AdapterStatus(row["status"]), error=row["error"],
+        operation=row["operation"], vendor=row["vendor"], input=_parsed(row, "input"),
+        output=_parsed(row, "output"), status=AdapterStatus(row["status"]), error=row["error"],
         attempts=int(row["attempts"]), external_reference=row["external_reference"],
-        reconciliation=_parsed(row["reconciliation"]), created_at=row["created_at"], updated_at=row["updated_at"])
+        reconciliation=_parsed(row, "reconciliation"), created_at=row["created_at"], updated_at=row["updated_at"])
 
 
 def reconciliation_from_row(row: dict[str, Any]) -> ReconciliationRecord:
@@ -423,7 +437,7 @@ def reconciliation_from_row(row: dict[str, Any]) -> ReconciliationRecord:
     return ReconciliationRecord(
         id=row["id"], tenant_id=row["tenant_id"], space_id=row["space_id"], invocation_id=row["invocation_id"],
         adapter_invocation_id=row["adapter_invocation_id"], log=ReconciliationLog(row["log"]),
-        kind=ReconciliationKind(row["kind"]), payload=_parsed(row["payload"]), created_at=row["created_at"])
+        kind=ReconciliationKind(row["kind"]), payload=_parsed(row, "payload"), created_at=row["created_at"])
 
 
 def resolution_from_row(row: dict[str, Any]) -> ResolutionRecord:
@@ -431,13 +445,13 @@ def resolution_from_row(row: dict[str, Any]) -> ResolutionRecord:
     return ResolutionRecord(
         id=row["id"], tenant_id=row["tenant_id"], space_id=row["space_id"], invocation_id=row["invocation_id"],
         outcome=InvocationStatus(row["outcome"]), operator=row["operator"], note=row["note"],
-        evidence=_parsed(row["evidence"]), prior_status=InvocationStatus(row["prior_status"]),
-        prior_error=row["prior_error"], prior_reconciliation=_parsed(row["prior_reconciliation"]),
+        evidence=_parsed(row, "evidence"), prior_status=InvocationStatus(row["prior_status"]),
+        prior_error=row["prior_error"], prior_reconciliation=_parsed(row, "prior_reconciliation"),
         request_digest=row["request_digest"], created_at=row["created_at"])
 
 def governance_from_row(row: dict[str, Any]) -> GovernanceRecord:
     """A ``GovernanceRecord`` from a row of ``list_governance_records``."""
     return GovernanceRecord(
         id=row["id"], kind=GovernanceRecordKind(row["kind"]), tenant_id=row["tenant_id"], space_id=row["space_id"],
-        invocation_id=row["invocation_id"], name=row["name"], payload=_parsed(row["payload"]),
+        invocation_id=row["invocation_id"], name=row["name"], payload=_parsed(row, "payload"),
         fingerprint=row["fingerprint"], created_at=row["created_at"])
