@@ -192,6 +192,8 @@ def _cli_flow(backend: StoreBackend, inv: InvocationView) -> None:
     assert again.returncode != 0 and "already resolved" in again.stderr
     empty = run_cli(["host", "queue", "-d", url])
     assert empty.returncode == 0 and "no invocation awaits" in empty.stdout
+    zero = run_cli(["host", "queue", "--limit", "0", "-d", url])  # worded as host list and events list word it
+    assert zero.returncode == 2 and "--limit must be between 1 and 1000" in zero.stderr, zero.describe()
     # a list says it was resolved and by whom, not only "succeeded" beside the ambiguity error it settled
     listed = run_cli(["host", "list", "-d", url, "--json"])
     assert listed.returncode == 0

@@ -547,6 +547,8 @@ def queue(
     reason and what to look up at the provider (vendor, external reference, provider key). Resolve each with
     fencepost host resolve ID --succeeded|--failed --as NAME --note TEXT."""
     with opened(database) as store, handled():
+        if not 1 <= limit <= 1000:  # named as the user wrote it, as list and events list do
+            raise InvalidInput("--limit must be between 1 and 1000")
         entries = Host(store).reconciliation_queue(tenant=tenant, space=space, limit=limit)
     data = [e.as_json() for e in entries]
 

@@ -717,7 +717,7 @@ class Host:
         """The invocations awaiting an operator, oldest verdict first (host-spec §2.7): each with its kind,
         reason and what to look up at the provider. ``limit`` 1..1000 (``InvalidInput`` otherwise)."""
         if not 1 <= limit <= 1000:
-            raise InvalidInput("limit is 1 to 1000")
+            raise InvalidInput("limit must be between 1 and 1000")
 
         def read(tx: UnitOfWork) -> builtins.list[QueueEntry]:
             entries = []
@@ -755,7 +755,7 @@ class Host:
         """Invocations newest first (steps omitted, resolution included) after the cursor ``after`` (an
         invocation id from the previous page; None from the newest). ``limit`` 1..1000 (``InvalidInput`` otherwise)."""
         if not 1 <= limit <= 1000:
-            raise InvalidInput("limit is 1 to 1000")
+            raise InvalidInput("limit must be between 1 and 1000")
         def read(tx: UnitOfWork) -> builtins.list[InvocationView]:
             records = tx.host.page_invocations(tenant_id=tenant, space_id=space, status=status, action_id=action_id,
                                                after_id=after, limit=limit)
