@@ -427,3 +427,24 @@ def test_a_payload_that_cannot_be_read_fails_its_command_alone(store: Store, bac
         assert record.payload == {} and record.unreadable is not None and record.status is CommandStatus.FAILED
     assert (w.stats.delivered, w.stats.failed) == (4, 1)
     assert w.run_once() == 0  # never claimed again
+
+
+def test_a_failure_message_no_backend_can_store_as_given_fails_the_command_once(store: Store,
+                                                                                backend: StoreBackend) -> None:
+    """A break-it trial: a handler's error naming a file whose name is not UTF-8 (``os.fsdecode`` gives a lone
+    surrogate) made the FAILED write itself fail, and the handler ran again on every delivery until the budget."""
+    import os
+
+    insert(store, "c-odd")
+    runs: list[int] = []
+
+    def fail(ctx: CommandContext) -> None:
+        runs.append(ctx.delivery)
+        raise RuntimeError("cannot import " + os.fsdecode(b"report-\xff.csv") + " (NUL \x00 inside)")
+
+    w = worker(store, backend, fail, worker_id="w-a", batch_size=1, lease=backend.long_lease)
+    assert w.run_once() == 1
+    record = command(store, "c-odd")
+    assert (record.status, record.delivery_count, runs) == (CommandStatus.FAILED, 1, [1])
+    assert record.last_error == "RuntimeError: cannot import report-\\udcff.csv (NUL \\0 inside)"
+    assert w.run_once() == 0

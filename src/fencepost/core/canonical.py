@@ -69,6 +69,14 @@ def canonical_json(value: JSONValue) -> str:
         raise TypeError("value nests too deeply to be canonical JSON") from None
 
 
+def storable_text(text: str) -> str:
+    """``text`` as every backend can store it: a lone surrogate (it has no UTF-8 form; ``os.fsdecode`` of a file
+    name that is not UTF-8 makes one) as its ``\\udcXX`` escape, and NUL as ``\\0`` (PostgreSQL text cannot hold
+    it). For free text such as a failure message: written as given, it made the write fail and the failed
+    command run again (a break-it trial)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\0")
+
+
 def canonical_bytes(value: JSONValue) -> bytes:
     """Return ``canonical_json(value)`` encoded as UTF-8 bytes."""
     return canonical_json(value).encode("utf-8")

@@ -40,7 +40,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from fencepost.core.canonical import canonical_json
+from fencepost.core.canonical import canonical_json, storable_text
 from fencepost.core.crashpoints import crashpoint
 from fencepost.core.errors import IntegrityViolation, LeaseLost, NotFound, RecoverableFinalization, StoreUnavailable
 from fencepost.core.statuses import AdapterStatus, CommandStatus, InvocationStatus, ReconciliationKind
@@ -155,8 +155,8 @@ class _HandlerRaised(Exception):
 
 
 def _text(value: str) -> str:
-    """Verdict text: at most 2,000 characters, NUL shown as ``\\0`` (PostgreSQL text cannot hold it)."""
-    value = value.replace("\x00", "\\0")
+    """Verdict text: at most 2,000 characters, storable on every backend (``storable_text``)."""
+    value = storable_text(value)
     return value if len(value) <= MAX_ERROR_CHARS else value[:MAX_ERROR_CHARS - 1] + "…"
 
 

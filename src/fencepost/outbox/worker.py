@@ -31,6 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from fencepost.core.canonical import storable_text
 from fencepost.core.errors import (
     IntegrityViolation,
     InvalidInput,
@@ -494,7 +495,7 @@ class Worker:
               budget: DeliveryBudget | None = None, unreadable: bool = False) -> _Outcome:
         """FAILED under the lease, with the handler's failure verdict in the same unit (its budget verdict with
         ``budget``); with ``unreadable`` the handler is left out, since it cannot tell what the command is."""
-        text = text[:MAX_ERROR_CHARS]
+        text = storable_text(text)[:MAX_ERROR_CHARS]
         handler = self.registry.get(ctx.command.kind)
 
         def unit(tx: FencedUnit) -> None:
