@@ -138,6 +138,76 @@ def test_params_json_cannot_hold_are_refused_not_stored_as_null(store: Store, le
     assert stored.params == {"n": 1, "data": None, "x": 0.0}
 
 
+def test_a_set_in_params_is_stored_in_one_order_so_a_replay_in_any_process_matches(store: Store,
+                                                                                   ledger: Ledger) -> None:
+    """A break-it trial: a ``set[str]`` field was stored in its iteration order, which string hashing randomizes
+    per process, so the same request under its key conflicted with itself in another process."""
+    from pydantic import BaseModel
+
+    from fencepost.host import Action
+
+    class Tagged(BaseModel):
+        tags: set[str]
+
+    words = ["kiwi", "apple", "fig", "banana", "cherry", "date", "elderberry", "grape"]
+    # a set whose iteration order here is not sorted, so that storing it as iterated shows
+    tags = next(set(words[:n]) for n in range(3, len(words) + 1) if list(set(words[:n])) != sorted(words[:n]))
+    host = make_host(store, Action(id="shop.tagged", version=1, params=Tagged, handler=Spy()), Scripted(ledger))
+    first = host.submit("shop.tagged", {"tags": list(tags)}, actor="u1", idempotency_key="t")
+    assert first.params == {"tags": sorted(tags)}
+    again = host.submit("shop.tagged", {"tags": sorted(tags, reverse=True)}, actor="u1", idempotency_key="t")
+    assert again.id == first.id and again.params_digest == first.params_digest
+
+
+def test_params_nesting_is_refused_at_submit_where_the_step_could_not_record_it(
+        store: Store, backend: StoreBackend, ledger: Ledger) -> None:
+    """A break-it trial: params nested exactly to canonical JSON's limit were accepted, the provider was called,
+    and then the step's event (which wraps its input) could not be written: reconciliation_required."""
+    from typing import Any
+
+    from pydantic import BaseModel
+
+    from fencepost.host import Action, AdapterStep
+    from fencepost.host.service import PARAMS_MAX_DEPTH
+
+    class Raw(BaseModel):
+        raw: Any
+
+    def nested(containers: int) -> Any:
+        value: Any = 1
+        for _ in range(containers):
+            value = [value]
+        return value
+
+    host = make_host(store, Action(id="shop.raw", version=1, params=Raw, handler=lambda ctx, params: None,
+                                   steps=(AdapterStep(name="charge", adapter="pay", operation="create_charge"),)),
+                     Scripted(ledger))
+    with pytest.raises(InvalidInput, match=f"params nest deeper than {PARAMS_MAX_DEPTH} levels"):
+        host.submit("shop.raw", {"raw": nested(PARAMS_MAX_DEPTH)}, actor="u1", idempotency_key="too-deep")
+    queued = host.submit("shop.raw", {"raw": nested(PARAMS_MAX_DEPTH - 1)}, actor="u1", idempotency_key="deep")
+    assert run_worker(host, backend) == 1
+    assert host.get(queued.id).status is InvocationStatus.SUCCEEDED and len(ledger.charges) == 1
+
+
+def test_params_without_a_json_form_are_bad_input(store: Store, ledger: Ledger) -> None:
+    """A break-it trial: bytes that are not UTF-8 and a lone surrogate in a key crashed submit."""
+    from typing import Any
+
+    from pydantic import BaseModel
+
+    from fencepost.host import Action
+
+    class Raw(BaseModel):
+        raw: Any = None
+        blob: bytes = b""
+
+    host = make_host(store, Action(id="shop.raw", version=1, params=Raw, handler=Spy()), Scripted(ledger))
+    for params in ({"blob": b"\xff\xfe"}, {"raw": {"\ud800": 1}}):
+        with pytest.raises(InvalidInput, match=r"invalid params for shop\.raw"):
+            host.submit("shop.raw", params, actor="u1", idempotency_key="k")
+    assert host.list() == []
+
+
 def test_concurrent_same_key_single_invocation(backend: StoreBackend, ledger: Ledger) -> None:
     backend.migrated()
     hosts = [make_host(backend.migrated(), charge_action(Spy()), Scripted(ledger)) for _ in range(8)]

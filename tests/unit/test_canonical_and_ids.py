@@ -184,5 +184,15 @@ def test_a_value_nested_deeper_than_it_could_be_read_back_is_refused_at_write() 
 def test_an_integer_too_long_to_be_read_back_is_refused_at_write() -> None:
     with pytest.raises(TypeError, match="more digits than JSON readers accept"):
         canonical_json({"n": 10 ** 5000})  # built by arithmetic: int("1" * 5000) is refused by Python itself
-    big = int("9" * 4000)
-    assert parse_json(canonical_json({"n": big})) == {"n": big}
+    for digits in (4000, 4299, 4300):  # every integer Python reads back is accepted (a break-it trial: 4,298-4,300)
+        big = 10 ** (digits - 1) + 7
+        assert parse_json(canonical_json({"n": big})) == {"n": big}
+    with pytest.raises(TypeError, match="more digits"):
+        canonical_json({"n": 10 ** 4300})  # 4,301 digits
+
+
+def test_bytes_that_encode_a_surrogate_are_not_text() -> None:
+    """A break-it trial: stored bytes ED A0 80 (a surrogate, which UTF-8 forbids) were decoded leniently and the
+    command's handler ran on a lone surrogate; they are unreadable text like any other invalid UTF-8."""
+    with pytest.raises(ValueError):
+        parse_json(b'{"a":"\xed\xa0\x80"}')

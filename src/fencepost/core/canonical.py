@@ -21,16 +21,27 @@ JSONValue = Any  # a plain JSON value: dict[str, JSONValue] | list[JSONValue] | 
 #: evidence comes near it.
 MAX_DEPTH = 200
 
-#: The longest integer, in bits, whose decimal text Python parses back (``sys.get_int_max_str_digits``; 0 is no
-#: limit): a longer one is written and then refused on every read.
-_MAX_INT_BITS = int(sys.get_int_max_str_digits() * 3.32) if sys.get_int_max_str_digits() else None
+#: Integers of more bits than this may have more decimal digits than Python parses back
+#: (``sys.get_int_max_str_digits``; 0 is no limit): such an integer would be written and then refused on every
+#: read. Past it, the digits are counted (``str`` itself refuses too many).
+_MAX_INT_BITS = int(sys.get_int_max_str_digits() * math.log2(10)) - 1 if sys.get_int_max_str_digits() else None
+
+
+def _too_long(value: int) -> bool:
+    if _MAX_INT_BITS is None or value.bit_length() <= _MAX_INT_BITS:
+        return False
+    try:
+        str(value)
+    except ValueError:
+        return True
+    return False
 
 
 def _check(value: Any, path: str, depth: int = 0) -> None:
     if value is None or isinstance(value, (str, bool)):
         return
     if isinstance(value, int):
-        if _MAX_INT_BITS is not None and value.bit_length() > _MAX_INT_BITS:
+        if _too_long(value):
             raise TypeError(f"integer at {path} has more digits than JSON readers accept")
         return
     if isinstance(value, float):
@@ -126,8 +137,8 @@ def parse_json(text: str | bytes | bytearray) -> JSONValue:
         ValueError: on malformed JSON, a non-finite literal, nesting too deep to parse, a number past Python's
             integer-digit limit, or bytes that are not text (``UnicodeDecodeError``).
     """
-    if isinstance(text, bytes | bytearray):  # as json.loads takes them
-        text = text.decode(json.detect_encoding(text), "surrogatepass")
+    if isinstance(text, bytes | bytearray):  # as json.loads takes them, but strictly: UTF-8 has no surrogates
+        text = text.decode(json.detect_encoding(text))
     try:
         return _DECODER.decode(text)
     except RecursionError:

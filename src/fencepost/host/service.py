@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from fencepost.core.canonical import MAX_DEPTH, canonical_json
 from fencepost.core.errors import Conflict, InvalidInput, NotFound, RecoverableFinalization, StoreUnavailable
 from fencepost.core.statuses import (
     AdapterStatus,
@@ -208,6 +209,41 @@ class InvocationView:
                            "output": s.output} for s in self.steps],
                 "handoff": self.handoff, "parked": self.parked, "external_completion": self.external_completion,
                 "resolution": self.resolution, "state": self.state}
+
+
+#: The deepest params may nest: canonical JSON's limit less the levels that the records and events carrying
+#: them add (a step's event wraps its input twice), so that params accepted at submit can always be recorded
+#: after the provider is called (a break-it trial found an invocation at exactly the limit ending
+#: reconciliation_required once its step event could not be written).
+PARAMS_MAX_DEPTH = MAX_DEPTH - 10
+
+
+def _depth(value: Any) -> int:
+    """How many containers ``value`` (plain JSON) nests, 0 for a scalar; stops counting past ``MAX_DEPTH``."""
+    deepest, level = 0, [(value, 0)]
+    while level:
+        item, depth = level.pop()
+        if isinstance(item, dict | list) and depth <= MAX_DEPTH:
+            deepest = max(deepest, depth + 1)
+            level.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def _sets_in_order(native: Any, plain: Any) -> Any:
+    """``plain`` (a model's JSON-mode dump) with the lists that were sets in ``native`` (its Python-mode dump)
+    sorted by their canonical JSON. pydantic writes a set in its iteration order, which string hashing
+    randomizes per process, so one request's idempotency digest differed from process to process and a true
+    replay was refused as a conflict (a break-it trial)."""
+    if isinstance(native, set | frozenset) and isinstance(plain, list):
+        try:
+            return sorted(plain, key=canonical_json)
+        except TypeError:  # not plain JSON: refused by the canonical check that follows
+            return plain
+    if isinstance(native, dict) and isinstance(plain, dict):
+        return {key: _sets_in_order(native[key], value) if key in native else value for key, value in plain.items()}
+    if isinstance(native, list | tuple) and isinstance(plain, list) and len(native) == len(plain):
+        return [_sets_in_order(n, p) for n, p in zip(native, plain, strict=True)]
+    return plain
 
 
 def _unstorable(value: Any, path: str) -> str | None:
@@ -425,8 +461,15 @@ class Host:
             raise InvalidInput(f"invalid params for {action.id}: {error.error_count()} error(s): "
                                + "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
                                            for e in error.errors()[:5])) from None
-        plain = validated.model_dump(mode="json")
-        refused = _unstorable(validated.model_dump(), "params")
+        try:
+            native, plain = validated.model_dump(), validated.model_dump(mode="json")
+        except (ValueError, UnicodeError) as error:  # bytes that are not text, a serializer that raised
+            raise InvalidInput(f"invalid params for {action.id}: they have no JSON form "
+                               f"({type(error).__name__}: {str(error)[:200]})") from None
+        plain = _sets_in_order(native, plain)
+        refused = _unstorable(native, "params")
+        if refused is None and _depth(plain) > PARAMS_MAX_DEPTH:
+            refused = f"params nest deeper than {PARAMS_MAX_DEPTH} levels"
         if refused is None:
             try:
                 digest = params_digest(plain, key=self.config.params_digest_key)
