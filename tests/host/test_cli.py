@@ -418,3 +418,16 @@ def test_a_closed_stdout_ends_the_command_with_141_not_the_gate_blocked_code(app
         _, stderr = proc.communicate(timeout=60)
         assert proc.returncode == 141, stderr
         assert stderr == "fencepost: standard output was closed by its reader; stopped\n", stderr
+
+
+def test_a_stdout_that_refuses_writes_is_one_line_and_exit_74(app_dir: Path) -> None:
+    """A break-it trial: ``fencepost host list > /dev/full`` ended in an OSError traceback."""
+    import subprocess
+
+    if not Path("/dev/full").exists():  # Linux has it; the check needs it
+        pytest.fail("/dev/full is missing on this machine")
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "fencepost.cli", "--help"], cwd=app_dir, stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    assert proc.returncode == 74, proc.stderr
+    assert proc.stderr == "fencepost: cannot write to standard output: No space left on device; stopped\n"

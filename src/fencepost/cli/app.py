@@ -550,6 +550,10 @@ def main(prog_name: str | None = None) -> None:
         stdio.silence_stdout()
         stdio.say("fencepost: standard output was closed by its reader; stopped")
         raise SystemExit(stdio.STDOUT_CLOSED_EXIT) from None
+    except stdio.StdoutFailed as error:
+        stdio.silence_stdout()
+        stdio.say(f"fencepost: cannot write to standard output: {error}; stopped")
+        raise SystemExit(stdio.STDOUT_FAILED_EXIT) from None
     except _CLICK_ERROR as error:
         # A usage error (a bad option value, a missing option or argument) is one line naming the command, as
         # every other refusal is, instead of Click's usage block and a framed box (a new user's trial).

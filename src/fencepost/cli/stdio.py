@@ -22,8 +22,19 @@ from typing import Any, TextIO
 STDOUT_CLOSED_EXIT = 128 + signal.SIGPIPE
 
 
+#: The exit code when stdout cannot be written for another reason (a full disk: sysexits' EX_IOERR).
+STDOUT_FAILED_EXIT = 74
+
+
 class StdoutClosed(BaseException):
     """Standard output's reader went away. A ``BaseException``, so that it ends the command as an interrupt does."""
+
+
+class StdoutFailed(BaseException):
+    """Standard output refused a write for another reason than a closed pipe (``> /dev/full``: no space left)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error.strerror or str(error))
 
 
 class GuardedStdout:
@@ -56,6 +67,9 @@ class GuardedStdout:
         except BrokenPipeError:
             self._broken()
             return len(text)
+        except OSError as error:
+            self._failed(error)
+            return len(text)
 
     def flush(self) -> None:
         if self.closed_by_reader:
@@ -64,6 +78,13 @@ class GuardedStdout:
             self._stream.flush()
         except BrokenPipeError:
             self._broken()
+        except OSError as error:
+            self._failed(error)
+
+    def _failed(self, error: OSError) -> None:
+        self.closed_by_reader = True  # nothing more is written to it
+        if threading.current_thread() is threading.main_thread():
+            raise StdoutFailed(error)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
