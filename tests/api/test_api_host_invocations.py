@@ -81,6 +81,18 @@ def test_submit_needs_the_key_and_the_token_and_a_replay_returns_the_same_invoca
     assert_problem(bad, 422, "invalid-input")
 
 
+def test_a_body_naming_a_key_twice_is_refused_as_the_cli_refuses_it(api: HostApi) -> None:
+    """A break-it trial: ``{"order_id": "a", ..., "order_id": "b"}`` was accepted and kept the last value."""
+    text = ('{"action_id": "shop.charge", "actor": "u1", '
+            '"params": {"order_id": "o-1", "amount_cents": 100, "order_id": "o-2"}}')
+    refused = api.client.post(f"{BASE}/invocations", content=text,
+                              headers={**AUTH, "Idempotency-Key": "dup", "Content-Type": "application/json"})
+    problem = assert_problem(refused, 422, "invalid-input")
+    assert "duplicate key 'order_id'" in problem["detail"], problem
+    assert api.host.list() == []
+    assert api.submit("dup").status_code == 202  # the same request without the duplicate is taken
+
+
 def test_submit_without_the_app_is_a_clear_problem(tmp_path: Path) -> None:
     for api in _build(tmp_path, with_host=False):
         problem = assert_problem(api.submit("k1"), 409, "host-not-configured")

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path, Query, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
 from fencepost.api import host_models as m
 from fencepost.api import problems
 from fencepost.api.context import ApiContext
 from fencepost.api.routes import Ctx, Read, Write, _errors
+from fencepost.core.canonical import parse_input_json
 from fencepost.core.errors import InvalidInput, NotFound
 from fencepost.core.statuses import InvocationStatus
 from fencepost.host import Dispatch, Host
@@ -43,12 +44,30 @@ Scope = Annotated[str | None, Query(min_length=1, max_length=200)]
 host_invocations = APIRouter(prefix=PREFIX, tags=["action host"])
 
 
+async def _one_value_per_key(request: Request) -> None:
+    """Refuse a JSON body that names a key twice in one object: JSON parsers keep the last value, which for
+    ``params`` or ``evidence`` silently drops the first (the CLI refuses it as well; a break-it trial).
+
+    Raises:
+        InvalidInput: a duplicate key (problem ``invalid-input``, 422). Malformed JSON is left to the body
+            model's own validation.
+    """
+    try:
+        parse_input_json(await request.body())
+    except ValueError as error:
+        if "duplicate key" in str(error):
+            raise InvalidInput(f"the request body {error}") from None
+
+
+OneValuePerKey = [Depends(_one_value_per_key)]
+
+
 def _host(ctx: ApiContext) -> Host:
     return ctx.host if ctx.host is not None else Host(ctx.store)
 
 
 @host_invocations.post(
-    "/invocations", status_code=202, response_model=m.Invocation, dependencies=Write,
+    "/invocations", status_code=202, response_model=m.Invocation, dependencies=[*Write, *OneValuePerKey],
     responses=_errors(401, 409, 422, 503),
     summary="Submit an action under an Idempotency-Key, dispatched to the workers (a replay returns the same "
             "invocation)")
@@ -99,7 +118,7 @@ def show_invocation(invocation_id: InvocationId, ctx: Ctx) -> dict[str, Any]:
 
 
 @host_invocations.post(
-    "/invocations/{invocationId}/resolve", response_model=m.Invocation, dependencies=Write,
+    "/invocations/{invocationId}/resolve", response_model=m.Invocation, dependencies=[*Write, *OneValuePerKey],
     responses=_errors(401, 404, 409, 422, 503),
     summary="Resolve a reconciliation_required invocation as succeeded or failed (an identical repeat is a "
             "no-op; any other second resolution is 409)")

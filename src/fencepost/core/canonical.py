@@ -114,7 +114,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _INPUT_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
 
 
-def parse_input_json(text: str) -> JSONValue:
+def parse_input_json(text: str | bytes | bytearray) -> JSONValue:
     """Parse JSON that a person or a program hands in (a command-line option): as ``parse_json``, and an object
     that names one key twice is refused instead of keeping the last value, which would silently drop the first
     (``{"amount": 5, "amount": 500}``).
@@ -123,6 +123,8 @@ def parse_input_json(text: str) -> JSONValue:
         ValueError: as ``parse_json``, or a duplicate key (named). ``json.JSONDecodeError`` (a ValueError) for
             malformed JSON.
     """
+    if isinstance(text, bytes | bytearray):  # a request body
+        text = text.decode(json.detect_encoding(text))
     try:
         return _INPUT_DECODER.decode(text)
     except RecursionError:
