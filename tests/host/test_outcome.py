@@ -181,3 +181,21 @@ def test_an_output_nested_too_deep_to_store_is_unreadable() -> None:
         node["x"] = {}
         node = node["x"]
     assert interpret_reply(Succeeded(deep)).verdict is U
+
+
+def test_an_output_too_deep_to_record_inside_its_step_is_an_unreadable_reply() -> None:
+    """Round 3 of the break-it trial: a provider's output of 199 containers was storable alone, so the step counted
+    as succeeded, and then its event and the invocation's result (which wrap it) could not be written:
+    reconciliation_required after a successful call, with a raw encoder error. It is classified up front."""
+    from fencepost.core.canonical import WRAPPED_MAX_DEPTH
+
+    def nested(containers: int) -> Any:
+        value: Any = 1
+        for _ in range(containers):
+            value = [value]
+        return value
+
+    fine = interpret_reply(Succeeded({"d": nested(WRAPPED_MAX_DEPTH - 1)}))
+    assert fine.verdict is StepVerdict.SUCCEEDED
+    deep = interpret_reply(Succeeded({"d": nested(WRAPPED_MAX_DEPTH)}))
+    assert deep.verdict is not StepVerdict.SUCCEEDED and "nests deeper" in (deep.reason or ""), deep

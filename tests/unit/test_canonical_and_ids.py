@@ -196,3 +196,15 @@ def test_bytes_that_encode_a_surrogate_are_not_text() -> None:
     command's handler ran on a lone surrogate; they are unreadable text like any other invalid UTF-8."""
     with pytest.raises(ValueError):
         parse_json(b'{"a":"\xed\xa0\x80"}')
+
+
+def test_a_lone_surrogate_is_refused_as_not_plain_json() -> None:
+    """A break-it trial: a handler's result holding ``os.fsdecode(b"report-\\xff.csv")`` passed the canonical check,
+    the step charged the provider, and only the driver's UTF-8 encoding failed, at finalization."""
+    import os
+
+    odd = os.fsdecode(b"report-\xff.csv")
+    for value in ({"file": odd}, {odd: 1}, [odd]):
+        with pytest.raises(TypeError, match="lone surrogate"):
+            canonical_json(value)
+    assert canonical_json({"café": "naïve ✓"}) == '{"café":"naïve ✓"}'

@@ -21,6 +21,11 @@ JSONValue = Any  # a plain JSON value: dict[str, JSONValue] | list[JSONValue] | 
 #: evidence comes near it.
 MAX_DEPTH = 200
 
+#: The deepest a value that fencepost wraps before storing it may nest (params, a provider's output): the
+#: records and events that carry it add levels, so it is checked against this before any effect, not against
+#: ``MAX_DEPTH`` after one (break-it trials).
+WRAPPED_MAX_DEPTH = MAX_DEPTH - 10
+
 #: Integers of more bits than this may have more decimal digits than Python parses back
 #: (``sys.get_int_max_str_digits``; 0 is no limit): such an integer would be written and then refused on every
 #: read. Past it, the digits are counted (``str`` itself refuses too many).
@@ -37,8 +42,30 @@ def _too_long(value: int) -> bool:
     return False
 
 
+def json_depth(value: Any) -> int:
+    """How many containers plain JSON ``value`` nests (0 for a scalar); counting stops past ``MAX_DEPTH``."""
+    deepest, level = 0, [(value, 0)]
+    while level:
+        item, depth = level.pop()
+        if isinstance(item, dict | list | tuple) and depth <= MAX_DEPTH:
+            deepest = max(deepest, depth + 1)
+            level.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def _no_surrogate(text: str, path: str) -> None:
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # no UTF-8 form: accepted here, it failed later in the driver, after the effect
+            raise TypeError(f"a string at {path[:200]} holds a lone surrogate, which has no UTF-8 form") from None
+
+
 def _check(value: Any, path: str, depth: int = 0) -> None:
-    if value is None or isinstance(value, (str, bool)):
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, str):
+        _no_surrogate(value, path)
         return
     if isinstance(value, int):
         if _too_long(value):
@@ -58,6 +85,7 @@ def _check(value: Any, path: str, depth: int = 0) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"non-string key {key!r} at {path}")
+            _no_surrogate(key, path)
             _check(item, f"{path}.{key}", depth + 1)
         return
     raise TypeError(f"value of type {type(value).__name__} at {path} is not plain JSON data")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from fencepost.core.canonical import canonical_json
+from fencepost.core.canonical import WRAPPED_MAX_DEPTH, canonical_json, json_depth
 from fencepost.core.statuses import Outcome
 from fencepost.host.adapter import Accepted, Ambiguous, PermanentFailure, Succeeded, TimedOut, TransientFailure
 
@@ -162,6 +162,8 @@ def interpret_reply(reply: object) -> StepOutcome:
         canonical_json(dict(output))  # what the checkpoint will store: plain JSON, or the reply is unreadable
     except Exception as error:  # a set, bytes, NaN, an object, nesting too deep to store (RecursionError)
         return _unknown(f"unreadable reply: its output is not plain JSON data ({type(error).__name__})", outcome)
+    if json_depth(dict(output)) > WRAPPED_MAX_DEPTH:  # storable alone, not inside the records that carry it
+        return _unknown(f"unreadable reply: its output nests deeper than {WRAPPED_MAX_DEPTH} levels", outcome)
     if outcome == ACCEPTED:
         reference = _text(fields.get("external_reference"))
         if reference is None:

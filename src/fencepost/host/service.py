@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from fencepost.core.canonical import MAX_DEPTH, canonical_json
+from fencepost.core.canonical import WRAPPED_MAX_DEPTH, canonical_json, json_depth
 from fencepost.core.errors import Conflict, InvalidInput, NotFound, RecoverableFinalization, StoreUnavailable
 from fencepost.core.statuses import (
     AdapterStatus,
@@ -215,18 +215,7 @@ class InvocationView:
 #: them add (a step's event wraps its input twice), so that params accepted at submit can always be recorded
 #: after the provider is called (a break-it trial found an invocation at exactly the limit ending
 #: reconciliation_required once its step event could not be written).
-PARAMS_MAX_DEPTH = MAX_DEPTH - 10
-
-
-def _depth(value: Any) -> int:
-    """How many containers ``value`` (plain JSON) nests, 0 for a scalar; stops counting past ``MAX_DEPTH``."""
-    deepest, level = 0, [(value, 0)]
-    while level:
-        item, depth = level.pop()
-        if isinstance(item, dict | list) and depth <= MAX_DEPTH:
-            deepest = max(deepest, depth + 1)
-            level.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return deepest
+PARAMS_MAX_DEPTH = WRAPPED_MAX_DEPTH
 
 
 def _sets_in_order(native: Any, plain: Any) -> Any:
@@ -235,6 +224,9 @@ def _sets_in_order(native: Any, plain: Any) -> Any:
     randomizes per process, so one request's idempotency digest differed from process to process and a true
     replay was refused as a conflict (a break-it trial)."""
     if isinstance(native, set | frozenset) and isinstance(plain, list):
+        # Elements first (a set of frozensets): the dump lists them in the same order as iterating ``native``.
+        plain = [_sets_in_order(n, p) for n, p in zip(native, plain, strict=False)] if len(native) == len(plain) \
+            else plain
         try:
             return sorted(plain, key=canonical_json)
         except TypeError:  # not plain JSON: refused by the canonical check that follows
@@ -468,7 +460,7 @@ class Host:
                                f"({type(error).__name__}: {str(error)[:200]})") from None
         plain = _sets_in_order(native, plain)
         refused = _unstorable(native, "params")
-        if refused is None and _depth(plain) > PARAMS_MAX_DEPTH:
+        if refused is None and json_depth(plain) > PARAMS_MAX_DEPTH:
             refused = f"params nest deeper than {PARAMS_MAX_DEPTH} levels"
         if refused is None:
             try:

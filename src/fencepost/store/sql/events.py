@@ -32,8 +32,20 @@ from fencepost.store.sql.executor import Statements
 DEFAULT_DESTINATION = "host"
 
 
-def _parsed(raw: Any) -> Any:
-    return parse_json(raw) if isinstance(raw, str) else raw
+def _parsed(raw: Any, event_id: str = "?", column: str = "payload") -> Any:
+    """A stored JSON column of an event, parsed.
+
+    Raises:
+        IntegrityViolation: it cannot be read back (written past the port), naming the event, as every host row
+            does (ADR 0100), instead of a bare ``ValueError`` traceback.
+    """
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return parse_json(raw)
+    except (ValueError, RecursionError) as error:
+        raise IntegrityViolation(f"the stored {column} of event {event_id} cannot be read back: "
+                                 f"{type(error).__name__}: {str(error)[:200]}") from None
 
 
 class SqlEvents:
@@ -208,7 +220,8 @@ def _bounded(error: str) -> str:
 
 def outbox_from_row(r: dict[str, Any]) -> EventOutboxRecord:
     """An ``EventOutboxRecord`` from a row of the ``event_outbox_columns`` fragment."""
-    return EventOutboxRecord(event_id=r["event_id"], destination=r["destination"], headers=_parsed(r["headers"]),
+    return EventOutboxRecord(event_id=r["event_id"], destination=r["destination"],
+                             headers=_parsed(r["headers"], r["event_id"], "headers"),
                              status=EventOutboxStatus(r["status"]), attempts=int(r["attempts"]),
                              available_at=r["available_at"], created_at=r["created_at"],
                              lease_owner=r["lease_owner"], lease_until=r["lease_until"],
@@ -222,4 +235,4 @@ def event_from_row(row: dict[str, Any]) -> EventRecord:
     return EventRecord(id=row["id"], tenant_id=row["tenant_id"], space_id=row["space_id"],
                        sequence=int(row["sequence"]), subject=Subject(row["subject_type"], row["subject_id"]),
                        type=row["type"], occurred_at=row["occurred_at"], recorded_at=row["recorded_at"],
-                       payload=_parsed(row["payload"]), actor=_parsed(row["actor"]))
+                       payload=_parsed(row["payload"], row["id"]), actor=_parsed(row["actor"], row["id"], "actor"))
