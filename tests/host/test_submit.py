@@ -271,3 +271,25 @@ def test_a_worker_never_claims_an_action_version_its_host_does_not_define(store:
     assert old.get(queued.id).status is InvocationStatus.PENDING and old.get(queued.id).attempt_count == 0
     assert run_worker(old, backend) == 1
     assert old.get(queued.id).status is InvocationStatus.SUCCEEDED and len(ledger.charges) == 1
+
+
+@pytest.mark.parametrize("payload", [{"s": {1, 2}}, {"file": "report-\udcff.csv"},
+                                     {"d": [[[[1]]]]}])
+def test_an_event_that_could_not_be_recorded_fails_the_handler_before_any_step(
+        store: Store, backend: StoreBackend, ledger: Ledger, payload: dict[str, object],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Round 3 of the break-it trial: ``ctx.emit`` with a set, a lone surrogate or too deep a payload was refused
+    only at finalization, after the step had charged the provider (reconciliation_required)."""
+    import fencepost.host.action as action_module
+
+    def handler(ctx: object, params: object) -> None:
+        ctx.emit("Odd", payload)  # type: ignore[attr-defined]
+
+    if "d" in payload:
+        monkeypatch.setattr(action_module, "WRAPPED_MAX_DEPTH", 3)  # a shallow limit keeps the case small
+    host = make_host(store, charge_action(handler), Scripted(ledger))  # type: ignore[arg-type]
+    queued = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="e")
+    assert run_worker(host, backend) == 1
+    done = host.get(queued.id)
+    assert done.status is InvocationStatus.FAILED and "cannot be recorded" in (done.error or ""), done.error
+    assert ledger.charges == {} and ledger.requests == []  # no step ran

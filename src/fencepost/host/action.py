@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from fencepost.core.canonical import WRAPPED_MAX_DEPTH, canonical_json, json_depth
 from fencepost.core.errors import InvalidInput, LeaseLost, NotFound
 from fencepost.host.governance import check_policies
 from fencepost.host.private_fields import check_private_fields
@@ -107,10 +108,25 @@ class HandlerContext:
         object.__setattr__(self, "bound_entity", replace(entity, state=stored.state))
 
     def emit(self, event_type: str, payload: Mapping[str, Any] | None = None) -> None:
-        """Declare a domain event; it commits with the invocation's finalization, not before (A17, J3)."""
+        """Declare a domain event; it commits with the invocation's finalization, not before (A17, J3).
+
+        Raises:
+            InvalidInput: an event type that is not 1 to 100 characters of text, or a payload that could not be
+                recorded (not plain JSON data, a lone surrogate, nesting past ``WRAPPED_MAX_DEPTH``). Checked here,
+                in the handler, before any step calls a provider: found only at finalization, it ended the
+                invocation reconciliation_required after the provider was charged (a break-it trial).
+        """
         if not event_type or len(event_type) > 100:
             raise InvalidInput("an event type is 1 to 100 characters")
-        self._events.append((event_type, dict(payload or {})))
+        body = dict(payload or {})
+        try:
+            canonical_json({"type": event_type, "payload": body})
+        except TypeError as error:
+            raise InvalidInput(f"event {event_type[:100]!r} cannot be recorded: {error}") from None
+        if json_depth(body) > WRAPPED_MAX_DEPTH:
+            raise InvalidInput(f"event {event_type[:100]!r} cannot be recorded: its payload nests deeper than "
+                               f"{WRAPPED_MAX_DEPTH} levels")
+        self._events.append((event_type, body))
 
     @property
     def declared_events(self) -> list[tuple[str, dict[str, Any]]]:
