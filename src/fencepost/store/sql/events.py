@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from fencepost.core.canonical import canonical_json, parse_json
+from fencepost.core.canonical import canonical_json
 from fencepost.core.errors import Conflict, IntegrityViolation, NotFound
 from fencepost.core.statuses import EventOutboxStatus
 from fencepost.store.host_records import (
@@ -26,26 +26,15 @@ from fencepost.store.host_records import (
     Subject,
     is_probe_space,
 )
-from fencepost.store.sql.executor import Statements
+from fencepost.store.sql.executor import Statements, stored_json
 
 #: The outbox destination of an event appended without one.
 DEFAULT_DESTINATION = "host"
 
 
-def _parsed(raw: Any, event_id: str = "?", column: str = "payload") -> Any:
-    """A stored JSON column of an event, parsed.
-
-    Raises:
-        IntegrityViolation: it cannot be read back (written past the port), naming the event, as every host row
-            does (ADR 0100), instead of a bare ``ValueError`` traceback.
-    """
-    if not isinstance(raw, str):
-        return raw
-    try:
-        return parse_json(raw)
-    except (ValueError, RecursionError) as error:
-        raise IntegrityViolation(f"the stored {column} of event {event_id} cannot be read back: "
-                                 f"{type(error).__name__}: {str(error)[:200]}") from None
+def _parsed(raw: Any, event_id: str, column: str = "payload") -> Any:
+    """A stored JSON column of an event, parsed (``stored_json``: unreadable is ``IntegrityViolation``)."""
+    return stored_json(raw, f"{column} of event {event_id}")
 
 
 class SqlEvents:

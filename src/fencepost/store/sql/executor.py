@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from fencepost.core.canonical import parse_json
+from fencepost.core.errors import IntegrityViolation
 from fencepost.store.records import Lease
 from fencepost.store.sql.queries import Query
 
@@ -115,3 +116,20 @@ def json_object(raw: Any, what: str = "value") -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"{what} is not a JSON object")
     return value
+
+
+def stored_json(raw: Any, what: str) -> Any:
+    """A stored JSON column parsed (a value already decoded is returned as is).
+
+    Raises:
+        IntegrityViolation: the stored text cannot be read back (written past the port: nesting or a number beyond
+            the parser's limits), naming ``what`` (e.g. "params of inv_..."), instead of a bare ``ValueError`` out
+            of every read that meets the row (ADR 0100). Fail closed (exit 5).
+    """
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return parse_json(raw)
+    except (ValueError, RecursionError) as error:
+        raise IntegrityViolation(f"the stored {what} cannot be read back: "
+                                 f"{type(error).__name__}: {str(error)[:200]}") from None

@@ -16,8 +16,8 @@ from dataclasses import fields
 from datetime import timedelta
 from typing import Any
 
-from fencepost.core.canonical import canonical_json, parse_json
-from fencepost.core.errors import Conflict, IntegrityViolation, LeaseLost
+from fencepost.core.canonical import canonical_json
+from fencepost.core.errors import Conflict, LeaseLost
 from fencepost.core.statuses import (
     AdapterStatus,
     CommandStatus,
@@ -53,7 +53,7 @@ from fencepost.store.host_records import (
     VerdictHeld,
 )
 from fencepost.store.records import Lease
-from fencepost.store.sql.executor import Statements
+from fencepost.store.sql.executor import Statements, stored_json
 from fencepost.store.sql.lease import lease_held, lease_params
 
 
@@ -62,21 +62,8 @@ def _json_or_none(value: Any) -> str | None:
 
 
 def _parsed(row: dict[str, Any], column: str) -> Any:
-    """``row[column]``, a stored JSON column, parsed.
-
-    Raises:
-        IntegrityViolation: the stored text cannot be read back (written past the port: nesting or a number
-            beyond the parser's limits), naming the row and the column, instead of a bare ``ValueError`` out of
-            every read that meets the row (a break-it trial). Fail closed (exit 5).
-    """
-    raw = row[column]
-    if not isinstance(raw, str):
-        return raw
-    try:
-        return parse_json(raw)
-    except (ValueError, RecursionError) as error:
-        raise IntegrityViolation(f"the stored {column} of {row.get('id', '?')} cannot be read back: "
-                                 f"{type(error).__name__}: {str(error)[:200]}") from None
+    """``row[column]``, a stored JSON column, parsed (``stored_json``: unreadable is ``IntegrityViolation``)."""
+    return stored_json(row[column], f"{column} of {row.get('id', '?')}")
 
 
 def _statuses(values: frozenset[Any]) -> str:
