@@ -15,13 +15,14 @@ from fencepost.api.signatures import DEFAULT_WINDOW_SECONDS
 from fencepost.core.clock import to_iso
 from fencepost.core.errors import NotFound
 from fencepost.core.statuses import EventOutboxStatus
-from fencepost.events.views import outbox_row_view, outbox_summary_view
+from fencepost.events.views import event_space_view, event_view, outbox_row_view, outbox_summary_view
 from fencepost.host import Host
 from fencepost.outbox.history import lease_history
 from fencepost.outbox.registry import WorkerCensus, census_view, read_census
 from fencepost.rehearsal import views
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store.base import Store
+from fencepost.store.host_records import Subject
 from fencepost.store.ports import UnitOfWork
 from fencepost.store.records import AttemptRecord, ReceiptRecord, RunRecord
 
@@ -110,6 +111,27 @@ class ApiContext:
 
         now, items = self.store.read(read)
         return {"now": to_iso(now), "items": items}
+
+    def event_log_json(self, tenant_id: str, space_id: str, subject: Subject | None, after: int,
+                       limit: int) -> dict[str, Any]:
+        """``{"tenant_id", "space_id", "items", "next_after"}``: one space's events after sequence ``after`` in
+        sequence order (``event_view``), at most ``limit``; ``next_after`` is the last sequence of a full page
+        (pass it as ``after`` for the next), None on a shorter one.
+
+        Raises:
+            ValueError: ``limit`` outside 1..10000 (the route allows 1..1000).
+        """
+        events = self.store.read(lambda tx: tx.events.list_events(tenant_id=tenant_id, space_id=space_id,
+                                                                  subject=subject, after=after, limit=limit))
+        items = [event_view(e) for e in events]
+        return {"tenant_id": tenant_id, "space_id": space_id, "items": items,
+                "next_after": items[-1]["sequence"] if len(items) == limit else None}
+
+    def event_spaces_json(self, limit: int) -> dict[str, Any]:
+        """``{"items": [{"tenant_id", "space_id", "last_sequence"}]}``: the spaces that hold events, by tenant then
+        space, at most ``limit``."""
+        return {"items": [event_space_view(s) for s in self.store.read(
+            lambda tx: tx.events.list_event_spaces(limit=limit))]}
 
     # ── views with the lease verdict and the worker census the page needs ──
     @staticmethod

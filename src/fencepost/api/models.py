@@ -341,6 +341,44 @@ class EventOutboxRow(_Model):
     updated_at: str | None = Field(description="Its last change; for a dead letter, when it was dead-lettered.")
 
 
+class EventSubject(_Model):
+    subject_type: str = Field(description="What kind of thing the event is about, e.g. ActionInvocation.")
+    subject_id: str
+
+
+class Event(_Model):
+    """One event of the log as stored (host-spec T7): first write wins, ``sequence`` per (tenant, space)."""
+
+    id: str
+    tenant_id: str
+    space_id: str
+    sequence: int = Field(description="Its place in its space's log (commit order).")
+    subject: EventSubject
+    type: str = Field(description="e.g. ActionInvocationStarted, AdapterInvocationSucceeded.")
+    occurred_at: str
+    recorded_at: str
+    payload: dict[str, Any]
+    actor: dict[str, Any] | None = Field(description="The actor disclosed with the event, when it was.")
+
+
+class EventLog(_Model):
+    tenant_id: str
+    space_id: str
+    items: list[Event] = Field(description="In sequence order.")
+    next_after: int | None = Field(description="A full page's last sequence: pass it as `after` for the next "
+                                               "page; null when the page was not full.")
+
+
+class EventSpace(_Model):
+    tenant_id: str
+    space_id: str
+    last_sequence: int = Field(description="The last sequence given in this space.")
+
+
+class EventSpaceList(_Model):
+    items: list[EventSpace] = Field(description="By tenant, then space.")
+
+
 class EventOutboxList(_Model):
     now: str = Field(description="The store's clock when the rows were read, UTC.")
     items: list[EventOutboxRow] = Field(description="Oldest first (by creation, then event id).")

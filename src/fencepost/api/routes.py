@@ -23,6 +23,7 @@ from fencepost.core.errors import InvalidInput
 from fencepost.core.statuses import EventOutboxStatus
 from fencepost.host.health import read_host_health
 from fencepost.rehearsal import views
+from fencepost.store.host_records import Subject
 
 bearer = HTTPBearer(auto_error=False, description="The API token printed by `fencepost serve` "
                                                   "(or set with --api-token / FENCEPOST_API_TOKEN).")
@@ -232,3 +233,27 @@ def event_outbox(ctx: Ctx,
                  limit: Annotated[int, Query(ge=1, le=1000, description="At most this many rows.")] = 100,
                  ) -> dict[str, Any]:
     return ctx.event_rows_json(status, limit)
+
+
+@events.get("/v1/events/spaces", response_model=models.EventSpaceList, dependencies=Read,
+            responses=_errors(401, 422, 503), summary="The spaces of the event log, each with its last sequence")
+def event_spaces(ctx: Ctx, limit: Annotated[int, Query(ge=1, le=1000, description="At most this many.")] = 1000,
+                 ) -> dict[str, Any]:
+    return ctx.event_spaces_json(limit)
+
+
+@events.get("/v1/events", response_model=models.EventLog, dependencies=Read, responses=_errors(401, 422, 503),
+            summary="One space's event log in sequence order, paged with ?after=")
+def event_log(ctx: Ctx,
+              tenant: Annotated[str, Query(min_length=1, max_length=200, description="The space's tenant.")],
+              space: Annotated[str, Query(min_length=1, max_length=200, description="The space.")],
+              subject_type: Annotated[str | None, Query(min_length=1, max_length=100,
+                                                        description="With subject_id: one subject's events.")] = None,
+              subject_id: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+              after: Annotated[int, Query(ge=0, description="Only events after this sequence.")] = 0,
+              limit: Annotated[int, Query(ge=1, le=1000, description="At most this many events.")] = 100,
+              ) -> dict[str, Any]:
+    if (subject_type is None) != (subject_id is None):
+        raise InvalidInput("subject_type and subject_id name a subject together: give both or neither")
+    subject = None if subject_type is None or subject_id is None else Subject(subject_type, subject_id)
+    return ctx.event_log_json(tenant, space, subject, after, limit)

@@ -1,8 +1,9 @@
-"""``fencepost relay`` and ``fencepost events list|show|requeue|dead-letters`` (issue 15, ADR 0038, ADR 0039)."""
+"""``fencepost relay`` and ``fencepost events list|show|requeue|dead-letters|log`` (issue 15, ADR 0038, ADR 0039)."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 from typing import Annotated, Any
 
@@ -12,14 +13,15 @@ from fencepost.cli import logs, render
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, fail, handled, opened
 from fencepost.cli.exit_codes import exit_code
 from fencepost.cli.signals import acting_on_signals
-from fencepost.core.clock import to_iso
+from fencepost.core.canonical import canonical_json
 from fencepost.core.errors import Conflict, FencepostError, InvalidInput, NotFound
 from fencepost.core.statuses import EventOutboxStatus
 from fencepost.events.relay import DEFAULT_MAX_ATTEMPTS, Publisher, Relay, RelayConfig, default_relay_id
 from fencepost.events.sinks import AmqpSink, WebhookSink, redacted
+from fencepost.events.views import event_space_view, event_view
 from fencepost.events.views import outbox_row_view as row_view
 from fencepost.events.views import outbox_summary_view as summary_view
-from fencepost.store.host_records import EventOutboxRecord
+from fencepost.store.host_records import EventOutboxRecord, EventRecord, EventSpace, Subject
 from fencepost.store.ports import UnitOfWork
 from fencepost.store.url import DEFAULT_URL
 
@@ -201,11 +203,7 @@ def show(event_id: Annotated[str, typer.Argument(help="The event id.")], databas
         event, row = store.read(lambda tx: (tx.events.get_event(event_id), tx.events.get_event_outbox(event_id)))
         if event is None:
             raise NotFound(f"no event {event_id}")
-    data: dict[str, Any] = {"event": {"id": event.id, "tenant_id": event.tenant_id, "space_id": event.space_id,
-                      "subject": {"subject_type": event.subject.subject_type, "subject_id": event.subject.subject_id},
-                      "type": event.type, "sequence": event.sequence, "occurred_at": to_iso(event.occurred_at),
-                      "recorded_at": to_iso(event.recorded_at), "payload": event.payload, "actor": event.actor},
-            "outbox": None if row is None else row_view(row)}
+    data: dict[str, Any] = {"event": event_view(event), "outbox": None if row is None else row_view(row)}
 
     def text() -> None:
         e = data["event"]
@@ -249,3 +247,93 @@ def requeue(event_ids: Annotated[list[str], typer.Argument(help="Dead-lettered e
                                                 + [f"not requeued {i}: {e}" for i, e in refused]), markup=False))
     if refused:
         raise typer.Exit(exit_code(type(refused[0][1])))
+
+
+LOG_HELP = "\n\n".join([
+    "Read the event log itself, in sequence order: what the host recorded, space by space (host-spec T7).",
+    "Sequences are per (tenant, space), so a space is named with --tenant and --space; without them the log "
+    "is read when the store holds exactly one space, and otherwise the spaces are listed to choose from "
+    "(exit 2). --subject TYPE:ID keeps one subject's events (e.g. ActionInvocation:inv_...). Page with "
+    "--after: each page ends with the sequence to pass next.",
+])
+
+
+def _subject(value: str | None) -> Subject | None:
+    if value is None:
+        return None
+    subject_type, colon, subject_id = value.partition(":")
+    if not colon or not subject_type or not subject_id:
+        raise InvalidInput(f"--subject must be TYPE:ID, e.g. ActionInvocation:inv_123, not {value!r}")
+    return Subject(subject_type, subject_id)
+
+
+def _space(spaces: list[EventSpace], tenant: str | None, space: str | None) -> tuple[str, str] | None:
+    """The (tenant, space) to read: the one given, or the store's only space; None when it holds no event."""
+    if tenant is not None and space is not None:
+        return tenant, space
+    if tenant is not None or space is not None:
+        raise InvalidInput("--tenant and --space name a space together: give both")
+    if not spaces:
+        return None
+    if len(spaces) == 1:
+        return spaces[0].tenant_id, spaces[0].space_id
+    listed = "\n".join(f"  --tenant {shlex.quote(s.tenant_id)} --space {shlex.quote(s.space_id)}   "
+                       f"({s.last_sequence} events)" for s in spaces[:20])
+    more = f"\n  ... and {len(spaces) - 20} more (`fencepost events log --json` lists them)" if len(spaces) > 20 else ""
+    raise InvalidInput(f"the store holds events in {len(spaces)} spaces; name one:\n{listed}{more}")
+
+
+@app.command("log", help=LOG_HELP)
+def log(database: DatabaseOpt = DEFAULT_URL,
+        tenant: Annotated[str | None, typer.Option("--tenant", help="The space's tenant.")] = None,
+        space: Annotated[str | None, typer.Option("--space", help="The space (with --tenant).")] = None,
+        subject: Annotated[str | None, typer.Option(
+            "--subject", metavar="TYPE:ID", help="Only this subject's events, e.g. ActionInvocation:inv_123.")] = None,
+        after: Annotated[int, typer.Option("--after", metavar="SEQUENCE",
+                                           help="Only events after this sequence (0: from the start).")] = 0,
+        limit: Annotated[int, typer.Option("--limit", help="At most this many events (1-10000).")] = 100,
+        json: JsonOpt = False) -> None:
+    """The event log of one space in sequence order (``LOG_HELP``)."""
+    with opened(database) as store, handled():
+        wanted = _subject(subject)
+        if after < 0:
+            raise InvalidInput("--after must be 0 or a sequence")
+        if not 1 <= limit <= 10_000:
+            raise InvalidInput("--limit must be between 1 and 10000")
+        spaces = store.read(lambda tx: tx.events.list_event_spaces(limit=10_000))
+        named = _space(spaces, tenant, space)
+        events: list[EventRecord] = [] if named is None else store.read(lambda tx: tx.events.list_events(
+            tenant_id=named[0], space_id=named[1], subject=wanted, after=after, limit=limit))
+    items = [event_view(e) for e in events]
+    next_after = items[-1]["sequence"] if len(items) == limit else None
+    data: dict[str, Any] = {"tenant_id": None if named is None else named[0],
+                            "space_id": None if named is None else named[1],
+                            "spaces": [event_space_view(s) for s in spaces], "items": items,
+                            "next_after": next_after}
+    emit(json, data, lambda: _log_text(data))
+
+
+def _log_text(data: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    if data["space_id"] is None:
+        render.console.print("no events yet: the host appends them as invocations change")
+        return
+    where = f"{data['tenant_id']}/{data['space_id']}"
+    if not data["items"]:
+        render.console.print(f"no events in {where} after the given sequence", markup=False)
+        return
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, title=where, title_justify="left")
+    table.add_column("seq", justify="right", no_wrap=True)
+    table.add_column("occurred", no_wrap=True)
+    table.add_column("type", no_wrap=True)
+    table.add_column("subject", overflow="fold")
+    table.add_column("payload", overflow="fold")
+    for e in data["items"]:
+        payload = canonical_json(e["payload"])
+        table.add_row(str(e["sequence"]), render.when(e["occurred_at"]), e["type"],
+                      f"{e['subject']['subject_type']}:{e['subject']['subject_id']}",
+                      payload if len(payload) <= 120 else payload[:119] + "…")
+    render.console.print(table, markup=False)
+    if data["next_after"] is not None:
+        render.console.print(f"more may follow: --after {data['next_after']}", markup=False)

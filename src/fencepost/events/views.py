@@ -1,5 +1,6 @@
-"""The JSON shapes of the relay's publication rows and backlog, shared by ``fencepost events --json`` and the
-HTTP API (``GET /v1/events/outbox``, ``GET /v1/events/outbox/summary``) so that both say the same thing."""
+"""The JSON shapes of the event log and of the relay's publication rows and backlog, shared by ``fencepost
+events --json`` and the HTTP API (``GET /v1/events``, ``GET /v1/events/spaces``, ``GET /v1/events/outbox``,
+``GET /v1/events/outbox/summary``) so that both say the same thing."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from fencepost.core.clock import to_iso
 from fencepost.core.statuses import EventOutboxStatus
-from fencepost.store.host_records import EventOutboxRecord, EventOutboxSummary
+from fencepost.store.host_records import EventOutboxRecord, EventOutboxSummary, EventRecord, EventSpace
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -44,3 +45,21 @@ def outbox_summary_view(summary: EventOutboxSummary) -> dict[str, Any]:
             "counts": {s.value: summary.counts.get(s.value, 0) for s in EventOutboxStatus},
             "backlog": summary.backlog, "oldest_unpublished_at": _iso(summary.oldest_unpublished_at),
             "oldest_unpublished_age_seconds": summary.oldest_unpublished_age_seconds}
+
+
+def event_view(event: EventRecord) -> dict[str, Any]:
+    """One event as stored (host-spec T7).
+
+    Returns:
+        ``{"id", "tenant_id", "space_id", "sequence", "subject": {"subject_type", "subject_id"}, "type",
+        "occurred_at", "recorded_at", "payload", "actor"}``; instants are ``to_iso`` text.
+    """
+    return {"id": event.id, "tenant_id": event.tenant_id, "space_id": event.space_id, "sequence": event.sequence,
+            "subject": {"subject_type": event.subject.subject_type, "subject_id": event.subject.subject_id},
+            "type": event.type, "occurred_at": to_iso(event.occurred_at), "recorded_at": to_iso(event.recorded_at),
+            "payload": event.payload, "actor": event.actor}
+
+
+def event_space_view(space: EventSpace) -> dict[str, Any]:
+    """One space of the event log: ``{"tenant_id", "space_id", "last_sequence"}``."""
+    return {"tenant_id": space.tenant_id, "space_id": space.space_id, "last_sequence": space.last_sequence}

@@ -437,6 +437,16 @@ class NewEvent:
 
 
 @dataclass(frozen=True)
+class EventSpace:
+    """One (tenant, space) of the event log and the last sequence given in it (``host_event_sequences``): an
+    operator's way in to ``list_events``, which reads one space at a time."""
+
+    tenant_id: str
+    space_id: str
+    last_sequence: int
+
+
+@dataclass(frozen=True)
 class EventRecord:
     """An event as stored: ``sequence`` per (tenant, space), assigned in the appending transaction, at the
     latest as it commits (T7; ADR 0096)."""

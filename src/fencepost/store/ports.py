@@ -43,6 +43,7 @@ from fencepost.store.host_records import (
     EventOutboxRecord,
     EventOutboxSummary,
     EventRecord,
+    EventSpace,
     GovernanceRecord,
     Handoff,
     HostHealthCounts,
@@ -796,6 +797,11 @@ class EventsPort(Protocol):
     def list_events(self, *, tenant_id: str, space_id: str, subject: Subject | None = None, after: int = 0,
                     limit: int = 1000) -> list[EventRecord]:
         """A space's events with ``sequence > after`` in sequence order, optionally about one subject."""
+        ...
+
+    def list_event_spaces(self, *, limit: int = 1000) -> list[EventSpace]:
+        """The spaces that hold events, ordered by tenant then space, at most ``limit`` (1..10000), each with the
+        last sequence given in it. Raises ValueError for a ``limit`` out of range."""
         ...
 
     def get_event_outbox(self, event_id: str) -> EventOutboxRecord | None:

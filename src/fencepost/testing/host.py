@@ -42,6 +42,7 @@ from fencepost.store.host_records import (
     AdapterScope,
     AdapterWrite,
     CreateAdapterRow,
+    EventSpace,
     Handoff,
     InvocationRecord,
     InvocationVerdict,
@@ -1079,6 +1080,24 @@ class EventsContract(StoreContract):
         assert [(e.id, e.sequence) for e in other] == [("b_0", 1)]
         after = store.read(lambda tx: tx.events.list_events(tenant_id=TENANT, space_id=SPACE, after=2, limit=1))
         assert [e.id for e in after] == ["a_2"]
+
+    def test_event_spaces_list_every_space_with_its_last_sequence(self, store: Store) -> None:
+        assert store.read(lambda tx: tx.events.list_event_spaces()) == []
+
+        def fn(tx: UnitOfWork) -> list[EventSpace]:
+            for i in range(3):
+                tx.events.append_event(event(f"a_{i}"))
+            tx.events.append_event(event("b_0", space="other"))
+            tx.events.append_event(event("c_0", tenant="a-tenant", space="zz"))
+            return tx.events.list_event_spaces()  # inside the appending transaction: sequences settled first
+
+        expected = [EventSpace("a-tenant", "zz", 1), EventSpace(TENANT, "other", 1), EventSpace(TENANT, SPACE, 3)]
+        expected.sort(key=lambda s: (s.tenant_id, s.space_id))
+        assert store.transact(fn) == expected
+        assert store.read(lambda tx: tx.events.list_event_spaces()) == expected
+        assert store.read(lambda tx: tx.events.list_event_spaces(limit=1)) == expected[:1]
+        with pytest.raises(ValueError, match="limit"):
+            store.read(lambda tx: tx.events.list_event_spaces(limit=0))
 
     def test_append_event_first_write_wins(self, store: Store) -> None:
         assert store.transact(lambda tx: tx.events.append_event(event("ev_1", payload={"v": "A"})))

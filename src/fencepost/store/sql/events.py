@@ -22,6 +22,7 @@ from fencepost.store.host_records import (
     EventOutboxRecord,
     EventOutboxSummary,
     EventRecord,
+    EventSpace,
     NewEvent,
     Subject,
     is_probe_space,
@@ -108,6 +109,13 @@ class SqlEvents:
             "subject_type": None if subject is None else subject.subject_type,
             "subject_id": None if subject is None else subject.subject_id}).rows
         return [event_from_row(r) for r in rows]
+
+    def list_event_spaces(self, *, limit: int = 1000) -> list[EventSpace]:
+        if not 1 <= limit <= 10_000:
+            raise ValueError("limit must be between 1 and 10000")
+        self.settle()
+        return [EventSpace(r["tenant_id"], r["space_id"], int(r["last"]))
+                for r in self._unit.run("list_event_spaces", {"limit": limit}).rows]
 
     def get_event_outbox(self, event_id: str) -> EventOutboxRecord | None:
         self.settle()

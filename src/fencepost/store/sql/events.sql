@@ -56,6 +56,11 @@ WHERE tenant_id = :tenant_id AND space_id = :space_id AND sequence > :after
 ORDER BY sequence
 LIMIT :limit;
 
+-- name: list_event_spaces
+-- Every space that holds events, with its last sequence: one row per space in host_event_sequences (its
+-- primary key orders it), never a scan of the log.
+SELECT tenant_id, space_id, last FROM host_event_sequences ORDER BY tenant_id, space_id LIMIT :limit;
+
 -- ── the relay (issue 15, ADR 0038): the outbox lease protocol on host_event_outbox ──
 -- A probe space (space_id starting 'event-append-probe-', 19 characters; host-spec U30) is never claimed nor
 -- requeued. substr, not LIKE: LIKE folds ASCII case on SQLite and not on PostgreSQL.
