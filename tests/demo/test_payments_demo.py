@@ -41,6 +41,9 @@ def test_the_payments_demo_holds_row_by_row_against_the_provider_ledger(tmp_path
     assert rows[6]["attempt_count"] == 2 and "outcome unknown" in rows[6]["reason"]
     assert rows[7]["attempt_count"] == 2
     assert rows[12]["reason"] == "recovery attempts exhausted (6/5)"
+    shown = run_cli(["host", "show", rows[12]["invocation_id"], "--database", report["database"]], cwd=tmp_path)
+    assert "(the budget allows 5 claims, the first included; claim 6 settled it without running the handler " \
+           "again)" in shown.stdout, shown.describe()
     # The provider's ground truth, read here from its ledger file: one charge per charged scenario, and the
     # idempotent recovery re-sent its charge under the same key.
     ledger = Ledger(directory / "simpay-ledger.db")

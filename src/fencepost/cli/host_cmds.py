@@ -121,6 +121,18 @@ def _reconciliations(store: Store, view: InvocationView) -> list[dict[str, Any]]
              "payload": r.payload, "created_at": r.created_at.isoformat()} for r in records]
 
 
+def _budget_line(reconciliation: dict[str, Any]) -> str:
+    """What ``recovery attempts exhausted (n/max)`` (host-spec H4) means, in words: the count is of claims
+    including the first, so claim ``max + 1`` is the one that settles it, without running the handler again."""
+    if reconciliation.get("kind") != "recovery_budget_exhausted":
+        return ""
+    attempts, budget = reconciliation.get("attempts"), reconciliation.get("max")
+    if not isinstance(attempts, int) or not isinstance(budget, int):
+        return ""
+    return (f"(the budget allows {budget} claims, the first included; claim {attempts} settled it without running "
+            f"the handler again)")
+
+
 def _show_text(view: InvocationView, events: list[dict[str, Any]] | None = None,
                reconciliations: list[dict[str, Any]] | None = None) -> None:
     print_ = render.console.print
@@ -136,6 +148,9 @@ def _show_text(view: InvocationView, events: list[dict[str, Any]] | None = None,
         print_(f"  {before}error: {view.error}", markup=False)
     if view.reconciliation:
         print_(f"  {before}reconciliation: {jsonlib.dumps(view.reconciliation, sort_keys=True)}", markup=False)
+        budget = _budget_line(view.reconciliation)
+        if budget:
+            print_(f"  {budget}", markup=False)
     if view.handoff:
         h = view.handoff
         state = ("parked, waiting for its completion" if view.parked
