@@ -4,11 +4,16 @@ the lease to expire, and the next delivery (on a healthy machine) produces the r
 from __future__ import annotations
 
 import shutil
+import signal
 import sqlite3
+import time
+import uuid
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from fencepost.cli.app import IDLE_STOP_WAIT_SECONDS
 from fencepost.core.clock import ManualClock
 from fencepost.core.statuses import AttemptStatus, CommandStatus
 from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
@@ -17,6 +22,9 @@ from fencepost.rehearsal.handler import KIND, AttemptHandler
 from fencepost.rehearsal.sandbox import is_environment_error
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store import open_store
+from helpers.processes import run_cli, start, worker_args
+from helpers.store_backends import admin_connect, postgres_url
+from helpers.waiting import wait_until
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "inventory"
 
@@ -69,3 +77,35 @@ def test_storage_failure_mid_scenario_abandons_the_delivery_instead_of_failing_t
     final = service.attempt(attempt.id)
     assert final.status is AttemptStatus.SUCCEEDED and final.delivery_count == 2
     assert service.gate(final.run_id).passed
+
+
+@pytest.mark.postgres
+def test_sigterm_with_nothing_in_flight_exits_soon_when_the_database_is_gone(pg_backend: object,
+                                                                             tmp_path: Path) -> None:
+    """A worker whose database was dropped under it, stopped with SIGTERM while it runs nothing, exits within
+    about ``IDLE_STOP_WAIT_SECONDS`` (its leases would expire), not after the whole grace period and the
+    interrupt wait (40 s before: a break-it trial)."""
+    name = f"fp_gone_{uuid.uuid4().hex[:12]}"
+    with admin_connect() as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = urlunsplit(urlsplit(postgres_url())._replace(path=f"/{name}"))
+    worker = None
+    try:
+        assert run_cli(["migrate", "-d", url]).returncode == 0
+        worker = start(worker_args(url, tmp_path / "work", lease_seconds=30, poll_interval=0.05,
+                                   extra=["--grace-period", "30"]),
+                       name="worker", stdout_path=tmp_path / "worker.log", started_event="worker_started")
+        wait_until(lambda: worker.events("worker_started"), 30, "the worker to start")
+        with admin_connect() as admin:
+            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        time.sleep(1.0)
+        stopped_at = time.monotonic()
+        worker.send(signal.SIGTERM)
+        worker.wait_exit(timeout=IDLE_STOP_WAIT_SECONDS + 8, what="exit after SIGTERM on a dropped database")
+        assert time.monotonic() - stopped_at < IDLE_STOP_WAIT_SECONDS + 8
+        assert worker.events("worker_abandoned") or worker.events("worker_stopped"), worker.describe()
+    finally:
+        if worker is not None:
+            worker.kill()
+        with admin_connect() as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
