@@ -36,3 +36,21 @@ def test_ordinary_sql_still_runs(sandbox: Sandbox) -> None:
     conn = sandbox.connect("main")
     run_script(conn, "CREATE TABLE t (x); INSERT INTO t VALUES (1); PRAGMA foreign_keys = ON;", ledger_add="m1")
     assert conn.execute("SELECT x FROM t").fetchall() == [(1,)]
+
+
+@pytest.mark.parametrize("sql", [
+    "CREATE TABLE fencepost_delivery (package TEXT);",
+    "CREATE TABLE FencePost_Workflow_Tasks (x);",
+    "CREATE TABLE t (x); CREATE INDEX fencepost_idx ON t (x);",
+    "CREATE TABLE t (x); CREATE TRIGGER fencepost_trg AFTER INSERT ON t BEGIN SELECT 1; END;",
+    "CREATE VIEW fencepost_v AS SELECT 1;",
+    "PRAGMA writable_schema = ON;",
+])
+def test_the_fencepost_prefix_is_reserved_and_the_schema_not_writable(sandbox: Sandbox, sql: str) -> None:
+    """A migration may not define what a delivery target's ledgers are named (ADR 0102): it would fail there,
+    so the rehearsal refuses it first, saying why."""
+    conn = sandbox.connect("main")
+    with pytest.raises(SandboxError, match="reserved for fencepost's ledgers"):
+        run_script(conn, sql, ledger_add="m1")
+    assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master ORDER BY name")] == [
+        "_fencepost_ledger", "sqlite_autoindex__fencepost_ledger_1"]

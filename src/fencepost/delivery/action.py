@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fencepost.catalog.lifecycle import not_allowed
 from fencepost.catalog.manifest import PackageSpec
+from fencepost.catalog.sql_guard import deny_escapes
 from fencepost.core.errors import InvalidInput
 from fencepost.core.statuses import Disposition, InstallationStatus, PublicationStatus
 from fencepost.delivery import target_db
@@ -43,7 +44,7 @@ from fencepost.host.action import Action, AdapterStep, HandlerContext, RetryPoli
 from fencepost.host.adapter import AdapterCall, Ambiguous, PermanentFailure, Succeeded, TransientFailure
 from fencepost.host.lifecycle import adapter_invocation_id
 from fencepost.rehearsal.host_functions import resolve
-from fencepost.rehearsal.sandbox import deny_escapes, register_host_functions
+from fencepost.rehearsal.sandbox import register_host_functions
 from fencepost.store.base import Store
 from fencepost.store.delivery_records import DeliveryStartRecord
 

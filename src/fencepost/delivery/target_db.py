@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import quote
 
 from fencepost.catalog.script_control import split_statements
+from fencepost.catalog.sql_guard import REFUSAL, is_refusal, package_sql
 from fencepost.core.crashpoints import crashpoint
 from fencepost.rehearsal.sandbox import LEDGER as REHEARSAL_LEDGER
 from fencepost.rehearsal.sandbox import schema_summary
@@ -175,6 +176,11 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
 
 
+def _why(error: sqlite3.Error) -> str:
+    """SQLite's error text, or what an authorizer refusal means (its own text is only "not authorized")."""
+    return REFUSAL if is_refusal(error) else str(error)
+
+
 def _check_guard(conn: sqlite3.Connection, name: str, migration: str, guard: Guard | None) -> None:
     if guard is None:
         return
@@ -214,13 +220,14 @@ def apply_fenced(conn: sqlite3.Connection, name: str, *, package: str, version: 
         _check_guard(conn, name, migration, guard)
         for _, statement in split_statements(sql):
             try:
-                conn.execute(statement)
+                with package_sql(conn):  # the migration may not write the ledger (ADR 0102)
+                    conn.execute(statement)
             except sqlite3.Error as error:
                 if _busy(error):
                     raise TargetBusy(f"target {name} was locked during migration {migration}; nothing was "
                                      "applied") from None
-                raise MigrationFailed(f"migration {migration} failed on target {name}: {error}; rolled back, "
-                                      "nothing was applied") from None
+                raise MigrationFailed(f"migration {migration} failed on target {name}: {_why(error)}; rolled "
+                                      "back, nothing was applied") from None
         row = LedgerRow(package, version, migration, checksum, adapter_invocation_id, "applied", _now())
         conn.execute(f'INSERT INTO "{LEDGER_TABLE}" ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)',
                      (row.package, row.version, row.migration, row.checksum, row.adapter_invocation_id,
@@ -275,11 +282,13 @@ def apply_unfenced(conn: sqlite3.Connection, name: str, *, package: str, version
         _rollback(conn)
     crashpoint(f"delivery.target:{migration}:after-intent")
     try:
-        conn.executescript(sql)
+        with package_sql(conn):  # the script may not write the ledger either (ADR 0102)
+            conn.executescript(sql)
     except sqlite3.Error as error:
         _rollback(conn)
-        raise MigrationFailed(f"unfenced migration {migration} failed on target {name} after it started: {error}; "
-                              "it manages its own transaction, so part of it may be applied") from None
+        raise MigrationFailed(f"unfenced migration {migration} failed on target {name} after it started: "
+                              f"{_why(error)}; it manages its own transaction, so part of it may be "
+                              "applied") from None
     _rollback(conn)  # a script that left its own transaction open is ended, as a session close would
     done = LedgerRow(package, version, migration, checksum, adapter_invocation_id, "applied", _now())
     try:

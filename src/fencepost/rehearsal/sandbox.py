@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fencepost.catalog.script_control import manages_own_transaction
+from fencepost.catalog.sql_guard import REFUSAL, is_refusal, package_only
 from fencepost.core.fingerprint import fingerprint
 from fencepost.outbox.context import EnvironmentFailed
 from fencepost.rehearsal.host_functions import HostFunction, resolve
@@ -36,38 +37,11 @@ LEDGER = "_fencepost_ledger"
 PROGRESS_STEPS = 2000  # SQLite VM instructions between interrupt checks
 
 
-# Package SQL is untrusted: it may only touch its own sandbox database. ATTACH (and VACUUM INTO, which
-# attaches its target) would let it open the control database or write files anywhere; these pragmas
-# change process-wide state or point SQLite at other directories.
-_DENIED_PRAGMAS = frozenset({"temp_store_directory", "data_store_directory"})
-# Setting these would lift a cap (ADR 0021): the page budget and page size behind the disk cap, the caches
-# and the temporary store behind the memory cap, an in-memory rollback journal, and the heap limits, which
-# are process-wide (they would bound the control store's connections too). Reading them stays allowed.
-_CAP_PRAGMAS = frozenset({"max_page_count", "page_size", "cache_size", "temp_store", "journal_mode",
-                          "soft_heap_limit", "hard_heap_limit"})
-
-
-def _authorize(action: int, arg1: str | None, arg2: str | None, database: str | None, source: str | None) -> int:
-    if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH):
-        return sqlite3.SQLITE_DENY
-    if action == sqlite3.SQLITE_PRAGMA:
-        name = (arg1 or "").lower()
-        if name in _DENIED_PRAGMAS or (name in _CAP_PRAGMAS and arg2 is not None):
-            return sqlite3.SQLITE_DENY
-    return sqlite3.SQLITE_OK
-
-
 def register_host_functions(conn: sqlite3.Connection, functions: Mapping[str, HostFunction]) -> None:
     """Give ``conn`` resolved host functions (SQL name -> ``HostFunction``, from ``host_functions.resolve``), as
     the sandbox does; a delivery target's connection gets the same ones (ADR 0055)."""
     for sql_name, fn in functions.items():
         conn.create_function(sql_name, fn.nargs, fn.func, deterministic=fn.deterministic)
-
-
-def deny_escapes(conn: sqlite3.Connection) -> None:
-    """Refuse ATTACH, DETACH and the pragmas that reach outside the database or lift a cap on ``conn``: package
-    SQL may only touch the database it was given (the sandbox's authorizer; a delivery target uses it too)."""
-    conn.set_authorizer(_authorize)
 
 
 MIB = 1024 * 1024
@@ -260,7 +234,8 @@ class Sandbox:
         conn.set_progress_handler(lambda: 1 if self.should_interrupt() else 0, PROGRESS_STEPS)
         conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)  # defense in depth: no second database at all
         self._apply_limits(conn)
-        conn.set_authorizer(_authorize)  # after the caps: the package may no longer change them
+        # After the caps: the package may no longer change them, nor write fencepost_ objects (ADR 0102).
+        conn.set_authorizer(package_only)
         conn.execute(f'CREATE TABLE IF NOT EXISTS "{LEDGER}" (id TEXT PRIMARY KEY)')
         return conn
 
@@ -439,6 +414,8 @@ def judged(conn: sqlite3.Connection, error: sqlite3.Error | MemoryError) -> Exce
         return SandboxEnvironmentError("sandbox ran out of memory")
     if is_environment_error(error):
         return SandboxEnvironmentError(f"sandbox storage failed: {error}")
+    if is_refusal(error):  # SQLite's own text is only "not authorized" (ADR 0102)
+        return SandboxError(REFUSAL)
     return SandboxError(str(error))
 
 

@@ -14,8 +14,8 @@ Chosen so that a release engineer can trust a passing Attempt:
    exists runs, newest first, as far as the chain goes, each verified against the schema from before its up,
    then each run of downs below a migration without one, in a fresh database holding the ups up to that
    run's top (not applicable only when no down exists; ADR 0062 and its amendment); either way the file must
-   still pass ``PRAGMA integrity_check`` (a script that edits ``sqlite_master`` under ``writable_schema``
-   orphans pages).
+   still pass ``PRAGMA integrity_check`` (a script that edited ``sqlite_master`` under ``writable_schema``
+   orphaned pages; that pragma is now refused outright, ADR 0102, and the check stays as a second line).
 
 Each scenario returns its semantic result, or raises ``ScenarioFailed`` with the database error text.
 """

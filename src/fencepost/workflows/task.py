@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fencepost.catalog.lifecycle import not_allowed
 from fencepost.catalog.manifest import PackageSpec, package_from_run
 from fencepost.catalog.script_control import manages_own_transaction, split_statements
+from fencepost.catalog.sql_guard import REFUSAL, deny_escapes, is_refusal, package_sql
 from fencepost.core.clock import to_iso
 from fencepost.core.crashpoints import crashpoint
 from fencepost.core.errors import InvalidInput
@@ -50,7 +51,7 @@ from fencepost.host.action import Action, AdapterStep, HandlerContext, StepInput
 from fencepost.host.adapter import AdapterCall, PermanentFailure, Succeeded, TransientFailure
 from fencepost.host.outcome import describe_error
 from fencepost.rehearsal.host_functions import resolve
-from fencepost.rehearsal.sandbox import deny_escapes, register_host_functions
+from fencepost.rehearsal.sandbox import register_host_functions
 from fencepost.store.base import Store
 from fencepost.store.delivery_records import TargetRecord
 from fencepost.store.workflow_records import PublicationRecord, RunState, StepRunRow, TaskOutcome
@@ -272,7 +273,14 @@ class TaskAdapter:
                 return PermanentFailure(problem)
             conn.set_progress_handler(lambda: 1 if time.monotonic() >= deadline else 0, 1000)
             try:
-                result = _statements(conn, sql)
+                with package_sql(conn):  # the task's SQL may not write this ledger (ADR 0102)
+                    result = _statements(conn, sql)
+            except sqlite3.DatabaseError as error:
+                if not is_refusal(error):
+                    raise
+                _rollback(conn)
+                return PermanentFailure(f"task {params.task} of step {params.step_key} was refused on target {name}: "
+                                        f"{REFUSAL}; rolled back, nothing was applied")
             finally:
                 conn.set_progress_handler(None, 0)
             problem = _non_finite(result)
