@@ -12,6 +12,8 @@ import math
 import sys
 from typing import Any
 
+from fencepost.core.errors import InvalidInput
+
 JSONValue = Any  # a plain JSON value: dict[str, JSONValue] | list[JSONValue] | str | int | float | bool | None
 
 
@@ -114,6 +116,39 @@ def storable_text(text: str) -> str:
     it). For free text such as a failure message: written as given, it made the write fail and the failed
     command run again (a break-it trial)."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\0")
+
+
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be stored as given on every backend, or None when it can.
+
+    For text kept exactly as given (an actor, an idempotency key, a tenant, an operator's note), which is refused
+    rather than escaped as ``storable_text`` escapes free failure text: a NUL character (PostgreSQL text cannot
+    hold it, so it was a schema conflict there, while SQLite kept it) or a lone surrogate (no UTF-8 form, so the
+    driver raised ``UnicodeEncodeError``). The answer reads after the field's name: "actor holds a NUL ...".
+    """
+    nul = text.find("\x00")
+    if nul >= 0:
+        return f"holds a NUL character (at position {nul}), which PostgreSQL cannot store"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            return (f"holds a lone surrogate ({text[error.start]!r} at position {error.start}), which has no "
+                    "UTF-8 form")
+    return None
+
+
+def require_storable_text(**fields: str) -> None:
+    """Refuse input text that no backend would store as given (``text_problem``), naming the field.
+
+    Raises:
+        InvalidInput: the first field, in the order given, that holds a NUL character or a lone surrogate
+            (exit 2, HTTP 422 on every backend).
+    """
+    for name, text in fields.items():
+        problem = text_problem(text) if isinstance(text, str) else None
+        if problem is not None:
+            raise InvalidInput(f"{name} {problem}")
 
 
 def canonical_bytes(value: JSONValue) -> bytes:

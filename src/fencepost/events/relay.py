@@ -5,7 +5,8 @@ One relay loop: claim a batch of due rows (fresh fenced leases), publish each, t
 its token; a failure makes it ``retry_pending`` after an exponential backoff with jitter, and the attempt that
 spends the budget (``max_attempts``, default 10) dead-letters it with its last error. Any number of relays may
 run against one store: a claim never hands one row to two of them, and a relay whose lease was taken over
-writes nothing (the marks are fenced by the token).
+writes nothing (the marks are fenced by the token). A row whose stored JSON cannot be read back, or whose envelope
+has no canonical JSON, is dead-lettered at once without being published, and the relay goes on (ADR 0101).
 
 Delivery is **at least once**. A relay killed between the sink's acceptance and the mark publishes that event
 again after its lease expires, so every delivery carries the event id (``Fencepost-Event-Id`` on a webhook,
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from fencepost.core.canonical import canonical_json
+from fencepost.core.canonical import canonical_json, storable_text
 from fencepost.core.clock import to_iso
 from fencepost.store.base import Store
 from fencepost.store.host_records import ClaimedEvent, EventLease, EventOutboxRecord, EventRecord
@@ -75,6 +76,22 @@ def envelope(event: EventRecord, outbox: EventOutboxRecord) -> dict[str, object]
 def envelope_bytes(event: EventRecord, outbox: EventOutboxRecord) -> bytes:
     """``envelope`` as canonical JSON bytes: the exact body a webhook signs and a broker carries."""
     return canonical_json(envelope(event, outbox)).encode()
+
+
+def unpublishable(item: ClaimedEvent) -> str | None:
+    """Why no sink can be given ``item``, or None when it can be published.
+
+    A row written past the events port: its stored JSON cannot be read back (``ClaimedEvent.unreadable``), or it
+    reads as values the envelope cannot carry as canonical JSON (nesting past ``MAX_DEPTH`` inside the envelope,
+    a lone surrogate), which every webhook and AMQP publish would refuse until the budget was spent (ADR 0101).
+    """
+    if item.unreadable is not None:
+        return item.unreadable
+    try:
+        canonical_json(envelope(item.event, item.outbox))
+    except TypeError as error:
+        return f"event {item.event.id} has no envelope a sink can send: {str(error)[:300]}"
+    return None
 
 
 def default_relay_id() -> str:
@@ -199,6 +216,13 @@ class Relay:
 
     def _handle(self, item: ClaimedEvent, lease: EventLease) -> None:
         cfg = self.config
+        unsendable = unpublishable(item)
+        if unsendable is not None:
+            # Set aside alone, at once: no sink could take it and no later attempt could read it either. The
+            # dead letter keeps why; repaired by hand, `fencepost events requeue` sends it (ADR 0101).
+            self._mark("dead_letter", lease, error=f"not published: {unsendable}; repair the stored row, then "
+                                                   f"`fencepost events requeue {lease.event_id}`")
+            return
         if lease.attempts > cfg.max_attempts:
             # Claimed again after its leases kept expiring (relays killed mid-publish): the budget is spent.
             self._mark("dead_letter", lease, error=item.outbox.last_error or
@@ -217,6 +241,7 @@ class Relay:
         self._mark("published", lease)
 
     def _mark(self, what: str, lease: EventLease, *, error: str = "", retry_in: float = 0.0) -> None:
+        error = storable_text(error)  # as the store keeps it (a NUL, a lone surrogate escaped), and so logged
         if what == "published":
             done = self.store.transact(lambda tx: tx.events.mark_event_published(lease))
         elif what == "failed":
@@ -237,7 +262,7 @@ class Relay:
                      retry_in, error)
         else:
             self.stats.dead_lettered += 1
-            log.warning("event %s dead-lettered after %d attempts: %s", lease.event_id, lease.attempts, error)
+            log.warning("event %s dead-lettered at attempt %d: %s", lease.event_id, lease.attempts, error)
 
     def _renew(self, leases: dict[str, EventLease], event_ids: list[str]) -> None:
         seconds = self.config.lease_seconds

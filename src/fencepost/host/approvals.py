@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from fencepost.core.canonical import require_storable_text
 from fencepost.core.errors import Conflict, InvalidInput, NotAllowed, NotFound
 from fencepost.core.statuses import CommandStatus, GovernanceRecordKind, InvocationStatus
 from fencepost.host import telemetry
@@ -147,13 +148,13 @@ def request(execution: Execution, invocation: InvocationRecord, policy: str,
 
 def check_decider(approver: str, authority: str, note: str) -> None:
     """Raises ``InvalidInput`` unless approver and authority are 1..200 chars and the note at most 2000, none
-    of them with a NUL character (SQLite would record one and PostgreSQL refuse it: both refuse it here)."""
+    of them with a NUL character (SQLite would record one and PostgreSQL refuse it: both refuse it here) or a
+    lone surrogate (no UTF-8 form: it failed in the decision's digest), naming the field."""
     if not approver or len(approver) > 200 or not authority or len(authority) > 200:
         raise InvalidInput("approver and authority are 1 to 200 characters")
     if len(note) > 2000:
         raise InvalidInput("a note is at most 2000 characters")
-    if "\x00" in approver or "\x00" in authority or "\x00" in note:
-        raise InvalidInput("approver, authority and note may not contain NUL characters")
+    require_storable_text(approver=approver, authority=authority, note=note)
 
 
 def _waiting(tx: UnitOfWork, invocation_id: str, authority: str) -> tuple[InvocationRecord, GovernanceRecord]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fencepost.core.canonical import canonical_json
+from fencepost.core.canonical import canonical_json, require_storable_text, text_problem
 from fencepost.core.errors import Conflict, InvalidInput, NotFound
 from fencepost.core.fingerprint import fingerprint
 from fencepost.core.ids import derived_id
@@ -64,10 +64,11 @@ def parse_request(invocation_id: str, outcome: str, operator: str, note: str,
 
     Args:
         outcome: ``succeeded`` or ``failed``. operator: who decides, 1..200 chars. note: why, 1..2000 chars
-            (after trimming); neither may contain NUL. evidence: a JSON object of at most 64 KiB canonical
-            JSON, or None.
+            (after trimming); neither may hold a NUL character or a lone surrogate. evidence: a JSON object of
+            at most 64 KiB canonical JSON, or None.
     Raises:
-        InvalidInput: any argument outside these bounds.
+        InvalidInput: any argument outside these bounds. NotFound: an invocation id holding a NUL character or
+            a lone surrogate, which no invocation has.
     """
     try:
         status = InvocationStatus(outcome)
@@ -79,8 +80,13 @@ def parse_request(invocation_id: str, outcome: str, operator: str, note: str,
         raise InvalidInput("operator is 1 to 200 characters")
     if not isinstance(note, str) or not note.strip() or len(note) > MAX_NOTE:
         raise InvalidInput(f"note is 1 to {MAX_NOTE} characters: say what was found at the provider")
-    if "\x00" in operator or "\x00" in note:  # SQLite would keep it, PostgreSQL refuse it: refuse it here
-        raise InvalidInput("operator and note may not contain NUL characters")
+    # SQLite would keep a NUL and PostgreSQL refuse it; a lone surrogate failed in the request's digest, a
+    # TypeError out of Host.resolve (a break-it trial): both are bad input on every backend, naming the field.
+    require_storable_text(operator=operator, note=note)
+    if text_problem(invocation_id) is not None:
+        # No invocation id holds either (ids are ASCII): it names none, as a read of a NUL id finds none on every
+        # backend, instead of the driver's UnicodeEncodeError for a surrogate.
+        raise NotFound(f"no invocation {invocation_id!r}")
     if evidence is not None:
         if not isinstance(evidence, dict):
             raise InvalidInput("evidence is a JSON object")

@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from fencepost.core.canonical import WRAPPED_MAX_DEPTH, canonical_json, json_depth
+from fencepost.core.canonical import WRAPPED_MAX_DEPTH, canonical_json, json_depth, require_storable_text
 from fencepost.core.errors import Conflict, InvalidInput, NotFound, RecoverableFinalization, StoreUnavailable
 from fencepost.core.statuses import (
     AdapterStatus,
@@ -426,7 +426,8 @@ class Host:
             replay of the key with the same binding (nothing runs again, B2). With ``tx``, the record as that
             unit sees it (written, not yet committed, when new).
         Raises:
-            InvalidInput: unknown action, invalid params or arguments; ``Inline()`` with ``tx`` (an inline run
+            InvalidInput: unknown action, invalid params or arguments (an identifier holding a NUL character
+            or a lone surrogate among them, on every backend); ``Inline()`` with ``tx`` (an inline run
             would call the provider before the caller commits). IdempotencyConflict: the key is bound to
             another action version, actor, authority or params (B3, B4); with ``tx``, nothing of this call
             was written and the caller's transaction is still usable. RecoverableFinalization: an inline run
@@ -437,6 +438,10 @@ class Host:
             transaction and retries it whole). StoreUnavailable after an inline run: its outcome is stored but
             could not be read back; the message names the invocation, read it with ``get``.
         """
+        # Before anything reads the store: PostgreSQL refused a NUL as a schema conflict (exit 3, HTTP 409) where
+        # SQLite stored it, and a lone surrogate failed in the driver (a break-it trial).
+        require_storable_text(action_id=action_id, actor=actor, authority=authority,
+                              idempotency_key=idempotency_key, tenant=tenant, space=space)
         try:
             action = self.actions.resolve(action_id, version)
         except NotFound as error:

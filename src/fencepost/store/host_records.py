@@ -484,6 +484,9 @@ class EventOutboxRecord:
     tenant_id: str | None = None
     space_id: str | None = None
     event_type: str | None = None
+    #: Why the stored headers cannot be read back (``headers`` is then empty): a row written past the events
+    #: port. None for every row the port wrote. The relay sets such a row aside (ADR 0101); listings show it.
+    unreadable: str | None = None
 
 
 #: Spaces the conformance probes write to (host-spec U30): the relay never claims nor requeues their rows.
@@ -511,11 +514,18 @@ class EventLease:
 
 @dataclass(frozen=True)
 class ClaimedEvent:
-    """What a claim hands the relay: the lease, the event as stored and its publication row."""
+    """What a claim hands the relay: the lease, the event as stored and its publication row.
+
+    ``unreadable``: why the event's or its row's stored JSON (payload, actor, headers) cannot be read back, a
+    row written past the events port; the unreadable values are then empty (``{}``, or None for the actor).
+    None for every row the port wrote. The relay dead-letters such a row unpublished instead of failing the
+    whole claim, which stopped every relay at it (ADR 0101).
+    """
 
     lease: EventLease
     event: EventRecord
     outbox: EventOutboxRecord
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True)

@@ -821,7 +821,9 @@ class EventsPort(Protocol):
         Args:
             owner: the relay's name (1..200 chars). limit: 1..1000. lease_seconds: 0.01..3600.
         Returns:
-            The claimed rows, oldest availability first, each with its event as stored.
+            The claimed rows, oldest availability first, each with its event as stored. A row whose stored JSON
+            (payload, actor, headers) cannot be read back is claimed like the others, with
+            ``ClaimedEvent.unreadable`` saying why: it never fails the claim (ADR 0101).
         Raises:
             ValueError: an argument out of range.
         """
@@ -880,7 +882,8 @@ class EventsPort(Protocol):
 
     def list_event_outbox(self, *, status: EventOutboxStatus | None = None,
                           limit: int = 100) -> list[EventOutboxRecord]:
-        """Publication rows, optionally of one status, oldest first (``created_at``, then id); limit 1..10000."""
+        """Publication rows, optionally of one status, oldest first (``created_at``, then id); limit 1..10000.
+        Headers that cannot be read back read as empty, with ``EventOutboxRecord.unreadable`` saying why."""
         ...
 
     def summarize_event_outbox(self) -> EventOutboxSummary:

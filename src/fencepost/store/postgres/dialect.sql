@@ -199,6 +199,10 @@ json_array_elements_text(CAST(:expected AS json)) AS value
 pg_advisory_xact_lock(hashtextextended(
     'fencepost.entity:' || :tenant_id || chr(31) || :space_id || chr(31) || :subject || chr(31) || :entity_id, 0))
 
+-- fragment: claimed_event_json
+-- As text: the server refuses text that is not UTF-8 when it is written.
+e.payload, e.actor, o.headers
+
 -- fragment: event_payload_invocation
 (CAST(e.payload AS json) ->> 'invocation_id')
 

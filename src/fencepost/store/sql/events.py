@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from fencepost.core.canonical import canonical_json
+from fencepost.core.canonical import canonical_json, storable_text
 from fencepost.core.errors import Conflict, IntegrityViolation, NotFound
 from fencepost.core.statuses import EventOutboxStatus
 from fencepost.store.host_records import (
@@ -33,9 +33,27 @@ from fencepost.store.sql.executor import Statements, stored_json
 DEFAULT_DESTINATION = "host"
 
 
-def _parsed(raw: Any, event_id: str, column: str = "payload") -> Any:
-    """A stored JSON column of an event, parsed (``stored_json``: unreadable is ``IntegrityViolation``)."""
-    return stored_json(raw, f"{column} of event {event_id}")
+def _parsed(raw: Any, event_id: str, column: str = "payload", *, problems: list[str] | None = None) -> Any:
+    """A stored JSON object column of an event (``payload``, ``actor``, ``headers``; a NULL actor stays None),
+    parsed.
+
+    Raises:
+        IntegrityViolation: it cannot be read back as a JSON object (``stored_json``), naming the event and the
+            column. With ``problems``, the reason is appended there instead and the column reads as empty
+            (``{}``; None for the actor), so that one such row is set aside alone (ADR 0101).
+    """
+    if raw is None and column == "actor":
+        return None
+    try:
+        value = stored_json(raw, f"{column} of event {event_id}")
+        if not isinstance(value, dict):  # the CHECKs require an object: written past them
+            raise IntegrityViolation(f"the stored {column} of event {event_id} is not a JSON object")
+    except IntegrityViolation as error:
+        if problems is None:
+            raise
+        problems.append(str(error))
+        return None if column == "actor" else {}
+    return value
 
 
 class SqlEvents:
@@ -145,9 +163,13 @@ class SqlEvents:
             joined = found.get(lease.event_id)
             if joined is None:  # the foreign key forbids it; say so rather than skip silently
                 raise IntegrityViolation(f"claimed publication row {lease.event_id} has no event")
-            event = event_from_row(joined)
-            outbox = outbox_from_row({**joined, "type": event.type})
-            claimed.append(ClaimedEvent(lease=lease, event=event, outbox=outbox))
+            # Each row is read on its own: one whose JSON cannot be read back is handed out as unreadable, for
+            # the relay to set aside, instead of failing the claim, which stopped every relay at it (ADR 0101).
+            problems: list[str] = []
+            event = event_from_row(joined, problems=problems)
+            outbox = outbox_from_row({**joined, "type": event.type}, problems=problems)
+            claimed.append(ClaimedEvent(lease=lease, event=event, outbox=outbox,
+                                        unreadable="; ".join(problems) if problems else None))
         # the statement's RETURNING order is unspecified: hand rows out oldest availability first
         claimed.sort(key=lambda c: (c.outbox.available_at, c.lease.event_id))
         return claimed
@@ -212,24 +234,41 @@ MAX_ERROR_CHARS = 2000
 
 
 def _bounded(error: str) -> str:
+    """``error`` as every backend stores it (``storable_text``: a NUL or a lone surrogate escaped; a sink's
+    message or a stored key quoted in a reason may hold one, and PostgreSQL refused the mark), and bounded."""
+    error = storable_text(error)
     return error if len(error) <= MAX_ERROR_CHARS else error[: MAX_ERROR_CHARS - 1] + "…"
 
 
-def outbox_from_row(r: dict[str, Any]) -> EventOutboxRecord:
-    """An ``EventOutboxRecord`` from a row of the ``event_outbox_columns`` fragment."""
-    return EventOutboxRecord(event_id=r["event_id"], destination=r["destination"],
-                             headers=_parsed(r["headers"], r["event_id"], "headers"),
+def outbox_from_row(r: dict[str, Any], *, problems: list[str] | None = None) -> EventOutboxRecord:
+    """An ``EventOutboxRecord`` from a row of the ``event_outbox_columns`` fragment.
+
+    Headers that cannot be read back never fail the read: they read as empty, with the reason in the record's
+    ``unreadable`` (and appended to ``problems`` when given), so that an operator's listing shows the row and
+    the relay sets it aside (ADR 0101).
+    """
+    found: list[str] = []
+    headers = _parsed(r["headers"], r["event_id"], "headers", problems=found)
+    if problems is not None:
+        problems.extend(found)
+    return EventOutboxRecord(event_id=r["event_id"], destination=r["destination"], headers=headers,
                              status=EventOutboxStatus(r["status"]), attempts=int(r["attempts"]),
                              available_at=r["available_at"], created_at=r["created_at"],
                              lease_owner=r["lease_owner"], lease_until=r["lease_until"],
                              published_at=r["published_at"], last_error=r["last_error"],
                              updated_at=r["updated_at"], tenant_id=r["tenant_id"], space_id=r["space_id"],
-                             event_type=r["type"])
+                             event_type=r["type"], unreadable=found[0] if found else None)
 
 
-def event_from_row(row: dict[str, Any]) -> EventRecord:
-    """An ``EventRecord`` from a row of the ``event_columns`` fragment."""
+def event_from_row(row: dict[str, Any], *, problems: list[str] | None = None) -> EventRecord:
+    """An ``EventRecord`` from a row of the ``event_columns`` fragment.
+
+    Raises:
+        IntegrityViolation: its payload or actor cannot be read back, naming the event and the column (ADR
+            0100). With ``problems``, the reasons are appended there and those values read as empty instead.
+    """
     return EventRecord(id=row["id"], tenant_id=row["tenant_id"], space_id=row["space_id"],
                        sequence=int(row["sequence"]), subject=Subject(row["subject_type"], row["subject_id"]),
                        type=row["type"], occurred_at=row["occurred_at"], recorded_at=row["recorded_at"],
-                       payload=_parsed(row["payload"], row["id"]), actor=_parsed(row["actor"], row["id"], "actor"))
+                       payload=_parsed(row["payload"], row["id"], problems=problems),
+                       actor=_parsed(row["actor"], row["id"], "actor", problems=problems))

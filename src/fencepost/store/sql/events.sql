@@ -147,13 +147,17 @@ LIMIT :limit;
 -- Rows per status and the oldest row's creation in each (the backlog's age for the unpublished states).
 SELECT status, count(*) AS n, min(created_at) AS oldest FROM host_event_outbox GROUP BY status;
 
+-- fragment: claimed_event_json
+-- per-dialect
+-- The claimed rows' JSON columns payload, actor and headers, as the port parses each row on its own (ADR 0101).
+
 -- name: get_claimed_events
 -- instants: occurred_at, recorded_at, lease_until, available_at, published_at, created_at, updated_at
 -- The events and publication rows of the ids in the JSON array :expected (the rows a claim just took), in one
 -- statement instead of two per row.
 SELECT e.id, e.tenant_id, e.space_id, e.sequence, e.subject_type, e.subject_id, e.type, e.occurred_at,
-       e.recorded_at, e.payload, e.actor,
-       o.event_id, o.destination, o.headers, o.status, o.attempts, o.lease_owner, o.lease_until, o.available_at,
+       e.recorded_at, {{claimed_event_json}},
+       o.event_id, o.destination, o.status, o.attempts, o.lease_owner, o.lease_until, o.available_at,
        o.published_at, o.last_error, o.created_at, o.updated_at
 FROM host_event_outbox AS o JOIN host_events AS e ON e.id = o.event_id
 WHERE o.event_id IN (SELECT value FROM {{json_text_array}});

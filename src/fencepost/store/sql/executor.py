@@ -119,14 +119,15 @@ def json_object(raw: Any, what: str = "value") -> dict[str, Any]:
 
 
 def stored_json(raw: Any, what: str) -> Any:
-    """A stored JSON column parsed (a value already decoded is returned as is).
+    """A stored JSON column parsed: text, or UTF-8 bytes (a SQLite column read as a BLOB, so that text that is
+    not UTF-8 is this column's problem and not a failed fetch); a value already decoded is returned as is.
 
     Raises:
         IntegrityViolation: the stored text cannot be read back (written past the port: nesting or a number beyond
             the parser's limits), naming ``what`` (e.g. "params of inv_..."), instead of a bare ``ValueError`` out
             of every read that meets the row (ADR 0100). Fail closed (exit 5).
     """
-    if not isinstance(raw, str):
+    if not isinstance(raw, str | bytes):
         return raw
     try:
         return parse_json(raw)

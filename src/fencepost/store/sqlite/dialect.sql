@@ -128,6 +128,11 @@ json_extract(i.reconciliation, '$.adapter_invocation_id')
 -- SQLite's BEGIN IMMEDIATE already holds the database write reservation: no other writer can change the entity.
 1
 
+-- fragment: claimed_event_json
+-- As BLOBs, decoded by the port: text that is not UTF-8 is then one unreadable row, set aside by the relay, and
+-- not a driver error that failed the whole claim (ADR 0101; the command claim does the same, ADR 0100).
+CAST(e.payload AS BLOB) AS payload, CAST(e.actor AS BLOB) AS actor, CAST(o.headers AS BLOB) AS headers
+
 -- fragment: event_payload_invocation
 json_extract(e.payload, '$.invocation_id')
 
