@@ -144,6 +144,24 @@ def test_a_lone_surrogate_is_not_plain_json_data_and_is_named(plan: dict[str, An
     refused(plan, "plain JSON", where)
 
 
+@pytest.mark.parametrize(("plan", "where"), [
+    (base_plan(inputs={"x": "a\x00b"}), "the string at $.inputs.x"),
+    (base_plan(inputs={"x": [{"deep": "\x00"}]}), "the string at $.inputs.x[0].deep"),
+    (base_plan(inputs={"k\x00": 1}), "a key at $.inputs"),
+])
+def test_a_nul_is_refused_naming_where(plan: dict[str, Any], where: str) -> None:
+    """PostgreSQL text cannot hold a NUL: such a plan was a schema conflict there (exit 3) and admitted on SQLite;
+    it is bad input on both (found by breaking it)."""
+    refused(plan, "NUL character", where)
+
+
+def test_a_plan_id_may_not_look_like_a_run_id() -> None:
+    """``workflow status|show|cancel ID`` take a Run id or a plan id: a plan id ``wfr_...`` could name another
+    Run, so an operator could check one Run and cancel another (found by breaking it)."""
+    refused(base_plan(plan_id="wfr_0123abcd"), "prefix of Run ids")
+    assert normalize_plan(base_plan(plan_id="not-wfr_0123")).data["plan_id"] == "not-wfr_0123"
+
+
 def test_finite_floats_and_nesting_are_plain_data() -> None:
     plan = normalize_plan(base_plan(inputs={"ratio": 0.25, "list": [1, "two", None, True, {"deep": -3.5}]}))
     assert plan.data["inputs"]["list"][4] == {"deep": -3.5}

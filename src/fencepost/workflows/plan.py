@@ -34,6 +34,9 @@ PLAN_KEYS = frozenset({"format", "plan_id", "package", "publication_id", "instal
 OPTIONAL_KEYS = frozenset({"digest", "target_id"})
 STEP_KEYS = frozenset({"key", "task", "task_digest", "needs"})
 _PLAN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+#: The prefix of the Run ids fencepost derives (``bundle.run_id``): a plan id may not start with it, since
+#: ``workflow status|show|cancel ID`` take either and must never name two Runs (a break-it trial).
+RUN_ID_PREFIX = "wfr_"
 _REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 
 
@@ -75,6 +78,14 @@ def _text(value: Any, what: str, pattern: re.Pattern[str]) -> str:
     return value
 
 
+def _plan_id(value: Any) -> str:
+    plan_id = _text(value, "plan_id", _PLAN_ID_RE)
+    if plan_id.startswith(RUN_ID_PREFIX):
+        raise InvalidPlan(f"plan plan_id {plan_id!r} starts with {RUN_ID_PREFIX!r}, the prefix of Run ids: a plan "
+                          "id is also how commands name its Run, so it may not look like another Run's id")
+    return plan_id
+
+
 def _digest(value: Any, what: str) -> str:
     if not is_fingerprint(value):
         raise InvalidPlan(f"plan {what} must be sha256:<64 lowercase hex>")
@@ -107,6 +118,24 @@ def _not_unicode(value: Any, path: str) -> str | None:
     return None
 
 
+def _holding_nul(value: Any, path: str) -> str | None:
+    """Where in ``value`` (plain JSON data, already walked by ``canonical_json``) the first string or key holding
+    a NUL character is, or None: PostgreSQL's text cannot hold one, so such a plan was a schema conflict there
+    while SQLite stored it (a break-it trial)."""
+    if isinstance(value, str):
+        return f"the string at {path}" if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = f"a key at {path}" if "\x00" in key else _holding_nul(item, f"{path}.{key}")
+            if found is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            if (found := _holding_nul(item, f"{path}[{i}]")) is not None:
+                return found
+    return None
+
+
 def normalize_plan(raw: Any) -> NormalizedPlan:
     """Normalize ``raw`` (parsed JSON) or raise ``InvalidPlan`` naming the first broken rule.
 
@@ -129,6 +158,9 @@ def normalize_plan(raw: Any) -> NormalizedPlan:
         where = _not_unicode(raw, "$") or "a string"
         raise InvalidPlan(f"plan is not plain JSON data: {where} is not Unicode text (it holds a lone surrogate "
                           "such as \\ud800, which has no UTF-8 form)") from None
+    if (where := _holding_nul(raw, "$")) is not None:
+        raise InvalidPlan(f"plan is not storable text: {where} holds a NUL character (\\u0000), which no "
+                          "backend stores as given")
     if not isinstance(raw["inputs"], dict):
         raise InvalidPlan("plan inputs must be a JSON object")
     steps_raw = raw["steps"]
@@ -161,7 +193,7 @@ def normalize_plan(raw: Any) -> NormalizedPlan:
                       "needs": step["needs"], "ready": ready})
     body = {
         "format": PLAN_FORMAT,
-        "plan_id": _text(raw["plan_id"], "plan_id", _PLAN_ID_RE),
+        "plan_id": _plan_id(raw["plan_id"]),
         "package": _text(raw["package"], "package", _REF_RE),
         "publication_id": _text(raw["publication_id"], "publication_id", _REF_RE),
         "installation_id": _text(raw["installation_id"], "installation_id", _REF_RE),

@@ -118,7 +118,9 @@ class WorkflowService:
         """
 
         def unit(tx: UnitOfWork) -> dict[str, Any]:
-            admission = tx.admission.get(ident) or tx.admission.get_by_run(ident)
+            # The Run id first, as every other command reads an ident (views.run_view), so one ident never names
+            # two Runs; a plan id may not look like a Run id (plan.RUN_ID_PREFIX) but an older store may hold one.
+            admission = tx.admission.get_by_run(ident) or tx.admission.get(ident)
             if admission is None:
                 raise NotFound(f"no workflow admission or run {ident}")
             stored = tx.admission.stored(admission.plan_id, admission.run_id)
