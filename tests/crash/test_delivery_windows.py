@@ -94,3 +94,37 @@ def test_an_interrupted_unfenced_migration_needs_reconciliation_and_never_runs_t
                 == ("started",)
         (entry,) = [d for d in DeliveryService(db.store).deliveries("shop")]
         assert entry["reconciliation"] is not None and entry["reconciliation"]["kind"] == "adapter_outcome_ambiguous"
+
+
+def test_a_resolved_interrupted_unfenced_migration_is_delivered_again(tmp_path: Path) -> None:
+    """After the operator resolves the interrupted delivery ``failed`` (the evidence shows the script never ran),
+    a redelivery replaces the ``started`` row and runs the script once (ADR 0103). It stayed refused with
+    "reconcile that delivery", with no way forward short of editing the ledger by hand (a break-it trial)."""
+    require_backend("sqlite-wal")
+    with crash_db("sqlite-wal", tmp_path) as db:
+        invocation_id, path = prepare(db, UNFENCED)
+        service = DeliveryService(db.store)
+        workers = Workers(db)
+        try:
+            workers.start("crash", crash="delivery.target:0002_own_tx:after-intent").wait_killed()
+            workers.start("recover")
+            wait_until(lambda: service.host.get(invocation_id).status.terminal, 60, what="the delivery to settle")
+            assert service.host.get(invocation_id).status is InvocationStatus.RECONCILIATION_REQUIRED
+            blocked = service.submit("shop", target="tenant-a", redeliver=True)
+            assert blocked.deliveries[0][1].id == invocation_id  # unresolved: nothing new starts
+            service.host.resolve(invocation_id, "failed", operator="ops:trial",
+                                 note="no ledger_entries table on the target: the script never ran")
+            (_, again), = service.submit("shop", target="tenant-a", redeliver=True).deliveries
+            assert again.id != invocation_id
+            wait_until(lambda: service.host.get(again.id).status.terminal, 60, what="the redelivery to settle")
+        finally:
+            workers.kill_all()
+        view = service.host.get(again.id)
+        assert view.status is InvocationStatus.SUCCEEDED, (view.status, view.error)
+        agree(path, UNFENCED)
+        import sqlite3
+
+        with sqlite3.connect(path) as conn:
+            rows = conn.execute("SELECT migration, state FROM fencepost_delivery ORDER BY migration").fetchall()
+            assert rows == [("0001_base", "applied"), ("0002_own_tx", "applied")]
+            assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'ledger_entries'").fetchone() == (1,)

@@ -3,7 +3,7 @@ start state says where a delivery begins (ADR 0056)."""
 
 from __future__ import annotations
 
-from fencepost.delivery.drift import check_drift
+from fencepost.delivery.drift import StartedBy, check_drift
 from fencepost.delivery.lock import LockedMigration
 from fencepost.delivery.target_db import LedgerRow
 
@@ -45,5 +45,17 @@ def test_an_unfinished_unfenced_migration_is_drift_unless_it_is_this_deliverys()
     other = check_drift(LOCK, ledger, ["table a"], previous_through=None)
     assert other.differences == ["migration 0003_c was started unfenced by adapter invocation ai_other and never "
                                  "marked applied: reconcile that delivery"]
+    known = check_drift(LOCK, ledger, ["table a"], previous_through=None,
+                        started_by={"ai_other": StartedBy("inv_other")})
+    assert known.differences == ["migration 0003_c was started unfenced by adapter invocation ai_other and never "
+                                 "marked applied: resolve its delivery inv_other (`fencepost host queue` says what "
+                                 "to look at) and deliver again"]
+    # An operator's resolution settles the row (ADR 0103): succeeded counts it applied, failed as never started.
+    applied = check_drift(LOCK, ledger, ["table a"], previous_through=None,
+                          started_by={"ai_other": StartedBy("inv_other", "succeeded")})
+    assert (applied.differences, applied.start_state) == ([], "complete")
+    undone = check_drift(LOCK, ledger, ["table a"], previous_through=None,
+                         started_by={"ai_other": StartedBy("inv_other", "failed")})
+    assert (undone.differences, undone.start_state, undone.applied) == ([], "partial", ["0001_a", "0002_b"])
     own = check_drift(LOCK, ledger, ["table a"], previous_through=None, own_ids=frozenset({"ai_other"}))
     assert own.differences == [] and own.start_state == "complete"

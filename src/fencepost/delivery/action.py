@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -36,7 +37,7 @@ from fencepost.catalog.sql_guard import deny_escapes
 from fencepost.core.errors import InvalidInput
 from fencepost.core.statuses import Disposition, InstallationStatus, PublicationStatus
 from fencepost.delivery import target_db
-from fencepost.delivery.drift import DriftCheck, check_drift
+from fencepost.delivery.drift import DriftCheck, StartedBy, check_drift
 from fencepost.delivery.lock import LockedMigration, package_of
 from fencepost.delivery.target_db import Applied, MigrationFailed, NotApplied, TargetBusy, TargetMissing
 from fencepost.delivery.urls import target_path
@@ -47,6 +48,7 @@ from fencepost.rehearsal.host_functions import resolve
 from fencepost.rehearsal.sandbox import register_host_functions
 from fencepost.store.base import Store
 from fencepost.store.delivery_records import DeliveryStartRecord
+from fencepost.store.ports import UnitOfWork
 
 ACTION_ID = "fencepost.deliver"
 ACTION_VERSION = 1
@@ -186,16 +188,36 @@ def _evidence(conn: sqlite3.Connection, package: str) -> dict[str, Any]:
             "objects": target_db.user_objects(conn), "fingerprint": target_db.fingerprint(conn)["fingerprint"]}
 
 
-def _drift(conn: sqlite3.Connection, data: dict[str, Any], ledger: list[target_db.LedgerRow]) -> DriftCheck:
+def _own_ids(data: dict[str, Any]) -> frozenset[str]:
+    """The adapter invocation ids of this delivery's migration steps (step input ``data``)."""
+    return frozenset(adapter_invocation_id(str(data["invocation_id"]), i, migration_step(i))
+                     for i in range(1, len(data["migrations"]) + 1))
+
+
+def _drift(conn: sqlite3.Connection, data: dict[str, Any], ledger: list[target_db.LedgerRow],
+           started_by: Mapping[str, StartedBy]) -> DriftCheck:
     """The drift check of the step input ``data`` (its ``migrations``, ``previous_through``, ``invocation_id``)."""
     migrations = [LockedMigration(m["id"], m["checksum"], m["fenced"]) for m in data["migrations"]]
-    own = frozenset(adapter_invocation_id(str(data["invocation_id"]), i, migration_step(i))
-                    for i in range(1, len(migrations) + 1))
     return check_drift(migrations, ledger, target_db.user_objects(conn),
-                       previous_through=data.get("previous_through"), own_ids=own)
+                       previous_through=data.get("previous_through"), own_ids=_own_ids(data),
+                       started_by=started_by)
 
 
-def _ledger_guard(data: dict[str, Any]) -> target_db.Guard:
+def started_by(tx: UnitOfWork, adapter_ids: Iterable[str]) -> dict[str, StartedBy]:
+    """For each adapter invocation id that left a ``started`` ledger row: its delivery invocation and the
+    operator's resolution of it (ADR 0103), read from the control store in the caller's unit."""
+    found: dict[str, StartedBy] = {}
+    for adapter_id in adapter_ids:
+        row = tx.host.get_adapter_invocation(adapter_id)
+        if row is None:
+            found[adapter_id] = StartedBy(None)
+            continue
+        resolution = tx.host.get_resolution(row.invocation_id)
+        found[adapter_id] = StartedBy(row.invocation_id, None if resolution is None else str(resolution.outcome))
+    return found
+
+
+def _ledger_guard(data: dict[str, Any], started: Mapping[str, StartedBy]) -> target_db.Guard:
     """The ledger guard of the migration step ``data``, run in the migration's own target transaction (ADR 0056).
 
     The ``check`` step ran in an earlier transaction; the target may have been changed or replaced by another
@@ -207,7 +229,7 @@ def _ledger_guard(data: dict[str, Any]) -> target_db.Guard:
     expected = [str(m["id"]) for m in data["migrations"][:index - 1]]
 
     def guard(conn: sqlite3.Connection) -> str | None:
-        result = _drift(conn, data, target_db.ledger_rows(conn, package))
+        result = _drift(conn, data, target_db.ledger_rows(conn, package), started)
         if result.drifted:
             return "; ".join(result.differences)
         if result.applied != expected:
@@ -275,9 +297,16 @@ class TargetAdapter:
                                  f"unexpected database error: {error}")
             return PermanentFailure(f"target {name}: {error}")
 
+    def _started_by(self, conn: sqlite3.Connection, data: dict[str, Any]) -> dict[str, StartedBy]:
+        """``started_by`` of the other deliveries' ``started`` rows of this package on the target (ADR 0103)."""
+        own = _own_ids(data)
+        others = [r.adapter_invocation_id for r in target_db.ledger_rows(conn, str(data["package"]))
+                  if r.state == "started" and r.adapter_invocation_id not in own]
+        return self.store.read(lambda tx: started_by(tx, others)) if others else {}
+
     def _check(self, conn: sqlite3.Connection, data: dict[str, Any]) -> object:
         ledger = target_db.ledger_rows(conn, str(data["package"]))
-        result = _drift(conn, data, ledger)
+        result = _drift(conn, data, ledger, self._started_by(conn, data))
         if result.drifted:
             return PermanentFailure(f"target {data['target']} has drifted from {data['package']} {data['version']}, "
                                     f"nothing was applied: {'; '.join(result.differences)}")
@@ -292,14 +321,31 @@ class TargetAdapter:
         if entry is None:
             return PermanentFailure(f"migration {migration} is not in the rehearsed package")
         apply = target_db.apply_fenced if fenced else target_db.apply_unfenced
-        guard = _ledger_guard(data) if "migrations" in data else None
+        started = self._started_by(conn, data) if "migrations" in data else {}
+        guard = _ledger_guard(data, started) if "migrations" in data else None
         register_host_functions(conn, resolve(package.functions))
         deny_escapes(conn)
+        # An earlier delivery's started row that an operator resolved (ADR 0103): succeeded marks it applied,
+        # failed lets this step replace it and run the script.
+        current = target_db.find_row(conn, str(data["package"]), migration)
+        replaces = None
+        if current is not None and current.state == "started" and current.adapter_invocation_id in started:
+            by = started[current.adapter_invocation_id]
+            if by.resolved == "succeeded" and current.checksum == checksum:
+                settled = target_db.settle_started(conn, name, package=str(data["package"]), migration=migration,
+                                                   adapter_invocation_id=current.adapter_invocation_id)
+                if settled is not None:
+                    return Succeeded({"applied": False, "fenced": fenced, "ledger": settled.as_json(),
+                                      "reason": f"started by adapter invocation {current.adapter_invocation_id}; "
+                                                f"marked applied as the operator's resolution of {by.invocation_id} "
+                                                "says"})
+            elif by.resolved == "failed":
+                replaces = current.adapter_invocation_id
         try:
             done: Applied = apply(conn, name, package=str(data["package"]), version=str(data["version"]),
                                   migration=migration, checksum=checksum,
                                   adapter_invocation_id=call.adapter_invocation_id, sql=package.sql(entry.up),
-                                  guard=guard)
+                                  guard=guard, replaces=replaces)
         except MigrationFailed as error:
             if fenced:
                 return PermanentFailure(str(error))

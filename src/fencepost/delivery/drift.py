@@ -7,7 +7,9 @@ A difference is a conflict that names itself and changes nothing:
   package's history was written under this name);
 - a migration of the same name with a different checksum (migrated outside fencepost, or a changed script);
 - a migration applied while an earlier one is missing (a gap the package order does not allow);
-- an unfenced migration ``started`` by another delivery and never marked applied (reconcile that one first);
+- an unfenced migration ``started`` by another delivery and never marked applied, while that delivery is not
+  resolved by an operator (resolve it first; a resolution settles the row: ``succeeded`` counts it applied,
+  ``failed`` as never started, and the migration step then writes the ledger to match, ADR 0103);
 - schema objects on a target whose ledger has no row of the package (tables present without ledger rows: the
   target was migrated by hand or holds another schema; this check assumes one package per target database).
 
@@ -18,7 +20,7 @@ Otherwise the start state says where the delivery begins: ``fresh`` (nothing app
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,15 +44,26 @@ class DriftCheck:
         return {"drift": self.differences, "start_state": self.start_state, "applied_before": self.applied}
 
 
+@dataclass(frozen=True)
+class StartedBy:
+    """Who left a ``started`` ledger row: the adapter invocation's action ``invocation_id`` (None when the control
+    store does not know it) and the operator's resolution of it (``"succeeded"``, ``"failed"``, or None)."""
+
+    invocation_id: str | None
+    resolved: str | None = None
+
+
 def check_drift(migrations: Sequence[LockedMigration], ledger: Sequence[LedgerRow], objects: Sequence[str], *,
-                previous_through: int | None, own_ids: frozenset[str] = frozenset()) -> DriftCheck:
+                previous_through: int | None, own_ids: frozenset[str] = frozenset(),
+                started_by: Mapping[str, StartedBy] | None = None) -> DriftCheck:
     """Compare a target's ledger rows (of this package) and schema objects with the lock.
 
     Args:
         migrations: the lock's migrations in order. ledger: the target's rows of this package.
         objects: the target's schema objects (``"table t"``), ledgers left out. previous_through: how many
             migrations the previous version shipped, or None. own_ids: this delivery's adapter invocation ids
-            (a ``started`` row of its own is the step's to settle, not drift).
+            (a ``started`` row of its own is the step's to settle, not drift). started_by: for the adapter
+            invocation ids of other ``started`` rows, their invocation and its resolution (ADR 0103).
     Returns:
         ``DriftCheck``; its differences name each conflict in one sentence.
     """
@@ -70,8 +83,16 @@ def check_drift(migrations: Sequence[LockedMigration], ledger: Sequence[LedgerRo
                                "fencepost or changed after it was delivered")
             continue
         if row.state == "started" and row.adapter_invocation_id not in own_ids:
+            by = (started_by or {}).get(row.adapter_invocation_id, StartedBy(None))
+            if by.resolved == "succeeded":  # the operator found it applied: so it counts
+                present.add(row.migration)
+                continue
+            if by.resolved == "failed":  # the operator found it not applied: as if never started
+                continue
+            then = (f"resolve its delivery {by.invocation_id} (`fencepost host queue` says what to look at) and "
+                    "deliver again" if by.invocation_id else "reconcile that delivery")
             differences.append(f"migration {row.migration} was started unfenced by adapter invocation "
-                               f"{row.adapter_invocation_id} and never marked applied: reconcile that delivery")
+                               f"{row.adapter_invocation_id} and never marked applied: {then}")
             continue
         present.add(row.migration)
     applied = [mid for mid in order if mid in present]

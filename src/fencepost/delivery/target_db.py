@@ -181,6 +181,51 @@ def _why(error: sqlite3.Error) -> str:
     return REFUSAL if is_refusal(error) else str(error)
 
 
+def find_row(conn: sqlite3.Connection, package: str, migration: str) -> LedgerRow | None:
+    """The ledger row of ``package``'s ``migration``, or None (no row, or no ledger yet)."""
+    return _find(conn, package, migration) if has_ledger(conn) else None
+
+
+def _given_way(conn: sqlite3.Connection, found: LedgerRow | None, replaces: str | None) -> LedgerRow | None:
+    """``found``, or None after deleting it when it is the ``started`` row of ``replaces`` (an operator resolved
+    its delivery ``failed``: the migration did not apply, ADR 0103). Inside the caller's target transaction."""
+    if found is None or replaces is None or found.state != "started" or found.adapter_invocation_id != replaces:
+        return found
+    conn.execute(f'DELETE FROM "{LEDGER_TABLE}" WHERE package = ? AND migration = ? AND state = ? '
+                 "AND adapter_invocation_id = ?", (found.package, found.migration, "started", replaces))
+    return None
+
+
+def settle_started(conn: sqlite3.Connection, name: str, *, package: str, migration: str,
+                   adapter_invocation_id: str) -> LedgerRow | None:
+    """Mark the ``started`` row that ``adapter_invocation_id`` left ``applied``, in one target transaction: its
+    delivery was resolved ``succeeded`` by an operator who found the script applied (ADR 0103).
+
+    Returns:
+        The row as it is now: ``applied`` (by this call, or already), or None when the migration has no row or a
+        row another run holds (the caller then applies as usual, and its guards judge).
+    Raises:
+        TargetBusy: the write lock waited past the busy timeout (nothing changed).
+    """
+    _begin(conn, name)
+    try:
+        conn.execute(_LEDGER_DDL)
+        found = _find(conn, package, migration)
+        if found is None or found.adapter_invocation_id != adapter_invocation_id:
+            conn.execute("ROLLBACK")
+            return None
+        if found.state == "started":
+            found = LedgerRow(found.package, found.version, found.migration, found.checksum,
+                              found.adapter_invocation_id, "applied", _now())
+            conn.execute(f'UPDATE "{LEDGER_TABLE}" SET state = ?, applied_at = ? WHERE package = ? AND migration = ? '
+                         "AND state = 'started' AND adapter_invocation_id = ?",
+                         (found.state, found.applied_at, package, migration, adapter_invocation_id))
+        conn.execute("COMMIT")
+        return found
+    finally:
+        _rollback(conn)
+
+
 def _check_guard(conn: sqlite3.Connection, name: str, migration: str, guard: Guard | None) -> None:
     if guard is None:
         return
@@ -199,12 +244,14 @@ class Applied:
 
 
 def apply_fenced(conn: sqlite3.Connection, name: str, *, package: str, version: str, migration: str,
-                 checksum: str, adapter_invocation_id: str, sql: str, guard: Guard | None = None) -> Applied:
+                 checksum: str, adapter_invocation_id: str, sql: str, guard: Guard | None = None,
+                 replaces: str | None = None) -> Applied:
     """Apply ``sql`` and its ledger row in one target transaction, unless the row is there already.
 
     Returns:
         ``Applied(False, row)`` when the ledger has the migration (any checksum: the caller compares), else
-        ``Applied(True, new row)``.
+        ``Applied(True, new row)``. ``replaces``: the adapter invocation id of a ``started`` row an operator
+        resolved ``failed`` (ADR 0103); that row is removed in the same transaction and the migration applied.
     Raises:
         TargetBusy: the write lock (``BEGIN IMMEDIATE`` or the COMMIT) waited past the busy timeout.
         MigrationFailed: a statement failed; rolled back. NotApplied: ``guard`` (run in the same transaction,
@@ -213,7 +260,7 @@ def apply_fenced(conn: sqlite3.Connection, name: str, *, package: str, version: 
     _begin(conn, name)
     try:
         conn.execute(_LEDGER_DDL)
-        found = _find(conn, package, migration)
+        found = _given_way(conn, _find(conn, package, migration), replaces)
         if found is not None:
             conn.execute("ROLLBACK")
             return Applied(False, found)
@@ -247,12 +294,15 @@ def apply_fenced(conn: sqlite3.Connection, name: str, *, package: str, version: 
 
 
 def apply_unfenced(conn: sqlite3.Connection, name: str, *, package: str, version: str, migration: str,
-                   checksum: str, adapter_invocation_id: str, sql: str, guard: Guard | None = None) -> Applied:
+                   checksum: str, adapter_invocation_id: str, sql: str, guard: Guard | None = None,
+                   replaces: str | None = None) -> Applied:
     """Run a script that manages its own transaction, bracketed by a ``started`` then ``applied`` ledger row.
 
     Returns:
         ``Applied(False, row)`` when a row is there already: ``applied``, or ``started`` (an earlier run may have
         applied part of the script; the caller must not run it again). Else ``Applied(True, applied row)``.
+        ``replaces``: as in ``apply_fenced``: a ``started`` row an operator resolved ``failed`` gives way to this
+        run's, in the transaction that writes it (ADR 0103).
     Raises:
         TargetBusy: before the ``started`` row committed (nothing applied).
         NotApplied: ``guard`` named a difference, or another error before the ``started`` row committed (a
@@ -262,7 +312,7 @@ def apply_unfenced(conn: sqlite3.Connection, name: str, *, package: str, version
     try:
         _begin(conn, name)
         conn.execute(_LEDGER_DDL)
-        found = _find(conn, package, migration)
+        found = _given_way(conn, _find(conn, package, migration), replaces)
         if found is not None:
             conn.execute("ROLLBACK")
             return Applied(False, found)

@@ -158,8 +158,8 @@ def normalize_plan(raw: Any) -> NormalizedPlan:
         where = _not_unicode(raw, "$") or "a string"
         raise InvalidPlan(f"plan is not plain JSON data: {where} is not Unicode text (it holds a lone surrogate "
                           "such as \\ud800, which has no UTF-8 form)") from None
-    if (where := _holding_nul(raw, "$")) is not None:
-        raise InvalidPlan(f"plan is not storable text: {where} holds a NUL character (\\u0000), which no "
+    if (nul_at := _holding_nul(raw, "$")) is not None:
+        raise InvalidPlan(f"plan is not storable text: {nul_at} holds a NUL character (\\u0000), which no "
                           "backend stores as given")
     if not isinstance(raw["inputs"], dict):
         raise InvalidPlan("plan inputs must be a JSON object")
