@@ -217,19 +217,19 @@ def started_by(tx: UnitOfWork, adapter_ids: Iterable[str]) -> dict[str, StartedB
     return found
 
 
-def _ledger_guard(data: dict[str, Any], started: Mapping[str, StartedBy]) -> target_db.Guard:
+def _ledger_guard(data: dict[str, Any], started: Mapping[str, StartedBy] | None = None) -> target_db.Guard:
     """The ledger guard of the migration step ``data``, run in the migration's own target transaction (ADR 0056).
 
     The ``check`` step ran in an earlier transaction; the target may have been changed or replaced by another
     file since (a recovery can come hours after a crash). Before the ``index``-th migration is applied, the
     target must still pass the drift check and hold exactly the migrations before it. Returns the difference in
-    one sentence, or None.
+    one sentence, or None. ``started``: ``started_by`` of other deliveries' started rows (ADR 0103; none: unresolved).
     """
     index, package = int(data["index"]), str(data["package"])
     expected = [str(m["id"]) for m in data["migrations"][:index - 1]]
 
     def guard(conn: sqlite3.Connection) -> str | None:
-        result = _drift(conn, data, target_db.ledger_rows(conn, package), started)
+        result = _drift(conn, data, target_db.ledger_rows(conn, package), started or {})
         if result.drifted:
             return "; ".join(result.differences)
         if result.applied != expected:
