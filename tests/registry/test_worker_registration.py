@@ -18,6 +18,7 @@ from fencepost.outbox.registry import (
     DEREGISTER,
     MIN_RETAIN_EXPIRED_SECONDS,
     REGISTER,
+    WorkerIdInUse,
     WorkerRegistration,
     read_census,
 )
@@ -226,3 +227,41 @@ def test_a_beat_while_start_is_writing_is_skipped_not_waited_for(store: Store, m
             beating.join(30)
     assert [w.in_flight for w in rows(store)] == [0]
     assert reg.beat(in_flight=1) is True
+
+
+def test_a_second_live_process_under_one_worker_id_is_refused_and_never_touches_the_first(
+        store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    """A shared --worker-id (a new-user trial): the second start is refused naming the first worker, writes
+    nothing, and neither its beat nor its stop renews or removes the first one's row."""
+    first = registration(store, "machine-a")
+    assert first.start()
+    second = WorkerRegistration(store, "machine-a", [KIND], heartbeat_seconds=10.0, host="host-b", pid=7)
+    with pytest.raises(WorkerIdInUse, match="in use by a live worker on host host-a, pid 4242"):
+        second.start()
+    [row] = rows(store)
+    assert (row.host, row.pid) == ("host-a", 4242)
+    with caplog.at_level(logging.WARNING, logger="fencepost.registry"):
+        assert second.beat(in_flight=3) is False
+    assert "worker_id_in_use" in events(caplog)
+    assert second.stop() is True  # its own row was never there: nothing deleted
+    assert [(r.host, r.pid, r.in_flight) for r in rows(store)] == [("host-a", 4242, 0)]
+    assert first.beat(in_flight=1) and rows(store)[0].in_flight == 1
+
+
+def test_a_row_left_by_a_dead_process_of_this_machine_is_taken_over(store: Store) -> None:
+    """A worker killed and restarted under its id at once: the old row is still live, but its process is gone
+    from this machine, so the restart registers."""
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    dead_pid = int(gone.stdout)
+    import socket
+
+    old = WorkerRegistration(store, "w-fixed", [KIND], heartbeat_seconds=10.0, host=socket.gethostname(),
+                             pid=dead_pid)
+    assert old.start()
+    restarted = WorkerRegistration(store, "w-fixed", [KIND], heartbeat_seconds=10.0)
+    assert restarted.start()
+    assert [(r.host, r.pid) for r in rows(store)] == [(restarted.host, restarted.pid)]

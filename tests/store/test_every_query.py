@@ -215,7 +215,8 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
     store.transact(lambda tx: (tx.events.append_event(host_contract.event("ev-every-query-settled")),
                                tx.events.get_event("ev-every-query-settled")))
     store.read(lambda tx: (tx.events.get_event("ev-every-query"), tx.events.get_event_outbox("ev-every-query"),
-                           tx.events.list_events(tenant_id=host_contract.TENANT, space_id=host_contract.SPACE)))
+                           tx.events.list_events(tenant_id=host_contract.TENANT, space_id=host_contract.SPACE),
+                           tx.events.list_event_spaces()))
     # The event relay (ADR 0038): claim, renew, publish, fail, dead-letter, requeue, release, list, summarize.
     for n in range(3):
         assert store.transact(lambda tx, n=n: tx.events.append_event_with_outbox(host_contract.event(f"ev-relay-{n}")))

@@ -83,6 +83,19 @@ def test_deregister_deletes_the_row(store: Store) -> None:
     assert listed(store) == [kept]
 
 
+def test_beat_and_deregister_of_one_process_leave_another_processs_row(store: Store) -> None:
+    """With ``host`` and ``pid``, a beat or a deregistration touches that process's row only: a second process
+    under the same id (a shared --worker-id) never renews or removes the first one's registration."""
+    row = register(store, "w")
+    assert store.transact(lambda tx: tx.workers.beat("w", in_flight=1, host=row.host, pid=row.pid + 1)) is None
+    assert store.transact(lambda tx: tx.workers.deregister("w", host="elsewhere", pid=row.pid)) is False
+    assert listed(store) == [row]
+    renewed = store.transact(lambda tx: tx.workers.beat("w", in_flight=2, host=row.host, pid=row.pid))
+    assert renewed is not None and renewed.in_flight == 2
+    assert store.transact(lambda tx: tx.workers.deregister("w", host=row.host, pid=row.pid)) is True
+    assert listed(store) == []
+
+
 def test_list_is_oldest_registration_first(store: Store, backend: StoreBackend) -> None:
     for worker_id in ("c", "a", "b"):
         register(store, worker_id)

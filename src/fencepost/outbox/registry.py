@@ -51,6 +51,23 @@ DEFAULT_RETAIN_EXPIRED_SECONDS = 24 * 3600.0
 MIN_RETAIN_EXPIRED_SECONDS = LIVENESS_INTERVALS * MAX_HEARTBEAT_SECONDS
 
 
+class WorkerIdInUse(InvalidInput):
+    """Another live process is registered under this worker id (a shared ``--worker-id`` or
+    ``FENCEPOST_WORKER_ID``): two workers under one id would show as one that flips between them, and the one that
+    stops would remove the other's registration (a new-user trial)."""
+
+
+def _alive_here(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine (a signal 0 reaches it, or it exists under another user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class WorkerRegistration:
     """One worker process's row in the registry (ADR 0019).
 
@@ -102,14 +119,37 @@ class WorkerRegistration:
                                    concurrency=self.concurrency, heartbeat_seconds=self.heartbeat_seconds,
                                    version=__version__, in_flight=in_flight)
 
+    def _holder(self, tx: UnitOfWork) -> WorkerRecord | None:
+        """The live registration of another process under this worker id, or None. A row left by a process of
+        this machine that no longer runs (a worker killed and restarted under its id) is not a holder."""
+        now = tx.now()
+        for other in tx.workers.list_workers():
+            if other.id != self.worker_id or not other.is_live(now):
+                continue
+            if (other.host, other.pid) == (self.host, self.pid):
+                return None
+            if other.host == self.host and not _alive_here(other.pid):
+                return None
+            return other
+        return None
+
     def start(self) -> bool:
         """Register (transaction ``workers.register``), and delete registrations expired for longer than
         ``retain_expired_seconds`` in the same transaction.
 
         Returns:
             True when the row was written; False when the store failed (logged; the next ``beat`` registers).
+        Raises:
+            WorkerIdInUse: another live process holds this worker id (nothing written): each worker needs its own.
         """
         def unit(tx: UnitOfWork) -> tuple[WorkerRecord, list[WorkerRecord]]:
+            holder = self._holder(tx)
+            if holder is not None:
+                left = max(0.0, (holder.live_until - tx.now()).total_seconds())
+                raise WorkerIdInUse(
+                    f"worker id {self.worker_id} is in use by a live worker on host {holder.host}, pid {holder.pid}: "
+                    "give each worker its own --worker-id (or leave it unset; the default is host and pid). If that "
+                    f"worker is gone, its registration expires within {left:.0f} s.")
             return self._register(tx, 0), tx.workers.expire(self.retain_expired_seconds)
 
         with self._lock:
@@ -117,6 +157,8 @@ class WorkerRegistration:
                 return False
             try:
                 record, removed = self.store.transact(unit, name=REGISTER)
+            except WorkerIdInUse:
+                raise
             except Exception as error:
                 _failed("worker registration failed; the next heartbeat retries", "worker_register_failed",
                         self.worker_id, error)
@@ -150,8 +192,14 @@ class WorkerRegistration:
             if self._stopped:
                 return False
             with self.store.transaction(name=BEAT) as tx:
-                renewed = tx.workers.beat(self.worker_id, in_flight=in_flight)
+                renewed = tx.workers.beat(self.worker_id, in_flight=in_flight, host=self.host, pid=self.pid)
                 reregistered = renewed is None
+                holder = self._holder(tx) if renewed is None else None
+                if holder is not None:  # another process took the id meanwhile: never overwrite its row
+                    log.warning("another live worker uses this worker id; this worker's registration is not written",
+                                extra={"event": "worker_id_in_use", "worker": self.worker_id,
+                                       "other_host": holder.host, "other_pid": holder.pid})
+                    return False
                 record = renewed if renewed is not None else self._register(tx, in_flight)
             self.record = record
         except Exception as error:
@@ -177,7 +225,8 @@ class WorkerRegistration:
             self._stopped = True
             self.record = None
             try:
-                self.store.transact(lambda tx: tx.workers.deregister(self.worker_id), name=DEREGISTER)
+                self.store.transact(lambda tx: tx.workers.deregister(self.worker_id, host=self.host, pid=self.pid),
+                                    name=DEREGISTER)
             except Exception as error:
                 _failed("worker deregistration failed; the registration expires by age", "worker_deregister_failed",
                         self.worker_id, error)

@@ -428,16 +428,20 @@ class WorkersPort(Protocol):
         """
         ...
 
-    def beat(self, worker_id: str, *, in_flight: int) -> WorkerRecord | None:
-        """Renew ``last_seen_at`` to now and record ``in_flight`` (commands held now, >= 0).
+    def beat(self, worker_id: str, *, in_flight: int, host: str | None = None,
+             pid: int | None = None) -> WorkerRecord | None:
+        """Renew ``last_seen_at`` to now and record ``in_flight`` (commands held now, >= 0); with ``host`` and
+        ``pid``, only when the row is that process's.
 
         Returns:
-            The renewed row, or None when the worker has no row (stopped, or expired and removed).
+            The renewed row, or None when the worker has no row (stopped, or expired and removed) or, with
+            ``host`` and ``pid``, when the row is another process's.
         """
         ...
 
-    def deregister(self, worker_id: str) -> bool:
-        """Delete the registration (graceful stop); False when there was none."""
+    def deregister(self, worker_id: str, *, host: str | None = None, pid: int | None = None) -> bool:
+        """Delete the registration (graceful stop), with ``host`` and ``pid`` only that process's; False when
+        there was none."""
         ...
 
     def list_workers(self) -> list[WorkerRecord]:

@@ -23,12 +23,14 @@ class SqlWorkers:
                   "version": version, "now": self._unit.now()}
         return worker_from_row(self._unit.run("register_worker", params).rows[0])
 
-    def beat(self, worker_id: str, *, in_flight: int) -> WorkerRecord | None:
-        rows = self._unit.run("beat_worker", {"id": worker_id, "in_flight": in_flight, "now": self._unit.now()}).rows
+    def beat(self, worker_id: str, *, in_flight: int, host: str | None = None,
+             pid: int | None = None) -> WorkerRecord | None:
+        rows = self._unit.run("beat_worker", {"id": worker_id, "in_flight": in_flight, "now": self._unit.now(),
+                                              "host": host, "pid": pid}).rows
         return worker_from_row(rows[0]) if rows else None
 
-    def deregister(self, worker_id: str) -> bool:
-        return self._unit.run("deregister_worker", {"id": worker_id}).rowcount == 1
+    def deregister(self, worker_id: str, *, host: str | None = None, pid: int | None = None) -> bool:
+        return self._unit.run("deregister_worker", {"id": worker_id, "host": host, "pid": pid}).rowcount == 1
 
     def list_workers(self) -> list[WorkerRecord]:
         return [worker_from_row(r) for r in self._unit.run("list_workers", {}).rows]

@@ -19,13 +19,16 @@ RETURNING id, host, pid, kinds, concurrency, in_flight, heartbeat_seconds, versi
 -- instants: started_at, last_seen_at
 -- The heartbeat of a registration: renews last_seen_at and what the worker holds now. No row: it was
 -- deleted (stopped, or expired and removed by age).
+-- With :host and :pid, only that process's row: a row another process wrote under the same id is not renewed.
 UPDATE workers SET last_seen_at = :now, in_flight = :in_flight
-WHERE id = :id
+WHERE id = :id AND (CAST(:host AS TEXT) IS NULL OR (host = CAST(:host AS TEXT) AND pid = CAST(:pid AS INTEGER)))
 RETURNING id, host, pid, kinds, concurrency, in_flight, heartbeat_seconds, version, started_at, last_seen_at;
 
 -- name: deregister_worker
--- A graceful stop removes the row: a stopped worker is not a fact anybody needs later.
-DELETE FROM workers WHERE id = :id;
+-- A graceful stop removes the row: a stopped worker is not a fact anybody needs later. With :host and :pid,
+-- only that process's row (a duplicate --worker-id that stops never removes the live worker's registration).
+DELETE FROM workers
+WHERE id = :id AND (CAST(:host AS TEXT) IS NULL OR (host = CAST(:host AS TEXT) AND pid = CAST(:pid AS INTEGER)));
 
 -- name: list_workers
 -- instants: started_at, last_seen_at
