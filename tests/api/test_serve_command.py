@@ -7,10 +7,13 @@ import json
 import os
 import re
 import signal
+import textwrap
 import time
 import urllib.request
 from pathlib import Path
 
+from fencepost.core.statuses import InvocationStatus
+from fencepost.store import open_store
 from helpers.processes import run_cli, start_piped
 
 
@@ -81,3 +84,61 @@ def test_configuration_doc_lists_every_cli_environment_variable() -> None:
     documented = set(re.findall(r"^\| `(FENCEPOST_[A-Z_]+)` \|", (root / "docs" / "configuration.md").read_text(),
                                 re.MULTILINE))
     assert declared <= documented, declared - documented
+
+
+SLOW_APP = textwrap.dedent('''
+    import time
+    from pydantic import BaseModel
+    from fencepost.host import Action, AdapterStep, Host, Succeeded
+
+    class Params(BaseModel):
+        order_id: str
+
+    class SlowCharge:
+        type, vendor = "pay", "slowpay"
+        def execute(self, call):
+            time.sleep(3.0)  # the provider takes its time; SIGTERM arrives meanwhile
+            return Succeeded({"charge": "ch_" + call.input["order_id"]})
+
+    ACTION = Action(id="shop.charge", version=1, params=Params, handler=lambda ctx, p: {"order": p.order_id},
+                    steps=(AdapterStep(name="charge", adapter="pay", operation="charge"),))
+
+    def make(store):
+        return Host(store, actions=[ACTION], adapters=[SlowCharge()])
+''')
+
+
+def test_sigterm_lets_a_running_host_call_finish_within_the_grace_period(tmp_path: Path) -> None:
+    """A routine restart of ``serve`` must not turn a call in flight into operator work: with a grace period the
+    in-process worker lets it finish, records ``succeeded`` and exits. It was interrupted at once, and a
+    non-idempotent call that had reached its provider ended ``reconciliation_required`` (a new-user trial)."""
+    (tmp_path / "slowapp.py").write_text(SLOW_APP, encoding="utf-8")
+    url = f"sqlite:///{tmp_path / 'fp.db'}"
+    assert run_cli(["migrate", "-d", url], cwd=tmp_path).returncode == 0
+    proc = start_piped(["serve", "-d", url, "--port", "0", "--app", "slowapp:make", "--grace-period", "20",
+                        "--work-dir", str(tmp_path / "work"), "--log-format", "json"],
+                       stderr_path=tmp_path / "serve.err", cwd=tmp_path)
+    try:
+        proc.next_line(timeout=60)
+        submitted = run_cli(["host", "submit", "shop.charge", "--app", "slowapp:make", "--params",
+                             '{"order_id": "o-1"}', "--key", "k1", "--json", "-d", url], cwd=tmp_path)
+        assert submitted.returncode == 0, submitted.describe()
+        invocation_id = json.loads(submitted.stdout)["id"]
+        store = open_store(url)
+        try:
+            deadline = time.monotonic() + 30
+            while not store.read(lambda tx: tx.host.list_adapter_invocations(invocation_id)):
+                assert time.monotonic() < deadline, "the step never started"
+                time.sleep(0.05)
+            stopped_at = time.monotonic()
+            code = proc.stop(signal.SIGTERM, timeout=30)
+            took = time.monotonic() - stopped_at
+            view = store.read(lambda tx: tx.host.get_invocation(invocation_id))
+        finally:
+            store.close()
+    finally:
+        proc.stop(signal.SIGKILL)
+    assert code == 0, proc.stderr
+    assert view is not None and view.status is InvocationStatus.SUCCEEDED, (view, proc.stderr)
+    assert took < 15, took
+    assert "running command(s) get up to 20 s to finish" in proc.stderr

@@ -309,7 +309,8 @@ def worker(
                                                   "it can start now.")] = 1,
     grace_period: Annotated[float, typer.Option(envvar="FENCEPOST_GRACE_PERIOD", show_envvar=True,
                                                 help="On SIGTERM or Ctrl-C, seconds running commands may go on "
-                                                     "before they are interrupted and released (0-3600).")] = 30.0,
+                                                     "before they are interrupted and released (0-3600); a "
+                                                     "handler that ignores the interrupt gets 5 s more.")] = 30.0,
     time_limit: Annotated[list[str] | None, typer.Option(
         "--time-limit", metavar="KIND=SECONDS",
         help="Interrupt a command of KIND after SECONDS and record that it ran over its limit (repeatable; "

@@ -11,6 +11,7 @@ import secrets
 import signal
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
@@ -33,7 +34,7 @@ from fencepost.cli.common import (
 from fencepost.cli.telemetry_opt import TelemetryOpt
 from fencepost.core.errors import InvalidInput
 from fencepost.outbox import Worker, WorkerConfig
-from fencepost.outbox.worker import INTERRUPT_WAIT_SECONDS, default_worker_id
+from fencepost.outbox.worker import HURRIED_INTERRUPT_WAIT_SECONDS, INTERRUPT_WAIT_SECONDS, default_worker_id
 from fencepost.store.url import DEFAULT_URL
 
 if TYPE_CHECKING:
@@ -133,6 +134,37 @@ def completion_providers(app_spec: str | None, specs: list[str], environ: Mappin
             for name, values in secrets.items()}
 
 
+def _stop_pool(pool: list[Worker], threads: list[threading.Thread], grace_seconds: float) -> None:
+    """Stop the in-process workers once the server stopped taking requests: running commands get
+    ``grace_seconds`` to finish (a restart should not turn every call in flight into operator work, as a stop
+    with no grace did: a new-user trial), then are interrupted with nothing recorded and their leases released.
+    A further SIGTERM or Ctrl-C interrupts them at once. The handler only counts (it takes no lock; the loop
+    below acts on the count)."""
+    received = [0]
+
+    def count(signum: int, frame: FrameType | None) -> None:
+        received[0] += 1
+
+    signal.signal(signal.SIGTERM, count)
+    signal.signal(signal.SIGINT, count)
+    for w in pool:
+        w.request_stop(grace_seconds)
+    running = sum(w.in_flight for w in pool)
+    if running and grace_seconds > 0:
+        typer.echo(f"fencepost: stopping: {running} running command(s) get up to {grace_seconds:g} s to finish "
+                   "(Ctrl-C again to interrupt them now)", err=True)
+    deadline = time.monotonic() + grace_seconds + INTERRUPT_WAIT_SECONDS + 2
+    hurried = False
+    while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+        for t in threads:
+            t.join(timeout=0.05)
+        if received[0] and not hurried:
+            hurried = True
+            for w in pool:
+                w.interrupt_now()
+            deadline = min(deadline, time.monotonic() + HURRIED_INTERRUPT_WAIT_SECONDS + 2)
+
+
 def serve(
     database: DatabaseOpt = DEFAULT_URL,
     host: Annotated[str, typer.Option(envvar="FENCEPOST_HOST", show_envvar=True,
@@ -171,6 +203,12 @@ def serve(
         "--signature-window", envvar="FENCEPOST_SIGNATURE_WINDOW", show_envvar=True, min=1, max=3600,
         help="Seconds a completion's signed timestamp may be from this server's clock, either way "
              "(1-3600).")] = 300.0,
+    grace_period: Annotated[float, typer.Option(
+        "--grace-period", envvar="FENCEPOST_GRACE_PERIOD", show_envvar=True, min=0, max=3600,
+        help="On SIGTERM or Ctrl-C, once the server stopped taking requests, seconds the in-process workers' "
+             "running commands may go on before they are interrupted and released (0-3600; a second signal "
+             "interrupts them at once). An interrupted host call that may have reached its provider ends "
+             "reconciliation_required.")] = 30.0,
     telemetry: TelemetryOpt = "log",
 ) -> None:
     """Serve the HTTP API and the operator pages; run Attempts with an in-process worker pool.
@@ -178,7 +216,8 @@ def serve(
     Open the printed address in a browser. Actions (create, start, reconcile, abort) need the API token;
     paste it into the page's token field. With --app and --completion-secret, providers post their signed
     completions to /v1/host/completions/PROVIDER (docs/api.md). SIGINT or SIGTERM stops the server, then the
-    workers: a running command is interrupted, records nothing, and its lease is released.
+    workers: a running command gets --grace-period to finish, then is interrupted, records nothing, and its
+    lease is released (a second signal interrupts at once).
     """
     import uvicorn
 
@@ -253,10 +292,5 @@ def serve(
         try:
             server.run(sockets=[sock])
         finally:
-            # The server has stopped taking requests: running commands are interrupted at once (nothing is
-            # recorded for them) and their leases released, so another worker continues without waiting.
-            for w in pool:
-                w.request_stop(0.0)
-            for t in threads:
-                t.join(timeout=INTERRUPT_WAIT_SECONDS + 2)
+            _stop_pool(pool, threads, grace_period)
             sock.close()
