@@ -406,8 +406,9 @@ def test_an_interrupted_inline_submit_names_the_invocation_and_who_finishes_it(a
 
 
 def test_a_closed_stdout_ends_the_command_with_141_not_the_gate_blocked_code(app_dir: Path) -> None:
-    """From a new user's trial: ``fencepost ... | head -1`` exited 1 without a word once ``head`` left, and 1 is
-    ``rehearse``'s code for a blocked release gate."""
+    """From a new user's trial: ``fencepost ... | head -1`` exited 1 once ``head`` left, and 1 is ``rehearse``'s
+    code for a blocked release gate. It exits 141 (128 + SIGPIPE), saying nothing on stderr (a later trial found
+    a line there to be noise after every ``| head``)."""
     import subprocess
 
     for args in (["--help"], ["host", "list", "-d", f"sqlite:///{app_dir / 'fp.db'}"]):
@@ -417,7 +418,7 @@ def test_a_closed_stdout_ends_the_command_with_141_not_the_gate_blocked_code(app
         proc.stdout.close()  # the reader is gone before the first line is written
         _, stderr = proc.communicate(timeout=60)
         assert proc.returncode == 141, stderr
-        assert stderr == "fencepost: standard output was closed by its reader; stopped\n", stderr
+        assert stderr == "", stderr  # silent, as a Unix filter is when its reader leaves
 
 
 def test_a_stdout_that_refuses_writes_is_one_line_and_exit_74(app_dir: Path) -> None:

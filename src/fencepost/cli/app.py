@@ -562,8 +562,9 @@ def main(prog_name: str | None = None) -> None:
     try:
         code = helptext.polish(typer.main.get_command(app))(prog_name=prog_name, standalone_mode=False)
     except stdio.StdoutClosed:
+        # Silent, as any Unix filter is when its reader leaves (`fencepost events list | head -1`): the reader
+        # got what it wanted, and a line on stderr there is noise (a new-user trial). The exit code says it.
         stdio.silence_stdout()
-        stdio.say("fencepost: standard output was closed by its reader; stopped")
         raise SystemExit(stdio.STDOUT_CLOSED_EXIT) from None
     except stdio.StdoutFailed as error:
         stdio.silence_stdout()

@@ -40,8 +40,8 @@ def payments(
     of that row is the only finding allowed. Takes about 35 seconds. Exits 0 only when every row holds, 1
     otherwise.
 
-    Rows are numbered as in the specification's table of payment scenarios, with row 13 (the refused
-    checkpoint) added after it. The five webhook behaviours share the spec's three payout rows: row 8 is a
+    Rows are numbered as in the host specification's table of payment scenarios (its section 2.10), with row 13
+    (the refused checkpoint) added after it. The five webhook behaviours share its three payout rows: row 8 is a
     webhook on time, then the same webhook again (absorbed); row 9 is on time, then a contradictory one
     (paid, then failed); row 10 is a webhook that never arrives, so the workers' sweep settles the payout
     `reconciliation_required` after its 5 s completion deadline, and then arrives late and settles it.

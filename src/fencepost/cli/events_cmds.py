@@ -250,7 +250,7 @@ def requeue(event_ids: Annotated[list[str], typer.Argument(help="Dead-lettered e
 
 
 LOG_HELP = "\n\n".join([
-    "Read the event log itself, in sequence order: what the host recorded, space by space (host-spec T7).",
+    "Read the event log itself, in sequence order: what the host recorded, space by space.",
     "Sequences are per (tenant, space), so a space is named with --tenant and --space; without them the log "
     "is read when the store holds exactly one space, and otherwise the spaces are listed to choose from "
     "(exit 2). --subject TYPE:ID keeps one subject's events (e.g. ActionInvocation:inv_...). Page with "

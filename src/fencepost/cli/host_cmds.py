@@ -428,7 +428,7 @@ def reject(
 @app.command("sweep")
 def sweep(host_app: AppOpt, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
     """Run the workers' sweeps once, now: every handoff past its completion deadline is settled
-    reconciliation_required (host-spec N12), and every expired approval request ends failed (ADR 0044).
+    reconciliation_required, and every expired approval request ends failed (docs/decisions/0044).
 
     Workers serving the app run these sweeps before every claim; this command runs them on demand (for
     example from cron when no worker is running). Exit 0; prints how many of each it settled.
@@ -448,10 +448,11 @@ def status(
                                                     "to count as stuck.")] = DEFAULT_STUCK_AFTER.total_seconds(),
     database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False,
 ) -> None:
-    """The host's health: schema version and the counts an operator watches (host-spec W2; ADR 0051).
+    """The host's health: schema version and the counts an operator watches (docs/decisions/0051).
 
     Exit 0 whatever the counts say (they are work for an operator); 4 when the schema is not current (the
-    counts are then not read), 5 when the store does not answer. The same object as /health/ready's ``host``.
+    counts are then not read), 5 when the store does not answer. The same object as the host field of
+    GET /health/ready.
     """
     with opened(database, require_schema=False, create=False) as store, handled():
         health = read_host_health(store, stuck_after=timedelta(seconds=stuck_after))
@@ -494,8 +495,8 @@ def complete(
     database: DatabaseOpt = DEFAULT_URL,
     json: JsonOpt = False,
 ) -> None:
-    """Record a provider's completion of a handoff, as its callback would (host-spec N; docs/operations.md,
-    "Overdue handoffs").
+    """Record a provider's completion of a handoff, as its callback would (docs/operations.md, "Overdue
+    handoffs").
 
     The completion is matched by PROVIDER and REFERENCE only and decided under the invocation's row lock: it
     settles a parked invocation (or a swept one that had parked), is refused while the invocation still
