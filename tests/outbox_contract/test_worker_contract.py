@@ -8,6 +8,7 @@ behaviour present on one backend and missing on another fails here.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from datetime import timedelta
@@ -15,7 +16,14 @@ from datetime import timedelta
 import pytest
 from outbox_contract_support import KIND, OTHER, Running, command, exists, history, insert, worker
 
-from fencepost.core.errors import FencepostError, IntegrityViolation, LeaseActive, LeaseLost, StoreUnavailable
+from fencepost.core.errors import (
+    FencepostError,
+    IntegrityViolation,
+    LeaseActive,
+    LeaseLost,
+    RecoverableFinalization,
+    StoreUnavailable,
+)
 from fencepost.core.statuses import CommandStatus
 from fencepost.outbox import CommandContext
 from fencepost.store import Store
@@ -116,6 +124,28 @@ def test_an_expired_lease_is_taken_over_and_the_stale_worker_is_fenced(store: St
     assert (record.status, record.delivery_count) == (CommandStatus.DELIVERED, 2)
     assert history(store, "c1") == [("claim", "w-a", 1), ("takeover", "w-b", 2), ("deliver", "w-b", 2)]
     assert not exists(store, "side-a"), "a write under a stale lease was persisted"
+
+
+def test_a_stale_worker_refused_at_settlement_after_a_takeover_reports_a_lost_lease(
+        store: Store, backend: StoreBackend, caplog: pytest.LogCaptureFixture) -> None:
+    """A handler whose settlement is refused because another delivery took the command over and settled it
+    (the host's ``RecoverableFinalization``, "Invocation is no longer running") lost its lease: it says so, not
+    "outcome not recorded; the lease is left to expire" when there is no lease left (a new-user trial)."""
+
+    def stale_settlement(ctx: CommandContext) -> None:
+        if ctx.delivery == 1:
+            backend.expire()
+            assert b.run_once() == 1  # B takes it over and settles it
+            raise RecoverableFinalization("Invocation is no longer running")
+
+    insert(store, "c1")
+    a = worker(store, backend, stale_settlement, worker_id="w-a")
+    b = worker(store, backend, stale_settlement, worker_id="w-b")
+    with caplog.at_level(logging.INFO, logger="fencepost.worker"):
+        assert a.run_once() == 1
+    seen = [getattr(r, "event", None) for r in caplog.records if r.name == "fencepost.worker"]
+    assert "lease_lost" in seen and "command_abandoned" not in seen, seen
+    assert (a.stats.lost, b.stats.delivered) == (1, 1)
 
 
 def test_a_stale_finish_after_takeover_raises_lease_lost(store: Store, backend: StoreBackend) -> None:

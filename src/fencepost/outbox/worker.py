@@ -450,6 +450,9 @@ class Worker:
                 log.error("verdict recorded with an evidence gap", extra={
                     "event": "evidence_gap", "command_id": ctx.command.id, "error": str(error)})
                 return _Outcome.FAILED if ctx.finished_status is CommandStatus.FAILED else _Outcome.DONE
+            if self._superseded(ctx):  # another delivery took over or settled it: there is no lease to expire
+                self._log_lost(ctx)
+                return _Outcome.LOST
             log.error("outcome not recorded; the lease is left to expire", extra={
                 "event": "command_abandoned", "command_id": ctx.command.id, "error": str(error)})
             return _Outcome.ABANDONED
@@ -474,6 +477,17 @@ class Worker:
         if ctx.interrupted is Interrupt.STOP:
             return self._release(ctx)  # returned after an interruption: it may not have finished
         return _Outcome.DELIVER
+
+    def _superseded(self, ctx: CommandContext) -> bool:
+        """Whether the command has moved past this delivery (taken over, or finished by another): a refusal to
+        settle is then a lost lease, not an outcome left for a lease to expire (a stale worker said so: a
+        new-user trial). False when the store cannot tell."""
+        try:
+            record = self.store.read(lambda tx: tx.outbox.get(ctx.command.id))
+        except StoreUnavailable:
+            return False
+        return record is not None and (record.delivery_count > ctx.delivery
+                                       or record.status is not CommandStatus.PROCESSING)
 
     def _log_lost(self, ctx: CommandContext) -> None:
         """Say why the work stopped: an operator's abort is routine (info); a takeover or reconcile means this
