@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fencepost.core.canonical import canonical_bytes, canonical_json, parse_json
+from fencepost.core.canonical import canonical_bytes, canonical_json, parse_input_json, parse_json
 from fencepost.core.fingerprint import fingerprint, is_fingerprint, sha256_bytes
 from fencepost.core.ids import derived_id, new_id
 from fencepost.store.open import open_store
@@ -189,6 +189,17 @@ def test_an_integer_too_long_to_be_read_back_is_refused_at_write() -> None:
         assert parse_json(canonical_json({"n": big})) == {"n": big}
     with pytest.raises(TypeError, match="more digits"):
         canonical_json({"n": 10 ** 4300})  # 4,301 digits
+
+
+def test_an_integer_too_long_to_read_is_named_without_pythons_advice() -> None:
+    """A break-it trial: a plan with a 5,000-digit integer was refused with "use sys.set_int_max_str_digits() to
+    increase the limit", advice for a programmer shown to an operator."""
+    text = '{"n": ' + "9" * 5000 + "}"
+    for parse in (parse_json, parse_input_json):
+        with pytest.raises(ValueError) as refused:
+            parse(text)
+        assert "integer of more than 4300 digits" in str(refused.value)
+        assert "sys." not in str(refused.value)
 
 
 def test_bytes_that_encode_a_surrogate_are_not_text() -> None:

@@ -188,10 +188,7 @@ def parse_input_json(text: str | bytes | bytearray) -> JSONValue:
     """
     if isinstance(text, bytes | bytearray):  # a request body
         text = text.decode(json.detect_encoding(text))
-    try:
-        return _INPUT_DECODER.decode(text)
-    except RecursionError:
-        raise ValueError("JSON nests too deeply") from None
+    return _decoded(_INPUT_DECODER, text)
 
 
 def parse_json(text: str | bytes | bytearray) -> JSONValue:
@@ -204,7 +201,19 @@ def parse_json(text: str | bytes | bytearray) -> JSONValue:
     """
     if isinstance(text, bytes | bytearray):  # as json.loads takes them, but strictly: UTF-8 has no surrogates
         text = text.decode(json.detect_encoding(text))
+    return _decoded(_DECODER, text)
+
+
+def _decoded(decoder: json.JSONDecoder, text: str) -> JSONValue:
+    """``decoder.decode(text)``, with the two errors Python words for a programmer said for whoever wrote it."""
     try:
-        return _DECODER.decode(text)
+        return decoder.decode(text)
     except RecursionError:
         raise ValueError("JSON nests too deeply") from None
+    except ValueError as error:
+        if "integer string conversion" not in str(error):
+            raise
+        # Python's own text ends "use sys.set_int_max_str_digits() to increase the limit": advice for a
+        # programmer, not for whoever wrote the JSON (a break-it trial).
+        raise ValueError(f"JSON holds an integer of more than {sys.get_int_max_str_digits()} digits, which is "
+                         "more than fencepost reads") from None
