@@ -12,6 +12,7 @@ from exec_kit import Steps, install, log_task
 from fencepost.core.statuses import InvocationStatus, StepRunStatus, WorkflowRunStatus
 from fencepost.workflows.progress import advance
 from fencepost.workflows.task import workflow_host
+from fencepost.workflows.views import run_view
 from helpers.processes import run_cli, start, worker_args
 from helpers.store_backends import store_backend
 
@@ -70,3 +71,7 @@ def test_a_task_killed_at_every_claim_leaves_its_step_lost_until_an_operator_res
         assert steps == {"a": StepRunStatus.FAILED, "b": StepRunStatus.SKIPPED}
         run = store.read(lambda tx: tx.progress.get_run(run_id))
         assert run is not None and run.status is WorkflowRunStatus.FAILED
+        # What status shows says who decided and why, before the verdict's own "outcome unknown" reason.
+        shown = {s["key"]: s["reason"] for s in store.read(lambda tx: run_view(tx, run_id))["steps"]}
+        assert shown["a"].startswith("resolved failed by ops:alice: no row in the target's "
+                                     "fencepost_workflow_tasks ledger (before: "), shown["a"]

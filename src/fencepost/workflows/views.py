@@ -32,6 +32,15 @@ def run_summary(run: RunState) -> dict[str, Any]:
                 "requested_at": _iso(run.cancel_requested_at), "reason": run.cancel_reason}}
 
 
+def _resolved_reason(tx: UnitOfWork, reason: str | None, invocation_id: str | None) -> str | None:
+    """``reason``, led by the operator's resolution of ``invocation_id`` when there is one."""
+    resolution = tx.host.get_resolution(invocation_id) if invocation_id is not None else None
+    if resolution is None:
+        return reason
+    said = f"resolved {resolution.outcome} by {resolution.operator}: {resolution.note}"
+    return f"{said} (before: {reason})" if reason else said
+
+
 def run_view(tx: UnitOfWork, run_id: str) -> dict[str, Any]:
     """The Run ``run_id`` (or the Run of plan id ``run_id``) with its steps (module docstring).
 
@@ -60,7 +69,11 @@ def run_view(tx: UnitOfWork, run_id: str) -> dict[str, Any]:
         attempts[each.step_run_id] += 1
         starts[each.step_run_id] = each  # ordered by attempt: the newest wins
     tasks = {t.invocation_id: t for t in tx.progress.task_statuses(run_id)}  # one read, not one per step
-    reasons = {m.step_run_id: m.reason for m in tx.progress.mutations(run_id)}  # by run fence: the latest wins
+    mutations = tx.progress.mutations(run_id)
+    reasons = {m.step_run_id: m.reason for m in mutations}  # by run fence: the latest wins
+    # A lost step settles when an operator resolves its task invocation: say so, with the note, beside the reason
+    # its verdict kept (a break-it trial found only the old "outcome unknown" reason). Only ever-lost steps read.
+    were_lost = {m.step_run_id for m in mutations if m.to_status is StepRunStatus.LOST}
     steps = []
     for row in tx.progress.step_runs(run_id):
         start = starts.get(row.id)
@@ -69,7 +82,8 @@ def run_view(tx: UnitOfWork, run_id: str) -> dict[str, Any]:
                       "status": str(row.status), "fence": row.fence, "attempts": attempts[row.id],
                       "invocation_id": start.invocation_id if start is not None else None,
                       "invocation_status": invocation.status if invocation is not None else None,
-                      "reason": reasons.get(row.id),
+                      "reason": _resolved_reason(tx, reasons.get(row.id), start.invocation_id
+                                                 if start is not None and row.id in were_lost else None),
                       "started_at": _iso(start.started_at) if start is not None else None,
                       "deadline_at": _iso(start.deadline_at) if start is not None else None})
     _name_blockers(steps)
