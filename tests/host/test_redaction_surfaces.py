@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 import typer
@@ -229,8 +230,13 @@ def test_no_secret_on_any_surface(store: Store, backend: StoreBackend, provider:
         paths = _get_paths(app)
         assert {"/v1/host/invocations", "/v1/host/invocations/{invocationId}", "/v1/host/reconciliation-queue",
                 "/metrics", "/health/ready", *PAGES} <= paths
+        spaces = client.get("/v1/events/spaces").json()["items"]
+        assert spaces, "the scenario appended no event"
         for path in sorted(paths - DELIVERY_OF_ONE_PACKAGE - ONE_WORKFLOW_RUN):
-            for url in _urls(path, values):
+            # the event log is read one space at a time: every space the scenario wrote
+            urls = ([f"/v1/events?tenant={quote(e['tenant_id'])}&space={quote(e['space_id'])}&limit=1000"
+                     for e in spaces] if path == "/v1/events" else _urls(path, values))
+            for url in urls:
                 answer = client.get(url)
                 assert answer.status_code == 200, (url, answer.status_code, answer.text[:300])
                 places[f"GET {url}"] = answer.text
@@ -241,6 +247,8 @@ def test_no_secret_on_any_surface(store: Store, backend: StoreBackend, provider:
     # positive controls: the host's routes and pages show the scenario, /metrics counted it
     listing = places["GET /v1/host/invocations"]
     assert all(i in listing for i in ids.values())
+    event_log = "".join(text for place, text in places.items() if place.startswith("GET /v1/events?"))
+    assert all(i in event_log for i in ids.values()), "the event log answered without the scenario's events"
     assert ids["decide"] in places["GET /v1/host/reconciliation-queue"]
     assert all(f'data-invocation-id="{i}"' in places[f"GET /invocations/{i}"] for i in ids.values())
     assert re.search(r'fencepost_host_invocation_verdicts_total\{status="failed"\} 3', places["GET /metrics"])
