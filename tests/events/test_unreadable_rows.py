@@ -5,7 +5,6 @@ stopped at that row before, for good: the claim raised, and every later event wa
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -19,6 +18,7 @@ from fencepost.store.base import Store
 from fencepost.store.host_records import EventOutboxRecord, EventRecord, NewEvent, Subject
 from fencepost.store.ports import UnitOfWork
 from helpers.store_backends import StoreBackend, schema_url
+from helpers.store_reads import update_past_checks
 
 POISON = "ev-0-poison"  # sorts first: it is claimed at the head of every batch
 GOOD = [f"ev-{i}" for i in range(1, 5)]
@@ -62,18 +62,7 @@ def _tamper(store: Store, backend: StoreBackend, table: str, column: str, text: 
         value = "'" + text.replace("'", "''") + "'"
     update = f"UPDATE {table} SET {column} = {value} WHERE {key} = '{POISON}'"
 
-    def fn(tx: Any) -> None:
-        if tx.backend == "sqlite":
-            backend.inspect(tx, "PRAGMA ignore_check_constraints = ON")
-            try:
-                backend.inspect(tx, update)
-            finally:
-                backend.inspect(tx, "PRAGMA ignore_check_constraints = OFF")
-        else:
-            backend.inspect(tx, f"ALTER TABLE {table} DROP CONSTRAINT {table}_{column}_check")
-            backend.inspect(tx, update)
-
-    store.transact(fn)
+    store.transact(lambda tx: update_past_checks(backend, tx, update, f"{table}_{column}_check"))
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -5,7 +5,6 @@ or settled handoff is consistent and each handoff damage is a finding (host-spec
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from fencepost.core.statuses import AdapterStatus, CommandStatus, InvocationStatus, ReconciliationLog
 from fencepost.store.base import Store
@@ -14,6 +13,7 @@ from fencepost.store.records import Lease
 from fencepost.testing import host as hc
 from helpers.processes import run_cli
 from helpers.store_backends import StoreBackend, schema_url
+from helpers.store_reads import update_past_checks
 from host.kit import PARAMS, Ledger, Scripted, Spy, charge_action, make_host, run_worker
 
 
@@ -170,18 +170,7 @@ def past_the_check(store: Store, backend: StoreBackend, invocation_id: str, assi
     store's back: SQLite ignores CHECKs for the statement, PostgreSQL drops the named constraint first)."""
     update = f"UPDATE invocations SET {assignment} WHERE id = '{invocation_id}'"
 
-    def fn(tx: Any) -> None:
-        if tx.backend == "sqlite":
-            backend.inspect(tx, "PRAGMA ignore_check_constraints = ON")
-            try:
-                backend.inspect(tx, update)
-            finally:
-                backend.inspect(tx, "PRAGMA ignore_check_constraints = OFF")
-        else:
-            backend.inspect(tx, "ALTER TABLE invocations DROP CONSTRAINT invocations_parked_needs_handoff")
-            backend.inspect(tx, update)
-
-    store.transact(fn)
+    store.transact(lambda tx: update_past_checks(backend, tx, update, "invocations_parked_needs_handoff"))
 
 
 def test_parked_swept_and_settled_handoffs_are_consistent(store: Store, backend: StoreBackend) -> None:
