@@ -18,6 +18,7 @@ domain-separated SHA-256 digest over everything but the digest itself.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,40 +101,33 @@ def _encodes(text: str) -> bool:
     return True
 
 
-def _not_unicode(value: Any, path: str) -> str | None:
-    """Where in ``value`` (plain JSON data) the first string with no UTF-8 form is, ``a key at <path>`` or ``the
-    string at <path>`` (paths as ``canonical_json`` names them), or None. Its nesting is no deeper than what
-    ``canonical_json`` already walked."""
+def _first_bad_text(value: Any, path: str, bad: Callable[[str], bool]) -> str | None:
+    """Where in ``value`` (plain JSON data, already walked by ``canonical_json``, so no deeper) the first string
+    or key that ``bad`` refuses is: ``a key at <path>`` or ``the string at <path>`` (paths as ``canonical_json``
+    names them), or None."""
     if isinstance(value, str):
-        return None if _encodes(value) else f"the string at {path}"
+        return f"the string at {path}" if bad(value) else None
     if isinstance(value, dict):
         for key, item in value.items():
-            found = _not_unicode(item, f"{path}.{key}") if _encodes(key) else f"a key at {path}"
+            found = f"a key at {path}" if bad(key) else _first_bad_text(item, f"{path}.{key}", bad)
             if found is not None:
                 return found
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
-            if (found := _not_unicode(item, f"{path}[{i}]")) is not None:
+            if (found := _first_bad_text(item, f"{path}[{i}]", bad)) is not None:
                 return found
     return None
+
+
+def _not_unicode(value: Any, path: str) -> str | None:
+    """The first string or key with no UTF-8 form (a lone surrogate), as ``_first_bad_text`` names it."""
+    return _first_bad_text(value, path, lambda text: not _encodes(text))
 
 
 def _holding_nul(value: Any, path: str) -> str | None:
-    """Where in ``value`` (plain JSON data, already walked by ``canonical_json``) the first string or key holding
-    a NUL character is, or None: PostgreSQL's text cannot hold one, so such a plan was a schema conflict there
-    while SQLite stored it (a break-it trial)."""
-    if isinstance(value, str):
-        return f"the string at {path}" if "\x00" in value else None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = f"a key at {path}" if "\x00" in key else _holding_nul(item, f"{path}.{key}")
-            if found is not None:
-                return found
-    elif isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            if (found := _holding_nul(item, f"{path}[{i}]")) is not None:
-                return found
-    return None
+    """The first string or key holding a NUL character, as ``_first_bad_text`` names it: PostgreSQL's text cannot
+    hold one, so such a plan was a schema conflict there while SQLite stored it (a break-it trial)."""
+    return _first_bad_text(value, path, lambda text: "\x00" in text)
 
 
 def normalize_plan(raw: Any) -> NormalizedPlan:
