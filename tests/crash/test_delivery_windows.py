@@ -128,3 +128,41 @@ def test_a_resolved_interrupted_unfenced_migration_is_delivered_again(tmp_path: 
             rows = conn.execute("SELECT migration, state FROM fencepost_delivery ORDER BY migration").fetchall()
             assert rows == [("0001_base", "applied"), ("0002_own_tx", "applied")]
             assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'ledger_entries'").fetchone() == (1,)
+
+
+def test_a_migration_resolved_applied_is_marked_applied_by_the_next_delivery(tmp_path: Path) -> None:
+    """Resolved ``succeeded`` (the operator found the script applied: here they finish it by hand), the started
+    row counts as applied, and the next delivery reaching the migration (an upgrade) marks it ``applied`` without
+    running the script, then applies what is new (ADR 0103)."""
+    require_backend("sqlite-wal")
+    import sqlite3
+
+    from delivery.kit import release, write_package
+
+    with crash_db("sqlite-wal", tmp_path) as db:
+        invocation_id, path = prepare(db, UNFENCED)
+        service = DeliveryService(db.store)
+        workers = Workers(db)
+        try:
+            workers.start("crash", crash="delivery.target:0002_own_tx:after-intent").wait_killed()
+            workers.start("recover")
+            wait_until(lambda: service.host.get(invocation_id).status.terminal, 60, what="the delivery to settle")
+            with sqlite3.connect(path) as conn:  # the operator runs the script by hand, as it was meant to run
+                conn.executescript(UNFENCED["0002_own_tx"])
+            service.host.resolve(invocation_id, "succeeded", operator="ops:trial",
+                                 note="ran 0002_own_tx by hand: ledger_entries exists")
+            newer = {**UNFENCED, "0003_more": "CREATE TABLE more_entries (id INTEGER);\n"}
+            release(db.store, write_package(db.root, "shop", "1.1.0", newer), db.root / "upgrade-work",
+                    ungated=True)
+            (_, upgrade), = service.submit("shop", target="tenant-a").deliveries
+            wait_until(lambda: service.host.get(upgrade.id).status.terminal, 60, what="the upgrade to settle")
+        finally:
+            workers.kill_all()
+        view = service.host.get(upgrade.id)
+        assert view.status is InvocationStatus.SUCCEEDED, (view.status, view.error)
+        with sqlite3.connect(path) as conn:
+            rows = conn.execute("SELECT migration, state FROM fencepost_delivery ORDER BY migration").fetchall()
+            assert rows == [("0001_base", "applied"), ("0002_own_tx", "applied"), ("0003_more", "applied")]
+            tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                                  "AND name NOT LIKE 'fencepost%' ORDER BY name")]
+            assert tables == ["books", "ledger_entries", "more_entries"]

@@ -332,8 +332,12 @@ class TargetAdapter:
         if current is not None and current.state == "started" and current.adapter_invocation_id in started:
             by = started[current.adapter_invocation_id]
             if by.resolved == "succeeded" and current.checksum == checksum:
+                # The guard judges the ledger as it is before this step: this migration's own row, the one being
+                # settled, is left out of it (as a row resolved failed is), the earlier ones must all be there.
+                before = _ledger_guard(data, {**started, current.adapter_invocation_id: StartedBy(by.invocation_id,
+                                                                                                  "failed")})
                 settled = target_db.settle_started(conn, name, package=str(data["package"]), migration=migration,
-                                                   adapter_invocation_id=current.adapter_invocation_id)
+                                                   adapter_invocation_id=current.adapter_invocation_id, guard=before)
                 if settled is not None:
                     return Succeeded({"applied": False, "fenced": fenced, "ledger": settled.as_json(),
                                       "reason": f"started by adapter invocation {current.adapter_invocation_id}; "

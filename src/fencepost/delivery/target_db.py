@@ -197,7 +197,7 @@ def _given_way(conn: sqlite3.Connection, found: LedgerRow | None, replaces: str 
 
 
 def settle_started(conn: sqlite3.Connection, name: str, *, package: str, migration: str,
-                   adapter_invocation_id: str) -> LedgerRow | None:
+                   adapter_invocation_id: str, guard: Guard | None = None) -> LedgerRow | None:
     """Mark the ``started`` row that ``adapter_invocation_id`` left ``applied``, in one target transaction: its
     delivery was resolved ``succeeded`` by an operator who found the script applied (ADR 0103).
 
@@ -205,7 +205,8 @@ def settle_started(conn: sqlite3.Connection, name: str, *, package: str, migrati
         The row as it is now: ``applied`` (by this call, or already), or None when the migration has no row or a
         row another run holds (the caller then applies as usual, and its guards judge).
     Raises:
-        TargetBusy: the write lock waited past the busy timeout (nothing changed).
+        TargetBusy: the write lock waited past the busy timeout (nothing changed). NotApplied: ``guard`` (the
+            migration step's ledger guard, run in the same transaction before the row changes) named a difference.
     """
     _begin(conn, name)
     try:
@@ -215,6 +216,7 @@ def settle_started(conn: sqlite3.Connection, name: str, *, package: str, migrati
             conn.execute("ROLLBACK")
             return None
         if found.state == "started":
+            _check_guard(conn, name, migration, guard)
             found = LedgerRow(found.package, found.version, found.migration, found.checksum,
                               found.adapter_invocation_id, "applied", _now())
             conn.execute(f'UPDATE "{LEDGER_TABLE}" SET state = ?, applied_at = ? WHERE package = ? AND migration = ? '
