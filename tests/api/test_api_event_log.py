@@ -37,7 +37,8 @@ def test_spaces_then_one_space_in_sequence_order_paged_with_after(api: Api) -> N
 
 @pytest.mark.parametrize("query", ["space=shop", "tenant=acme", "tenant=acme&space=shop&after=-1",
                                    "tenant=acme&space=shop&limit=0", "tenant=acme&space=shop&limit=1001",
-                                   "tenant=acme&space=shop&subject_type=ActionInvocation"])
+                                   "tenant=acme&space=shop&subject_type=ActionInvocation",
+                                   "tenant=acme&space=shop&after=9223372036854775808"])
 def test_bad_queries_are_validation_problems(api: Api, query: str) -> None:
     response = api.client.get(f"/v1/events?{query}")
     assert response.status_code == 422, (query, response.text)

@@ -71,6 +71,19 @@ def test_bad_input_is_refused_with_exit_2(backend: StoreBackend, store: Store) -
     for args, message in [(["--subject", "inv_1"], "--subject must be TYPE:ID"),
                           (["--tenant", "acme"], "give both"),
                           (["--after", "-1"], "--after"),
+                          (["--after", str(2**63)], "--after"),  # past any sequence: an overflow on SQLite
                           (["--limit", "0"], "--limit")]:
         code, out = _log(backend, *args)
         assert code == 2 and message in out, (args, out)
+
+
+def test_events_spaces_lists_every_space_to_name(backend: StoreBackend, store: Store) -> None:
+    append(store, 1, space="shop")
+    append(store, 2, prefix="other", space="books and more")
+    result = CliRunner().invoke(app, ["events", "spaces", "--database", _url(backend), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["items"] == [
+        {"tenant_id": "acme", "space_id": "books and more", "last_sequence": 2},
+        {"tenant_id": "acme", "space_id": "shop", "last_sequence": 1}]
+    text = CliRunner().invoke(app, ["events", "spaces", "--database", _url(backend)]).output
+    assert "--tenant acme --space 'books and more'   (2 events)" in text

@@ -13,10 +13,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from fencepost.cli.app import IDLE_STOP_WAIT_SECONDS
 from fencepost.core.clock import ManualClock
 from fencepost.core.statuses import AttemptStatus, CommandStatus
 from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
+from fencepost.outbox.worker import IDLE_STOP_WAIT_SECONDS
 from fencepost.rehearsal import scenarios
 from fencepost.rehearsal.handler import KIND, AttemptHandler
 from fencepost.rehearsal.sandbox import is_environment_error

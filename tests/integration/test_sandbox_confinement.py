@@ -45,6 +45,11 @@ def test_ordinary_sql_still_runs(sandbox: Sandbox) -> None:
     "CREATE TABLE t (x); CREATE TRIGGER fencepost_trg AFTER INSERT ON t BEGIN SELECT 1; END;",
     "CREATE VIEW fencepost_v AS SELECT 1;",
     "PRAGMA writable_schema = ON;",
+    # a rename names only the old table to the authorizer: caught by comparing the reserved objects
+    "CREATE TABLE q (x); ALTER TABLE q RENAME TO fencepost_workflow_tasks;",
+    "CREATE TABLE q (x); CREATE TRIGGER qt AFTER INSERT ON q BEGIN DELETE FROM q; END; "
+    "ALTER TABLE q RENAME TO FencePost_Workflow_Tasks;",
+    "CREATE TEMP TABLE q (x); ALTER TABLE temp.q RENAME TO fencepost_delivery;",
 ])
 def test_the_fencepost_prefix_is_reserved_and_the_schema_not_writable(sandbox: Sandbox, sql: str) -> None:
     """A migration may not define what a delivery target's ledgers are named (ADR 0102): it would fail there,
@@ -54,3 +59,12 @@ def test_the_fencepost_prefix_is_reserved_and_the_schema_not_writable(sandbox: S
         run_script(conn, sql, ledger_add="m1")
     assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master ORDER BY name")] == [
         "_fencepost_ledger", "sqlite_autoindex__fencepost_ledger_1"]
+
+
+def test_a_script_with_its_own_transaction_that_renames_into_the_prefix_is_refused(sandbox: Sandbox) -> None:
+    """It committed before fencepost could look, so the rehearsal fails it (the package is never published)."""
+    conn = sandbox.connect("main")
+    with pytest.raises(SandboxError, match="reserved for fencepost's ledgers"):
+        run_script(conn, "BEGIN; CREATE TABLE q (x); ALTER TABLE q RENAME TO fencepost_delivery; COMMIT;",
+                   ledger_add="m1")
+    assert conn.execute("SELECT count(*) FROM _fencepost_ledger").fetchone()[0] == 0

@@ -250,7 +250,7 @@ def event_log(ctx: Ctx,
               subject_type: Annotated[str | None, Query(min_length=1, max_length=100,
                                                         description="With subject_id: one subject's events.")] = None,
               subject_id: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
-              after: Annotated[int, Query(ge=0, description="Only events after this sequence.")] = 0,
+              after: Annotated[int, Query(ge=0, le=2**63 - 1, description="Only events after this sequence.")] = 0,
               limit: Annotated[int, Query(ge=1, le=1000, description="At most this many events.")] = 100,
               ) -> dict[str, Any]:
     if (subject_type is None) != (subject_id is None):

@@ -101,15 +101,43 @@ def is_refusal(error: BaseException) -> bool:
     return isinstance(error, sqlite3.DatabaseError) and getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_AUTH
 
 
+class ReservedObjectChanged(sqlite3.DatabaseError):
+    """Package SQL left a ``fencepost_`` object that was not there before it (or changed one): the authorizer
+    does not see every way in (``ALTER TABLE t RENAME TO fencepost_...`` names only the old table to it), so
+    ``package_sql`` compares the reserved objects before and after the block. ``is_refusal`` is true for it."""
+
+    sqlite_errorcode = sqlite3.SQLITE_AUTH
+
+
+def reserved_objects(conn: sqlite3.Connection) -> frozenset[tuple[str, str, str, str, str]]:
+    """Every object of the main and temp schemas whose name or table is in the reserved space:
+    ``(schema, type, name, tbl_name, sql)``."""
+    found: set[tuple[str, str, str, str, str]] = set()
+    for schema in ("main", "temp"):
+        rows = conn.execute(f"SELECT type, name, tbl_name, coalesce(sql, '') FROM {schema}.sqlite_master "
+                            "WHERE lower(substr(name, 1, 10)) = ? OR lower(substr(tbl_name, 1, 10)) = ?",
+                            (RESERVED_PREFIX, RESERVED_PREFIX)).fetchall()
+        found.update((schema, *row) for row in rows)
+    return frozenset(found)
+
+
 @contextmanager
 def package_sql(conn: sqlite3.Connection) -> Iterator[None]:
-    """Run the block's statements under ``package_only``; ``escapes_only`` again after it, however it ends.
+    """Run the block's statements under ``package_only``; ``escapes_only`` again after it, however it ends. After
+    a block that ended normally, the reserved objects must be exactly those before it (``reserved_objects``).
 
     Raises (from the block): ``sqlite3.DatabaseError`` with ``sqlite_errorcode == SQLITE_AUTH`` ("not
-    authorized", see ``is_refusal``) for a statement that writes or defines a ``fencepost_`` object.
+    authorized", see ``is_refusal``) for a statement that writes or defines a ``fencepost_`` object;
+    ``ReservedObjectChanged`` (also a refusal) when one appeared or changed another way (a rename into the
+    reserved space, in main or temp). The caller rolls back what it can.
     """
+    before = reserved_objects(conn)
     conn.set_authorizer(package_only)
     try:
         yield
     finally:
         conn.set_authorizer(escapes_only)
+    after = reserved_objects(conn)
+    if after != before:
+        changed = sorted(f"{schema}.{name} ({kind})" for schema, kind, name, _, _ in after - before)
+        raise ReservedObjectChanged(f"not authorized: {', '.join(changed) or 'a fencepost_ object'}")

@@ -61,7 +61,7 @@ from fencepost.core.errors import InvalidInput
 from fencepost.delivery.service import delivery_host
 from fencepost.host import Host
 from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
-from fencepost.outbox.worker import INTERRUPT_WAIT_SECONDS, default_worker_id
+from fencepost.outbox.worker import IDLE_STOP_WAIT_SECONDS, INTERRUPT_WAIT_SECONDS, default_worker_id
 from fencepost.rehearsal import views
 from fencepost.rehearsal.handler import KIND, AttemptHandler
 from fencepost.rehearsal.sandbox import SandboxLimits, install_heap_limit
@@ -231,12 +231,6 @@ class StopSignals:
             self._acted = 2
             w.interrupt_now()
             self.exit_now()
-
-
-#: Once stopping with nothing in flight, how long the worker's thread gets to give back its unstarted claims and
-#: deregister before the process exits anyway (its leases then expire): a store that answers needs well under a
-#: second; the pool's connect timeout is 5 s.
-IDLE_STOP_WAIT_SECONDS = 10.0
 
 
 def run_until_stopped(w: Worker, signals: StopSignals | None = None) -> None:

@@ -249,6 +249,9 @@ def requeue(event_ids: Annotated[list[str], typer.Argument(help="Dead-lettered e
         raise typer.Exit(exit_code(type(refused[0][1])))
 
 
+#: The largest sequence a store holds (a signed 64-bit integer on both backends).
+MAX_SEQUENCE = 2**63 - 1
+
 LOG_HELP = "\n\n".join([
     "Read the event log itself, in sequence order: what the host recorded, space by space.",
     "Sequences are per (tenant, space), so a space is named with --tenant and --space; without them the log "
@@ -279,7 +282,7 @@ def _space(spaces: list[EventSpace], tenant: str | None, space: str | None) -> t
         return spaces[0].tenant_id, spaces[0].space_id
     listed = "\n".join(f"  --tenant {shlex.quote(s.tenant_id)} --space {shlex.quote(s.space_id)}   "
                        f"({s.last_sequence} events)" for s in spaces[:20])
-    more = f"\n  ... and {len(spaces) - 20} more (`fencepost events log --json` lists them)" if len(spaces) > 20 else ""
+    more = f"\n  ... and {len(spaces) - 20} more (`fencepost events spaces` lists them)" if len(spaces) > 20 else ""
     raise InvalidInput(f"the store holds events in {len(spaces)} spaces; name one:\n{listed}{more}")
 
 
@@ -289,15 +292,13 @@ def log(database: DatabaseOpt = DEFAULT_URL,
         space: Annotated[str | None, typer.Option("--space", help="The space (with --tenant).")] = None,
         subject: Annotated[str | None, typer.Option(
             "--subject", metavar="TYPE:ID", help="Only this subject's events, e.g. ActionInvocation:inv_123.")] = None,
-        after: Annotated[int, typer.Option("--after", metavar="SEQUENCE",
+        after: Annotated[int, typer.Option("--after", metavar="SEQUENCE", min=0, max=MAX_SEQUENCE,
                                            help="Only events after this sequence (0: from the start).")] = 0,
         limit: Annotated[int, typer.Option("--limit", help="At most this many events (1-10000).")] = 100,
         json: JsonOpt = False) -> None:
     """The event log of one space in sequence order (``LOG_HELP``)."""
     with opened(database) as store, handled():
         wanted = _subject(subject)
-        if after < 0:
-            raise InvalidInput("--after must be 0 or a sequence")
         if not 1 <= limit <= 10_000:
             raise InvalidInput("--limit must be between 1 and 10000")
         spaces = store.read(lambda tx: tx.events.list_event_spaces(limit=10_000))
@@ -311,6 +312,24 @@ def log(database: DatabaseOpt = DEFAULT_URL,
                             "spaces": [event_space_view(s) for s in spaces], "items": items,
                             "next_after": next_after}
     emit(json, data, lambda: _log_text(data))
+
+
+@app.command("spaces")
+def spaces(database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
+    """List the spaces of the event log, by tenant then space, each with its last sequence (what `fencepost events
+    log --tenant T --space S` reads)."""
+    with opened(database) as store, handled():
+        found = store.read(lambda tx: tx.events.list_event_spaces(limit=10_000))
+    items = [event_space_view(s) for s in found]
+
+    def text() -> None:
+        if not items:
+            render.console.print("no events yet: the host appends them as invocations change")
+        for item in items:
+            render.console.print(f"--tenant {shlex.quote(item['tenant_id'])} --space {shlex.quote(item['space_id'])}"
+                                 f"   ({item['last_sequence']} events)", markup=False)
+
+    emit(json, {"items": items}, text)
 
 
 def _log_text(data: dict[str, Any]) -> None:

@@ -34,7 +34,12 @@ from fencepost.cli.common import (
 from fencepost.cli.telemetry_opt import TelemetryOpt
 from fencepost.core.errors import InvalidInput
 from fencepost.outbox import Worker, WorkerConfig
-from fencepost.outbox.worker import HURRIED_INTERRUPT_WAIT_SECONDS, INTERRUPT_WAIT_SECONDS, default_worker_id
+from fencepost.outbox.worker import (
+    HURRIED_INTERRUPT_WAIT_SECONDS,
+    IDLE_STOP_WAIT_SECONDS,
+    INTERRUPT_WAIT_SECONDS,
+    default_worker_id,
+)
 from fencepost.store.url import DEFAULT_URL
 
 if TYPE_CHECKING:
@@ -155,9 +160,16 @@ def _stop_pool(pool: list[Worker], threads: list[threading.Thread], grace_second
                    "(Ctrl-C again to interrupt them now)", err=True)
     deadline = time.monotonic() + grace_seconds + INTERRUPT_WAIT_SECONDS + 2
     hurried = False
+    idle_since: float | None = None
     while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
         for t in threads:
             t.join(timeout=0.05)
+        # Nothing running: what is left is releasing claims and deregistering, which a store that answers does at
+        # once; on a store that does not, the leases expire (as `fencepost worker` does; a verification trial).
+        now = time.monotonic()
+        idle_since = (idle_since or now) if not any(w.in_flight for w in pool) else None
+        if idle_since is not None:
+            deadline = min(deadline, idle_since + IDLE_STOP_WAIT_SECONDS)
         if received[0] and not hurried:
             hurried = True
             for w in pool:

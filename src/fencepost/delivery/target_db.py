@@ -345,8 +345,14 @@ def apply_unfenced(conn: sqlite3.Connection, name: str, *, package: str, version
     done = LedgerRow(package, version, migration, checksum, adapter_invocation_id, "applied", _now())
     try:
         _begin(conn, name)
-        conn.execute(f'UPDATE "{LEDGER_TABLE}" SET state = ?, applied_at = ? WHERE package = ? AND migration = ?',
-                     (done.state, done.applied_at, package, migration))
+        # Only this run's own started row: after a takeover, a resolution and a redelivery (ADR 0103) the row may
+        # be another run's, which a stale run must never mark applied.
+        marked = conn.execute(f'UPDATE "{LEDGER_TABLE}" SET state = ?, applied_at = ? WHERE package = ? '
+                              "AND migration = ? AND state = 'started' AND adapter_invocation_id = ?",
+                              (done.state, done.applied_at, package, migration, adapter_invocation_id)).rowcount
+        if marked != 1:
+            raise MigrationFailed(f"unfenced migration {migration} ran on target {name}, but its started row is no "
+                                  "longer this run's (replaced after its delivery was resolved); not marked applied")
         crashpoint(f"delivery.target:{migration}:before-commit")
         conn.execute("COMMIT")
     except (TargetBusy, sqlite3.Error) as error:

@@ -61,6 +61,10 @@ MAX_ERROR_CHARS = 4000
 #: After the grace period, how long interrupted handlers get to return before their leases are released
 #: regardless (their later fenced writes then fail: the token is gone).
 INTERRUPT_WAIT_SECONDS = 5.0
+#: Once stopping with nothing in flight, how long a worker's thread gets to give back its unstarted claims and
+#: deregister before its process exits anyway (its leases then expire): a store that answers needs well under a
+#: second; the pool's connect timeout is 5 s.
+IDLE_STOP_WAIT_SECONDS = 10.0
 #: After a second signal (``interrupt_now``), how long interrupted handlers get instead: the process exits two
 #: seconds after that signal (``fencepost worker``), and the leases of what still runs are released before then.
 HURRIED_INTERRUPT_WAIT_SECONDS = 0.5

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fencepost.catalog.script_control import manages_own_transaction
-from fencepost.catalog.sql_guard import REFUSAL, is_refusal, package_only
+from fencepost.catalog.sql_guard import REFUSAL, is_refusal, package_only, reserved_objects
 from fencepost.core.fingerprint import fingerprint
 from fencepost.outbox.context import EnvironmentFailed
 from fencepost.rehearsal.host_functions import HostFunction, resolve
@@ -337,10 +337,13 @@ def run_script(conn: sqlite3.Connection, sql: str, *, ledger_add: str | None = N
         _run_own(conn, sql, tail)
         return OWN_TRANSACTION
     ledger_before = applied(conn)
+    reserved_before = reserved_objects(conn)
     try:
         conn.executescript(f"BEGIN;\n{sql}\n;")
         if _ledger_after(conn) != ledger_before:
             raise SandboxError("the script changed fencepost's ledger table (_fencepost_ledger)")
+        if reserved_objects(conn) != reserved_before:  # a rename into the reserved space (ADR 0102)
+            raise SandboxError(REFUSAL)
         if tail:  # execute, not executescript: that would commit the open transaction first
             conn.execute(tail)
         conn.execute("COMMIT")
@@ -355,6 +358,7 @@ def run_script(conn: sqlite3.Connection, sql: str, *, ledger_add: str | None = N
 def _run_own(conn: sqlite3.Connection, sql: str, tail: str) -> None:
     ledger_before = applied(conn)
     schema_before = _objects(conn)
+    reserved_before = reserved_objects(conn)
     failure: Exception | None = None
     try:
         conn.executescript(sql)
@@ -370,6 +374,8 @@ def _run_own(conn: sqlite3.Connection, sql: str, tail: str) -> None:
         raise failure  # the machine's failure: judged as such, whatever the script did
     if _ledger_after(conn) != ledger_before:
         raise SandboxError("the script changed fencepost's ledger table (_fencepost_ledger)")
+    if reserved_objects(conn) != reserved_before:  # a rename into the reserved space (ADR 0102)
+        raise SandboxError(REFUSAL)
     if failure is not None:
         if _objects(conn) != schema_before:
             raise SandboxError(f"{failure}; the script manages its own transaction and left the schema "
