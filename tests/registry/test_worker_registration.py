@@ -265,3 +265,32 @@ def test_a_row_left_by_a_dead_process_of_this_machine_is_taken_over(store: Store
     restarted = WorkerRegistration(store, "w-fixed", [KIND], heartbeat_seconds=10.0)
     assert restarted.start()
     assert [(r.host, r.pid) for r in rows(store)] == [(restarted.host, restarted.pid)]
+
+
+def test_concurrent_starts_under_one_worker_id_register_exactly_one(backend: StoreBackend) -> None:
+    """Eight processes started at once under one id (a verification trial: on PostgreSQL two of them registered,
+    5 ms apart, both checking before either wrote): exactly one registers, the others are refused."""
+    stores = [backend.migrated() for _ in range(8)]
+    barrier = threading.Barrier(len(stores))
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def start(i: int) -> None:
+        registration = WorkerRegistration(stores[i], "shared-id", [KIND], heartbeat_seconds=10.0,
+                                          host=f"host-{i}", pid=1000 + i)
+        barrier.wait()
+        try:
+            registration.start()
+            outcome = "registered"
+        except WorkerIdInUse:
+            outcome = "refused"
+        with lock:
+            outcomes.append(outcome)
+
+    threads = [threading.Thread(target=start, args=(i,)) for i in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(outcomes) == ["refused"] * 7 + ["registered"], outcomes
+    assert len(rows(stores[0])) == 1

@@ -143,6 +143,7 @@ class WorkerRegistration:
             WorkerIdInUse: another live process holds this worker id (nothing written): each worker needs its own.
         """
         def unit(tx: UnitOfWork) -> tuple[WorkerRecord, list[WorkerRecord]]:
+            tx.workers.lock_id(self.worker_id)  # the check and the upsert as one step for concurrent starts
             holder = self._holder(tx)
             if holder is not None:
                 left = max(0.0, (holder.live_until - tx.now()).total_seconds())

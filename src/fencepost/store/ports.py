@@ -428,6 +428,12 @@ class WorkersPort(Protocol):
         """
         ...
 
+    def lock_id(self, worker_id: str) -> None:
+        """Hold ``worker_id`` until this unit ends: a concurrent unit that locks the same id waits (PostgreSQL: a
+        transaction-scoped advisory lock; SQLite: its one write lock already does it). Registration takes it
+        before it looks for a live holder, so two starts under one id cannot both register."""
+        ...
+
     def beat(self, worker_id: str, *, in_flight: int, host: str | None = None,
              pid: int | None = None) -> WorkerRecord | None:
         """Renew ``last_seen_at`` to now and record ``in_flight`` (commands held now, >= 0); with ``host`` and

@@ -269,3 +269,8 @@ SELECT id AS subject, status || ' command payload is not a JSON object' AS detai
 FROM commands
 WHERE status IN ('PENDING', 'PROCESSING')
   AND CASE WHEN fencepost_is_json(payload) THEN json_typeof(payload::json) <> 'object' ELSE true END;
+
+-- name: lock_worker_id
+-- A transaction-scoped advisory lock on the id's 64-bit hash: concurrent registrations of one id wait for each
+-- other's commit (a row lock cannot do it: the row may not exist yet). Released at COMMIT or ROLLBACK.
+SELECT pg_advisory_xact_lock(hashtextextended('fencepost.workers:' || CAST(:id AS TEXT), 0));

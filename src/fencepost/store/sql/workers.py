@@ -23,6 +23,9 @@ class SqlWorkers:
                   "version": version, "now": self._unit.now()}
         return worker_from_row(self._unit.run("register_worker", params).rows[0])
 
+    def lock_id(self, worker_id: str) -> None:
+        self._unit.run("lock_worker_id", {"id": worker_id})
+
     def beat(self, worker_id: str, *, in_flight: int, host: str | None = None,
              pid: int | None = None) -> WorkerRecord | None:
         rows = self._unit.run("beat_worker", {"id": worker_id, "in_flight": in_flight, "now": self._unit.now(),

@@ -15,6 +15,11 @@ SET host = excluded.host, pid = excluded.pid, kinds = excluded.kinds, concurrenc
     started_at = excluded.started_at, last_seen_at = excluded.last_seen_at
 RETURNING id, host, pid, kinds, concurrency, in_flight, heartbeat_seconds, version, started_at, last_seen_at;
 
+-- name: lock_worker_id
+-- per-dialect
+-- Serializes the registrations of one worker id until the transaction ends, so that the check for a live
+-- holder and the upsert after it are one step for concurrent starts (two workers given one --worker-id at once).
+
 -- name: beat_worker
 -- instants: started_at, last_seen_at
 -- The heartbeat of a registration: renews last_seen_at and what the worker holds now. No row: it was

@@ -171,3 +171,8 @@ SELECT 1 AS settled WHERE 0;
 SELECT id AS subject, status || ' command payload is not a JSON object' AS detail
 FROM commands
 WHERE status IN ('PENDING', 'PROCESSING') AND (NOT json_valid(payload) OR json_type(payload) <> 'object');
+
+-- name: lock_worker_id
+-- Nothing to take: a write transaction holds SQLite's one write lock from its start (BEGIN IMMEDIATE), so
+-- registrations already run one at a time. A no-op statement keeps the port's call the same on both.
+SELECT CAST(:id AS TEXT) AS id;
