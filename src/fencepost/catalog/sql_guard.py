@@ -77,7 +77,7 @@ def reserved(name: str | None) -> bool:
 
 
 def package_only(action: int, arg1: str | None, arg2: str | None, database: str | None, source: str | None) -> int:
-    """``escapes_only``, and no write or definition in the reserved space nor of the schema table itself."""
+    """``escapes_only``, and no write or definition in the reserved space, nor ``writable_schema`` set."""
     if escapes_only(action, arg1, arg2, database, source) == sqlite3.SQLITE_DENY:
         return sqlite3.SQLITE_DENY
     if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in _SCHEMA_PRAGMAS and arg2 is not None:
