@@ -267,16 +267,16 @@ def apply_fenced(conn: sqlite3.Connection, name: str, *, package: str, version: 
             conn.execute("ROLLBACK")
             return Applied(False, found)
         _check_guard(conn, name, migration, guard)
-        for _, statement in split_statements(sql):
-            try:
-                with package_sql(conn):  # the migration may not write the ledger (ADR 0102)
+        try:
+            with package_sql(conn):  # the migration may not write the ledger (ADR 0102)
+                for _, statement in split_statements(sql):
                     conn.execute(statement)
-            except sqlite3.Error as error:
-                if _busy(error):
-                    raise TargetBusy(f"target {name} was locked during migration {migration}; nothing was "
-                                     "applied") from None
-                raise MigrationFailed(f"migration {migration} failed on target {name}: {_why(error)}; rolled "
-                                      "back, nothing was applied") from None
+        except sqlite3.Error as error:
+            if _busy(error):
+                raise TargetBusy(f"target {name} was locked during migration {migration}; nothing was "
+                                 "applied") from None
+            raise MigrationFailed(f"migration {migration} failed on target {name}: {_why(error)}; rolled "
+                                  "back, nothing was applied") from None
         row = LedgerRow(package, version, migration, checksum, adapter_invocation_id, "applied", _now())
         conn.execute(f'INSERT INTO "{LEDGER_TABLE}" ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)',
                      (row.package, row.version, row.migration, row.checksum, row.adapter_invocation_id,
