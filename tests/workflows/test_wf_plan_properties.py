@@ -162,7 +162,9 @@ def test_the_generator_reaches_both_verdicts_and_every_damage() -> None:
     """Guard against a vacuous property: the strategy yields valid and invalid plans of every kind."""
     seen: set[str] = set()
 
-    @settings(max_examples=200, deadline=None, database=None)
+    # Derandomized: a coverage check of the strategy itself must not depend on the run's luck (200 random
+    # examples missed a category about once in a few hundred full runs).
+    @settings(max_examples=200, deadline=None, database=None, derandomize=True)
     @given(dags())
     def collect(plan: dict[str, Any]) -> None:
         steps = plan["steps"]
