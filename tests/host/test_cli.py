@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from fencepost.core.statuses import InvocationStatus
+from fencepost.outbox.registry import WorkerRegistration
 from fencepost.store import open_store
 from fencepost.store.host_records import NewEvent, Subject
 from helpers.processes import run_cli, start, subprocess_env
@@ -154,6 +155,35 @@ def test_show_names_what_was_submitted_the_provider_key_and_the_events(app_dir: 
     text = run_cli(["host", "show", view["id"], "-d", url], cwd=app_dir).stdout
     key = shown["steps"][0]["adapter_invocation_id"]
     assert f"provider key {key}" in text and "role:cashier" in text and "ActionInvocationSucceeded" in text
+
+
+def test_show_of_a_pending_invocation_says_whether_a_live_worker_serves_it(app_dir: Path) -> None:
+    """A new-user trial: with no worker running, a dispatched invocation waited and nothing said why."""
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    ran = run_cli(["host", "submit", "shop.echo", "--app", "shopapp:make", "--params", '{"order_id": "o-w"}',
+                   "--key", "kw", "--json", "-d", url], cwd=app_dir)
+    view = json.loads(ran.stdout)
+    shown = json.loads(run_cli(["host", "show", view["id"], "--json", "-d", url], cwd=app_dir).stdout)
+    assert shown["status"] == "pending"
+    waiting = shown["waiting"]
+    assert (waiting["kind"], waiting["live_workers_serving"]) == ("host.invoke:shop.echo@1", 0)
+    assert waiting["pending_seconds"] >= 0
+    text = run_cli(["host", "show", view["id"], "-d", url], cwd=app_dir).stdout
+    assert "no live worker serves host.invoke:shop.echo@1: nothing runs it until one starts" in text
+    store = open_store(url)
+    try:  # a live registration serving the kind (the registry is what `fencepost workers` reads)
+        registration = WorkerRegistration(store, "w-live", ["host.invoke:shop.echo@1"], heartbeat_seconds=10.0)
+        assert registration.start()
+        text = run_cli(["host", "show", view["id"], "-d", url], cwd=app_dir).stdout
+        assert "1 live worker serves it" in text, text
+        registration.stop()
+    finally:
+        store.close()
+    done = run_cli(["host", "submit", "shop.echo", "--app", "shopapp:make", "--params", '{"order_id": "o-x"}',
+                    "--key", "kx", "--inline", "--json", "-d", url], cwd=app_dir)
+    settled = json.loads(run_cli(["host", "show", json.loads(done.stdout)["id"], "--json", "-d", url],
+                                 cwd=app_dir).stdout)
+    assert settled["waiting"] is None
 
 
 def test_show_finds_the_events_of_an_invocation_in_a_space_of_many(app_dir: Path) -> None:

@@ -26,8 +26,10 @@ from fencepost.core.canonical import parse_input_json
 from fencepost.core.errors import InvalidInput, RecoverableFinalization, SchemaNotReady
 from fencepost.core.statuses import CompletionDisposition, InvocationStatus
 from fencepost.host import Dispatch, Host, Inline, InvocationView
+from fencepost.host.handler import KIND_PREFIX
 from fencepost.host.health import DEFAULT_STUCK_AFTER, read_host_health
 from fencepost.host.operator import invocation_events
+from fencepost.outbox.registry import read_census
 from fencepost.store.base import Store
 from fencepost.store.url import DEFAULT_URL
 
@@ -134,12 +136,18 @@ def _budget_line(reconciliation: dict[str, Any]) -> str:
 
 
 def _show_text(view: InvocationView, events: list[dict[str, Any]] | None = None,
-               reconciliations: list[dict[str, Any]] | None = None) -> None:
+               reconciliations: list[dict[str, Any]] | None = None, waiting: dict[str, Any] | None = None) -> None:
     print_ = render.console.print
     print_(f"{view.id}  {view.action_id} v{view.action_version}  {render.styled(str(view.status))}"
            f"  attempts {view.attempt_count}  key {view.idempotency_key}")
     print_(f"  submitted by {view.actor}" + (f" under {view.authority}" if view.authority else "")
            + f", {view.mode}, {view.created_at.isoformat()}", markup=False)
+    if waiting is not None:
+        served = waiting["live_workers_serving"]
+        print_(f"  pending for {render.age(waiting['pending_seconds'])}; " + (
+            f"{served} live worker{'s' if served != 1 else ''} serve{'s' if served == 1 else ''} it"
+            if served else f"no live worker serves {waiting['kind']}: nothing runs it until one starts "
+                           "(`fencepost worker --app ...`; `fencepost workers` lists them)"), markup=False)
     print_(f"  params {jsonlib.dumps(view.params, sort_keys=True)}  ({view.params_digest})", markup=False)
     # After an operator's resolution these are the verdict it replaced (kept as evidence): say so, next to a
     # status they no longer describe (a new user's trial).
@@ -309,8 +317,21 @@ def show(invocation_id: Annotated[str, typer.Argument(help="The invocation id.")
         view = Host(store).get(invocation_id)
         events = _events(store, view)
         records = _reconciliations(store, view)
-    emit(json, {**_view_json(view), "events": events, "reconciliations": records},
-         lambda: _show_text(view, events, records))
+        waiting = _waiting(store, view)
+    emit(json, {**_view_json(view), "events": events, "reconciliations": records, "waiting": waiting},
+         lambda: _show_text(view, events, records, waiting))
+
+
+def _waiting(store: Store, view: InvocationView) -> dict[str, Any] | None:
+    """For a dispatched invocation still ``pending``: ``{"kind", "pending_seconds", "live_workers_serving"}`` by
+    the store's clock, so that an invocation no worker will run says so (a new-user trial: with no worker
+    running, nothing said why it waited); None otherwise."""
+    if view.status is not InvocationStatus.PENDING or str(view.mode) != "dispatch":
+        return None
+    census = read_census(store)
+    kind = f"{KIND_PREFIX}{view.action_id}@{view.action_version}"
+    return {"kind": kind, "pending_seconds": max(0.0, (census.now - view.created_at).total_seconds()),
+            "live_workers_serving": len(census.serving(kind))}
 
 
 @app.command("list")
