@@ -96,6 +96,15 @@ def test_an_interrupted_unfenced_migration_needs_reconciliation_and_never_runs_t
         assert entry["reconciliation"] is not None and entry["reconciliation"]["kind"] == "adapter_outcome_ambiguous"
 
 
+def _interrupted_after_the_intent(workers: Workers, service: DeliveryService, invocation_id: str) -> None:
+    """A worker SIGKILLed right after 0002_own_tx's started row committed, and another that recovers the
+    delivery: it ends ``reconciliation_required`` (the script may have run). The recovering worker keeps running."""
+    workers.start("crash", crash="delivery.target:0002_own_tx:after-intent").wait_killed()
+    workers.start("recover")
+    wait_until(lambda: service.host.get(invocation_id).status.terminal, 60, what="the delivery to settle")
+    assert service.host.get(invocation_id).status is InvocationStatus.RECONCILIATION_REQUIRED
+
+
 def test_a_resolved_interrupted_unfenced_migration_is_delivered_again(tmp_path: Path) -> None:
     """After the operator resolves the interrupted delivery ``failed`` (the evidence shows the script never ran),
     a redelivery replaces the ``started`` row and runs the script once (ADR 0103). It stayed refused with
@@ -106,10 +115,7 @@ def test_a_resolved_interrupted_unfenced_migration_is_delivered_again(tmp_path: 
         service = DeliveryService(db.store)
         workers = Workers(db)
         try:
-            workers.start("crash", crash="delivery.target:0002_own_tx:after-intent").wait_killed()
-            workers.start("recover")
-            wait_until(lambda: service.host.get(invocation_id).status.terminal, 60, what="the delivery to settle")
-            assert service.host.get(invocation_id).status is InvocationStatus.RECONCILIATION_REQUIRED
+            _interrupted_after_the_intent(workers, service, invocation_id)
             blocked = service.submit("shop", target="tenant-a", redeliver=True)
             assert blocked.deliveries[0][1].id == invocation_id  # unresolved: nothing new starts
             service.host.resolve(invocation_id, "failed", operator="ops:trial",
@@ -144,9 +150,7 @@ def test_a_migration_resolved_applied_is_marked_applied_by_the_next_delivery(tmp
         service = DeliveryService(db.store)
         workers = Workers(db)
         try:
-            workers.start("crash", crash="delivery.target:0002_own_tx:after-intent").wait_killed()
-            workers.start("recover")
-            wait_until(lambda: service.host.get(invocation_id).status.terminal, 60, what="the delivery to settle")
+            _interrupted_after_the_intent(workers, service, invocation_id)
             with sqlite3.connect(path) as conn:  # the operator runs the script by hand, as it was meant to run
                 conn.executescript(UNFENCED["0002_own_tx"])
             service.host.resolve(invocation_id, "succeeded", operator="ops:trial",
