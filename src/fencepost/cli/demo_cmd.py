@@ -37,7 +37,7 @@ def payments(
     that kills every worker that runs it, and (inline, through a store wrapper that injects the fault) a charge
     whose checkpoint write the store refuses, which ends `reconciliation_required` with an evidence gap that
     audit reports. Each row is checked against SimPay's ledger, and the demo's store is audited: the one gap
-    of that row is the only finding allowed. Takes about 35 seconds. Exits 0 only when every row holds, 1
+    of that row is the only finding allowed. Takes about a minute. Exits 0 only when every row holds, 1
     otherwise.
 
     Rows are numbered as in the host specification's table of payment scenarios (its section 2.10), with row 13
