@@ -146,6 +146,11 @@ def test_a_stale_worker_refused_at_settlement_after_a_takeover_reports_a_lost_le
     seen = [getattr(r, "event", None) for r in caplog.records if r.name == "fencepost.worker"]
     assert "lease_lost" in seen and "command_abandoned" not in seen, seen
     assert (a.stats.lost, b.stats.delivered) == (1, 1)
+    # The taker has settled it, so no lease owner is left to name: the log says what it is now instead of
+    # ``taken_by=None`` (a new-user trial).
+    (lost,) = [r for r in caplog.records if getattr(r, "event", None) == "lease_lost"]
+    assert (lost.delivery_now, lost.status_now) == (2, "DELIVERED")  # type: ignore[attr-defined]
+    assert not hasattr(lost, "taken_by")
 
 
 def test_a_stale_finish_after_takeover_raises_lease_lost(store: Store, backend: StoreBackend) -> None:

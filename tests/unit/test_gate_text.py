@@ -20,6 +20,16 @@ def test_a_passing_single_attempt_gate_says_its_semantics_were_not_compared() ->
     text = _printed(view)
     assert view["passed"] and "PASS" in text
     assert "semantics were not compared: only one successful Attempt" in text
+    # a check that compared nothing is not shown as passed (a new-user trial read "pass" as compared)
+    line = next(ln for ln in text.splitlines() if "semantic_match" in ln)
+    assert line.split()[0] == "open", line
+
+
+def test_a_compared_pair_marks_semantic_match_passed() -> None:
+    attempts = [attempt_record(1), attempt_record(2)]
+    view = gate_view(evaluate_gate(run_record(), attempts, {a.id: receipts_for(a.id) for a in attempts}))
+    line = next(ln for ln in _printed(view).splitlines() if "semantic_match" in ln)
+    assert line.split()[0] == "pass", line
 
 
 def test_a_gate_with_no_successful_attempt_does_not_claim_one() -> None:

@@ -119,8 +119,11 @@ def comparison(view: dict[str, Any]) -> None:
 def gate(view: dict[str, Any]) -> None:
     verdict = "[green]PASS[/green]" if view["passed"] else "[red]BLOCKED[/red]"
     console.print(f"release gate for {view['run_id']}: {verdict}")
+    uncompared = view.get("latest_attempt_id") and not view.get("semantics_compared", True)
     for check in view["checks"]:
         mark = "[green]pass[/green]" if check["passed"] else "[red]FAIL[/red]"
+        if check["passed"] and check["name"] == "semantic_match" and uncompared:
+            mark = "[yellow]open[/yellow]"  # nothing contradicts it, but nothing was compared (a new-user trial)
         console.print(f"  {mark}  {check['name']:<26} {check['reason']}")
     scenarios = view.get("scenarios")
     if scenarios is not None and view.get("latest_attempt_id"):

@@ -504,8 +504,10 @@ class Worker:
         if record is not None and record.status is CommandStatus.ABORTED:
             log.info("command aborted by an operator; work stopped", extra={**extra, "event": "command_aborted"})
         elif record is not None and record.delivery_count > ctx.delivery:
-            log.warning("lease taken over by another worker; work stopped", extra={
-                **extra, "taken_by": record.lease_owner, "delivery_now": record.delivery_count})
+            now = {"delivery_now": record.delivery_count, "status_now": str(record.status)}
+            if record.lease_owner is not None:  # None once the taker has settled it (a new-user trial saw None)
+                now["taken_by"] = record.lease_owner
+            log.warning("lease taken over by another worker; work stopped", extra={**extra, **now})
         else:
             log.warning("lease lost; work stopped", extra=extra)
 
