@@ -304,6 +304,16 @@ def test_host_status_prints_the_counts_and_exits_by_the_store_only(app_dir: Path
     data = json.loads(busy.stdout)
     assert data["open_reconciliations"] == 1 and data["attention"] is True and data["stuck_after_seconds"] == 60.0
     assert data["schema_current"] is True and data["dead_letters"] == 0
+    assert data["pending_invocations"] == 0 and data["backlog"] == []
+    # A dispatched invocation with no worker running: the status says nobody will run it (a new-user trial read
+    # "nothing needs attention" while it waited).
+    queued = run_cli(["host", "submit", "shop.echo", "--app", "shopapp:make", "--params", '{"order_id": "q"}',
+                      "--key", "q", "-d", url], cwd=app_dir)
+    assert queued.returncode == 0, queued.describe()
+    waiting = run_cli(["host", "status", "-d", url], cwd=app_dir)
+    assert "host.invoke:shop.echo@1: 1 pending" in waiting.stdout, waiting.stdout
+    assert "no live worker claims this kind" in waiting.stdout and "start `fencepost worker" in waiting.stdout
+    assert "nothing needs attention" not in waiting.stdout
     empty = open_store(f"sqlite:///{app_dir / 'empty.db'}", create=True)  # a database never migrated
     assert empty.schema_version() == 0
     empty.close()

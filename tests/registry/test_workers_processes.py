@@ -22,6 +22,7 @@ import pytest
 from fencepost.rehearsal.handler import KIND
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store import Store, open_store
+from fencepost.store.ports import UnitOfWork
 from helpers.processes import CliResult, Process, kill_all, run_cli, start
 from helpers.store_backends import StoreBackend, schema_url
 from helpers.waiting import wait_until
@@ -184,3 +185,19 @@ def test_sigterm_is_a_graceful_stop_of_the_loop(url: str, loops: Loops) -> None:
     loop.send(signal.SIGTERM)
     assert loop.wait_exit() == 0, loop.describe()
     assert census(url) == ([], [])
+
+
+def test_workers_shows_the_backlog_of_a_kind_no_live_worker_claims(url: str, system_store: Store) -> None:
+    """Issue 10 item 6: PENDING work of a kind nobody claims is said to wait for a worker, with its age."""
+    assert cli(url, "workers", "--json").json()["backlog"] == []
+
+    def enqueue(tx: UnitOfWork) -> None:
+        for i in range(3):
+            tx.outbox.insert(command_id=f"orphan-{i}", kind="orphan.kind", payload={})
+
+    system_store.transact(enqueue)
+    [entry] = cli(url, "workers", "--json").json()["backlog"]
+    assert (entry["kind"], entry["pending"], entry["live_workers_serving"]) == ("orphan.kind", 3, 0)
+    assert entry["oldest_seconds"] >= 0
+    text = cli(url, "workers").stdout
+    assert "orphan.kind: 3 pending" in text and "no live worker claims this kind" in text, text

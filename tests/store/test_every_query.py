@@ -154,7 +154,8 @@ def drive(store: RecordingStore, backend: StoreBackend, tmp: Path) -> None:
     # insert_lease_events there; run it directly so that its SQL stays checked.
     event = '[{"command_id": "plain-2", "event": "release", "owner": "w", "delivery": 1, "lease_until": null}]'
     store.transact(lambda tx: tx.run("insert_lease_events", {"events": event, "at": tx.now()}))  # type: ignore[attr-defined]
-    store.read(lambda tx: (tx.outbox.get("plain-1"), tx.outbox.lease_events("plain-1"), tx.outbox.count_by_status()))
+    store.read(lambda tx: (tx.outbox.get("plain-1"), tx.outbox.lease_events("plain-1"), tx.outbox.count_by_status(),
+                             tx.outbox.pending_by_kind()))
     store.transact(lambda tx: tx.rehearsal.retire_run(run.id))
     # The catalog and admission.
     catalog.install("inventory")

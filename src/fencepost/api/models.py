@@ -256,6 +256,15 @@ class Live(_Model):
     status: Literal["live"]
 
 
+class KindBacklog(_Model):
+    """The pending commands of one kind against the live workers that claim it."""
+
+    kind: str
+    pending: int
+    oldest_seconds: float = Field(description="How long the oldest has waited, by the store's clock (seconds).")
+    live_workers_serving: int = Field(description="Live workers that claim this kind; 0: nothing will run them.")
+
+
 class HostHealth(_Model):
     """The action host's health counts (host-spec W2; ADR 0051): work for an operator, never unreadiness."""
 
@@ -264,7 +273,8 @@ class HostHealth(_Model):
     schema_current: bool
     stuck_after_seconds: float = Field(description="How long a running invocation must be unleased and unchanged "
                                                    "to count in stuck_runs.")
-    attention: bool = Field(description="Whether any count but probe_dead_letters is above zero.")
+    attention: bool = Field(description="Whether any count but probe_dead_letters is above zero, or pending "
+                                        "invocations wait for a kind no live worker claims.")
     open_reconciliations: int | None = Field(description="Invocations reconciliation_required.")
     overdue_handoffs: int | None = Field(description="Handoffs past their completion deadline, not yet swept.")
     stuck_runs: int | None = Field(description="Running invocations neither parked nor leased for stuck_after "
@@ -272,6 +282,9 @@ class HostHealth(_Model):
     budget_exhaustions: int | None = Field(description="Open recovery_budget_exhausted verdicts of the last hour.")
     dead_letters: int | None = Field(description="Dead-lettered event outbox rows outside probe spaces.")
     probe_dead_letters: int | None = Field(description="Dead-lettered rows of conformance probe spaces (expected).")
+    pending_invocations: int = Field(0, description="Dispatched invocations still pending (the backlog's total).")
+    backlog: list[KindBacklog] = Field(default_factory=list, description="Pending invocations per action kind, "
+                                       "oldest first, with the live workers that claim each kind.")
 
 
 class Ready(_Model):

@@ -22,6 +22,7 @@ from rich.table import Table
 from fencepost.cli import render, stdio
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
 from fencepost.cli.exit_codes import exit_code
+from fencepost.cli.workers_cmd import backlog_lines
 from fencepost.core.canonical import parse_input_json
 from fencepost.core.errors import InvalidInput, RecoverableFinalization, SchemaNotReady
 from fencepost.core.statuses import CompletionDisposition, InvocationStatus
@@ -496,7 +497,18 @@ def status(
         for name, label in labels.items():
             table.add_row(label, str(data[name]))
         render.console.print(table)
-        render.console.print("attention: an operator has work" if health.attention else "nothing needs attention")
+        if health.backlog:
+            render.console.print("pending invocations by action:")
+            for line in backlog_lines(list(health.backlog)):
+                render.console.print(line)
+        counted = any(data[name] for name in labels if name != "probe_dead_letters")
+        if counted:
+            render.console.print("attention: an operator has work")
+        if health.unserved:
+            render.console.print("attention: invocations wait for an action no live worker serves; start "
+                                 "`fencepost worker --app MODULE:ATTR` with the Host that registers it")
+        if not health.attention:
+            render.console.print("nothing needs attention")
 
     emit(json, data, text)
     if not health.schema_current:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from fencepost.cli import render
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
-from fencepost.outbox.registry import census_view, read_census
+from fencepost.outbox.registry import KindBacklog, census_view, read_backlog
 from fencepost.store.url import DEFAULT_URL
 
 #: ``fencepost workers --help`` (paragraphs on one line each: the help formatter keeps line breaks).
@@ -22,15 +23,18 @@ HELP = "\n\n".join([
     "commands over. Expired registrations are listed until a worker that starts deletes those older than a day.",
     "Columns: the worker id (the lease owner name its commands show), host, pid, the kinds it claims, commands "
     "in flight at its last heartbeat out of its execution slots, when it started, how long ago it was last seen.",
+    "Then the backlog: each kind with PENDING commands, how many, how long the oldest has waited, and whether "
+    "any live worker claims that kind. A kind no live worker claims waits until one starts.",
 ])
 
 
 def workers(database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
-    """List live workers and expired registrations (``HELP``); ``--json`` prints ``census_view``."""
+    """List live workers and expired registrations (``HELP``); ``--json`` prints ``census_view`` and
+    ``backlog`` (``KindBacklog.as_json`` per kind)."""
     with opened(database) as store, handled():
-        census = read_census(store)
-    data = census_view(census)
-    emit(json, data, lambda: _text(data))
+        census, backlog = read_backlog(store)
+    data = {**census_view(census), "backlog": [b.as_json() for b in backlog]}
+    emit(json, data, lambda: _text(data, backlog))
 
 
 def _table(items: list[dict[str, Any]]) -> Table:
@@ -48,7 +52,18 @@ def _table(items: list[dict[str, Any]]) -> Table:
     return table
 
 
-def _text(data: dict[str, Any]) -> None:
+def backlog_lines(backlog: list[KindBacklog]) -> list[str]:
+    """One line per kind with PENDING commands, saying when no live worker claims it."""
+    lines = []
+    for b in backlog:
+        served = (f"{b.live_workers_serving} live worker{'s' if b.live_workers_serving != 1 else ''} claim it"
+                  if b.live_workers_serving else "[yellow]no live worker claims this kind[/yellow]")
+        lines.append(f"  {escape(b.kind)}: {b.pending} pending, the oldest for {render.age(b.oldest_seconds)}; "
+                     f"{served}")
+    return lines
+
+
+def _text(data: dict[str, Any], backlog: list[KindBacklog]) -> None:
     live, expired = data["live"], data["expired"]
     at = f"(store time {render.when(data['now'])})"
     if live:
@@ -61,3 +76,9 @@ def _text(data: dict[str, Any]) -> None:
                              "(expired: the worker was killed, hung or lost the store; its leases expire and live "
                              "workers take its commands over)")
         render.console.print(_table(expired))
+    if backlog:
+        render.console.print("backlog (PENDING commands by kind):")
+        for line in backlog_lines(backlog):
+            render.console.print(line)
+    else:
+        render.console.print("backlog: nothing pending")

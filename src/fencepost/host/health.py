@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
 
+from fencepost.host.handler import KIND_PREFIX
+from fencepost.outbox.registry import KindBacklog, read_backlog
 from fencepost.store.base import Store
 from fencepost.store.host_records import HostHealthCounts
 
@@ -29,12 +31,20 @@ class HostHealth:
         schema_version: the store's applied migration version. expected_schema_version: this fencepost's.
         stuck_after_seconds: the ``stuck_runs`` threshold used (seconds).
         counts: the counts (``HostHealthCounts``), or None when the schema is not current (nothing to count).
+        backlog: the dispatched invocations still pending, per action kind, with the live workers that claim
+            each kind (issue 10 item 6: a kind no live worker claims is work nobody will do).
     """
 
     schema_version: int
     expected_schema_version: int
     stuck_after_seconds: float
     counts: HostHealthCounts | None
+    backlog: tuple[KindBacklog, ...] = ()
+
+    @property
+    def unserved(self) -> list[KindBacklog]:
+        """The backlog's kinds that no live worker claims."""
+        return [b for b in self.backlog if b.live_workers_serving == 0]
 
     @property
     def schema_current(self) -> bool:
@@ -43,21 +53,25 @@ class HostHealth:
 
     @property
     def attention(self) -> bool:
-        """Whether any count asks for an operator (every count but the expected probe dead letters)."""
+        """Whether any count asks for an operator (every count but the expected probe dead letters), or pending
+        invocations wait for a kind no live worker claims."""
         if self.counts is None:
             return False
         values = asdict(self.counts)
         values.pop("probe_dead_letters")
-        return any(v > 0 for v in values.values())
+        return any(v > 0 for v in values.values()) or bool(self.unserved)
 
     def as_json(self) -> dict[str, Any]:
         """Plain JSON: ``schema_version``, ``expected_schema_version``, ``schema_current``,
-        ``stuck_after_seconds``, ``attention`` and each count at the top level (absent counts: None)."""
+        ``stuck_after_seconds``, ``attention``, each count at the top level (absent counts: None), and
+        ``pending_invocations`` (the backlog's total) with ``backlog`` (``KindBacklog.as_json`` per kind)."""
         counts: dict[str, Any] = asdict(self.counts) if self.counts is not None else {
             name: None for name in HostHealthCounts.__dataclass_fields__}
         return {"schema_version": self.schema_version, "expected_schema_version": self.expected_schema_version,
                 "schema_current": self.schema_current, "stuck_after_seconds": self.stuck_after_seconds,
-                "attention": self.attention, **counts}
+                "attention": self.attention, **counts,
+                "pending_invocations": sum(b.pending for b in self.backlog),
+                "backlog": [b.as_json() for b in self.backlog]}
 
 
 def read_host_health(store: Store, *, stuck_after: timedelta = DEFAULT_STUCK_AFTER) -> HostHealth:
@@ -74,6 +88,8 @@ def read_host_health(store: Store, *, stuck_after: timedelta = DEFAULT_STUCK_AFT
         raise ValueError("stuck_after must not be negative")
     found, expected = store.schema_version(), store.expected_version
     counts = None
+    backlog: tuple[KindBacklog, ...] = ()
     if found == expected:
         counts = store.read(lambda tx: tx.host.host_health(stuck_after=stuck_after, window=BUDGET_WINDOW))
-    return HostHealth(found, expected, stuck_after.total_seconds(), counts)
+        backlog = tuple(b for b in read_backlog(store)[1] if b.kind.startswith(KIND_PREFIX))
+    return HostHealth(found, expected, stuck_after.total_seconds(), counts, backlog)

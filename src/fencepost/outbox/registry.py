@@ -34,7 +34,7 @@ from fencepost import __version__
 from fencepost.core.errors import FencepostError, InvalidInput
 from fencepost.store.base import Store
 from fencepost.store.ports import UnitOfWork
-from fencepost.store.records import LIVENESS_INTERVALS, WorkerRecord
+from fencepost.store.records import LIVENESS_INTERVALS, PendingKind, WorkerRecord
 
 log = logging.getLogger("fencepost.registry")
 
@@ -273,6 +273,39 @@ class WorkerCensus:
 def read_census(store: Store) -> WorkerCensus:
     """The registry and the store's clock, read in one snapshot."""
     return store.read(lambda tx: WorkerCensus(tx.now(), tuple(tx.workers.list_workers())))
+
+
+@dataclass(frozen=True)
+class KindBacklog:
+    """The PENDING commands of one kind against the live workers that claim it (issue 10 item 6).
+
+    Attributes:
+        kind: the command kind. pending: how many are PENDING. oldest_seconds: the oldest one's age (seconds,
+        store clock). live_workers_serving: live registrations that claim ``kind``; 0 means nothing will run
+        them until a worker of that kind starts.
+    """
+
+    kind: str
+    pending: int
+    oldest_seconds: float
+    live_workers_serving: int
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"kind", "pending", "oldest_seconds", "live_workers_serving"}``."""
+        return {"kind": self.kind, "pending": self.pending, "oldest_seconds": round(self.oldest_seconds, 3),
+                "live_workers_serving": self.live_workers_serving}
+
+
+def read_backlog(store: Store, *, limit: int = 100) -> tuple[WorkerCensus, list[KindBacklog]]:
+    """The registry and the PENDING backlog per kind (at most ``limit`` kinds, oldest first), read in one
+    snapshot so that a command claimed in between is not counted against a worker that already took it."""
+
+    def read(tx: UnitOfWork) -> tuple[WorkerCensus, list[PendingKind]]:
+        return WorkerCensus(tx.now(), tuple(tx.workers.list_workers())), tx.outbox.pending_by_kind(limit=limit)
+
+    census, pending = store.read(read)
+    return census, [KindBacklog(p.kind, p.pending, max(0.0, (census.now - p.oldest_created_at).total_seconds()),
+                                len(census.serving(p.kind))) for p in pending]
 
 
 def _iso(value: datetime) -> str:

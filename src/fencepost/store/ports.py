@@ -69,6 +69,7 @@ from fencepost.store.records import (
     FrozenFile,
     Lease,
     LeaseEvent,
+    PendingKind,
     ReceiptRecord,
     RunFile,
     RunRecord,
@@ -227,6 +228,11 @@ class OutboxPort(Protocol):
 
     def count_by_status(self) -> dict[CommandStatus, int]:
         """How many commands are in each status (absent statuses are omitted)."""
+        ...
+
+    def pending_by_kind(self, *, limit: int = 100) -> list[PendingKind]:
+        """The PENDING backlog per kind (issue 10 item 6): at most ``limit`` kinds, the one whose oldest
+        PENDING command is oldest first (ties by kind). Kinds with nothing pending are absent."""
         ...
 
 

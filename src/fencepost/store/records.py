@@ -72,6 +72,15 @@ class CommandRecord:
 
 
 @dataclass(frozen=True)
+class PendingKind:
+    """The PENDING backlog of one kind: ``pending`` commands, the oldest created at ``oldest_created_at``."""
+
+    kind: str
+    pending: int
+    oldest_created_at: datetime
+
+
+@dataclass(frozen=True)
 class LeaseEvent:
     """One row of heartbeat history."""
 

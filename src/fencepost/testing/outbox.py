@@ -105,6 +105,21 @@ class OutboxContract(StoreContract):
         assert store.read(lambda tx: tx.outbox.count_by_status()) == {
             CommandStatus.PENDING: 2, CommandStatus.PROCESSING: 1}
 
+    def test_pending_by_kind_counts_only_pending_oldest_first(self, store: Store, backend: ContractHarness) -> None:
+        insert(store, "y1", kind="y")
+        backend.advance(0.01)  # distinct creation instants, also on a real clock
+        insert(store, "x1", "x2", "x3", kind="x")
+        backend.advance(0.01)  # distinct creation instants, also on a real clock
+        insert(store, "z1", kind="z")
+        claim(store, "w", backend.long_lease, kinds=["z"], limit=1)  # z is PROCESSING now: not a backlog
+        claim(store, "w", backend.long_lease, kinds=["x"], limit=1)
+        got = store.read(lambda tx: tx.outbox.pending_by_kind())
+        assert [(p.kind, p.pending) for p in got] == [("y", 1), ("x", 2)]
+        assert got[0].oldest_created_at == read_command(store, "y1").created_at
+        assert got[1].oldest_created_at == read_command(store, "x1").created_at
+        assert got[0].oldest_created_at.utcoffset() == timedelta(0)
+        assert [p.kind for p in store.read(lambda tx: tx.outbox.pending_by_kind(limit=1))] == ["y"]
+
     # ── claim ──
 
     def test_claim_issues_a_fenced_lease_from_the_store_clock(self, store: Store, backend: ContractHarness) -> None:

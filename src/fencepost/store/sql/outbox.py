@@ -17,7 +17,7 @@ from fencepost.core.canonical import canonical_json
 from fencepost.core.clock import to_iso
 from fencepost.core.errors import Conflict, LeaseActive, LeaseLost, NotFound
 from fencepost.core.statuses import CommandStatus, LeaseEventKind
-from fencepost.store.records import ClaimedCommand, CommandRecord, Lease, LeaseEvent
+from fencepost.store.records import ClaimedCommand, CommandRecord, Lease, LeaseEvent, PendingKind
 from fencepost.store.sql.executor import Statements, json_object
 from fencepost.store.sql.lease import lease_held
 
@@ -292,6 +292,11 @@ class SqlOutbox:
     def count_by_status(self) -> dict[CommandStatus, int]:
         rows = self._unit.run("count_commands_by_status", {}).rows
         return {CommandStatus(r["status"]): int(r["n"]) for r in rows}
+
+    def pending_by_kind(self, *, limit: int = 100) -> list[PendingKind]:
+        rows = self._unit.run("pending_by_kind", {"limit": limit}).rows
+        return [PendingKind(kind=r["kind"], pending=int(r["pending"]), oldest_created_at=r["oldest_created_at"])
+                for r in rows]
 
 
 def _json(rows: list[Any]) -> str:

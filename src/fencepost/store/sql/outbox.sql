@@ -107,6 +107,14 @@ FROM lease_events WHERE command_id = :command_id ORDER BY seq;
 -- name: count_commands_by_status
 SELECT status, count(*) AS n FROM commands GROUP BY status;
 
+-- name: pending_by_kind
+-- instants: oldest_created_at
+-- The PENDING backlog per kind, oldest first by its oldest command (the partial PENDING index holds exactly
+-- these rows): what `fencepost workers` and `fencepost host status` set against the live workers' kinds.
+SELECT kind, count(*) AS pending, min(created_at) AS oldest_created_at
+FROM commands WHERE status = 'PENDING'
+GROUP BY kind ORDER BY min(created_at), kind LIMIT :limit;
+
 -- fragment: claim_rows
 -- per-dialect
 -- What claim_commands and claim_given_commands share once they have picked their rows: a fresh random token
