@@ -293,3 +293,21 @@ def test_an_event_that_could_not_be_recorded_fails_the_handler_before_any_step(
     done = host.get(queued.id)
     assert done.status is InvocationStatus.FAILED and "cannot be recorded" in (done.error or ""), done.error
     assert ledger.charges == {} and ledger.requests == []  # no step ran
+
+
+def test_an_unknown_action_id_names_the_near_miss_or_what_the_host_registers() -> None:
+    """A typo in a submit says what was meant (a new-user trial got a bare "unknown action shop.chrage")."""
+    from dataclasses import replace
+
+    from fencepost.core.errors import NotFound
+    from fencepost.host.action import ActionRegistry
+
+    charge = charge_action(Spy())
+    registry = ActionRegistry([charge, replace(charge, id="shop.refund")])
+    with pytest.raises(NotFound, match=r"^unknown action shop\.chrage; did you mean shop\.charge\?$"):
+        registry.resolve("shop.chrage")
+    with pytest.raises(NotFound, match=r"^unknown action billing\.x \(this host registers: shop\.charge, "
+                                       r"shop\.refund\)$"):
+        registry.resolve("billing.x")
+    with pytest.raises(NotFound, match=r"\(this host registers no action\)$"):
+        ActionRegistry().resolve("shop.charge")

@@ -7,6 +7,7 @@ that definition and order (A1, G): a recovered invocation is matched to its step
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -295,8 +296,20 @@ class ActionRegistry:
             return found
         versions = [v for (a, v) in self._actions if a == action_id]
         if not versions:
-            raise NotFound(f"unknown action {action_id}")
+            raise NotFound(f"unknown action {action_id}{self._hint(action_id)}")
         return self._actions[(action_id, max(versions))]
+
+    def _hint(self, action_id: str) -> str:
+        """``; did you mean X?`` for a near miss, else the registered ids (at most ten): a typo in a submit
+        should not leave the user guessing what this host knows (a new-user trial)."""
+        known = sorted({a for (a, _) in self._actions})
+        if not known:
+            return " (this host registers no action)"
+        close = difflib.get_close_matches(action_id, known, n=1, cutoff=0.75)
+        if close:
+            return f"; did you mean {close[0]}?"
+        shown = ", ".join(known[:10]) + (f" and {len(known) - 10} more" if len(known) > 10 else "")
+        return f" (this host registers: {shown})"
 
     def __iter__(self) -> Any:
         return iter(sorted(self._actions.values(), key=lambda a: (a.id, a.version)))
