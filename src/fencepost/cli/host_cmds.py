@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import json as jsonlib
 import sys
+import traceback
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -41,6 +42,21 @@ AppOpt = Annotated[str, typer.Option("--app", envvar="FENCEPOST_APP", show_envva
                                      help="Your Host: a fencepost.host.Host, or a callable store -> Host.")]
 
 
+def _raised_at(error: BaseException) -> str:
+    """`` (at FILE:LINE in FUNCTION)`` for the deepest frame of ``error``'s traceback in the user's own code
+    (outside the interpreter's and the virtual environment's libraries and fencepost), or "" when there is none:
+    a one-line error must still say where to look (a new-user trial got a bare JSONDecodeError)."""
+    libraries = tuple(str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+    ours = str(Path(__file__).resolve().parents[1])
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        if not frame.filename or frame.filename.startswith("<"):  # <frozen importlib._bootstrap>, <string>
+            continue
+        where = str(Path(frame.filename).resolve())
+        if not where.startswith(libraries) and not where.startswith(ours):
+            return f" (at {frame.filename}:{frame.lineno} in {frame.name})"
+    return ""
+
+
 def load_host(spec: str, store: Store) -> Host:
     """The user's ``Host`` named by ``spec`` (``module:attribute``), bound to ``store``.
 
@@ -63,7 +79,8 @@ def load_host(spec: str, store: Store) -> Host:
         raise InvalidInput(f"--app: {module_name} does not parse: {error.msg} ({error.filename}, line "
                            f"{error.lineno})") from None
     except Exception as error:  # the user's module failed while it was imported
-        raise InvalidInput(f"--app: importing {module_name} raised {type(error).__name__}: {error}") from None
+        raise InvalidInput(f"--app: importing {module_name} raised {type(error).__name__}: {error}"
+                           f"{_raised_at(error)}") from None
     target: Any = module
     for part in attribute.split("."):
         target = getattr(target, part, None)
@@ -78,8 +95,8 @@ def load_host(spec: str, store: Store) -> Host:
         try:
             made = target(store)
         except Exception as error:  # not a store -> Host factory, or one that failed
-            raise InvalidInput(f"--app: {spec}(store) raised {type(error).__name__}: {error}; --app names a Host "
-                               "or a callable taking the store and returning a Host") from None
+            raise InvalidInput(f"--app: {spec}(store) raised {type(error).__name__}: {error}{_raised_at(error)}; "
+                               "--app names a Host or a callable taking the store and returning a Host") from None
         if isinstance(made, Host):
             return made
     raise InvalidInput(f"--app: {spec} is neither a Host nor a callable returning one")
