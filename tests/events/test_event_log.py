@@ -47,6 +47,27 @@ def test_the_only_space_is_read_in_sequence_order_and_paged_with_after(backend: 
     assert code == 0 and "acme/shop" in text and "StateTransitioned" in text and "--after 3" in text
 
 
+def test_a_narrow_terminal_gets_every_event_whole(backend: StoreBackend, store: Store) -> None:
+    """At 80 columns the table folded subject and payload to a few letters (a new-user trial): one block per
+    event instead, every id and payload whole; a wide terminal keeps the table."""
+    from fencepost.cli import render
+
+    ids = append(store, 2)
+    before = render.console.width
+    try:
+        render.console.width = 80
+        code, text = _log(backend)
+        assert code == 0, text
+        for event_id in ids:
+            assert f"ActionInvocation:{event_id}" in text and f'{{"id":"{event_id}"}}' in text, text
+        assert "#1  " in text and "#2  " in text
+        render.console.width = 200
+        code, text = _log(backend)
+        assert code == 0 and "seq" in text.splitlines()[1] and "#1  " not in text, text
+    finally:
+        render.console.width = before
+
+
 def test_several_spaces_must_be_named_and_a_subject_filters(backend: StoreBackend, store: Store) -> None:
     append(store, 2, space="shop")
     append(store, 1, prefix="other", space="books")

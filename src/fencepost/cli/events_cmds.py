@@ -332,6 +332,11 @@ def spaces(database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
     emit(json, {"items": items}, text)
 
 
+#: Below this terminal width `events log` prints one block per event instead of a table (a new-user trial found
+#: the table's subject and payload columns folded to a few letters at 80 columns).
+LOG_TABLE_MIN_WIDTH = 120
+
+
 def _log_text(data: dict[str, Any]) -> None:
     from rich.table import Table
 
@@ -341,6 +346,15 @@ def _log_text(data: dict[str, Any]) -> None:
     where = f"{data['tenant_id']}/{data['space_id']}"
     if not data["items"]:
         render.console.print(f"no events in {where} after the given sequence", markup=False)
+        return
+    if render.console.width < LOG_TABLE_MIN_WIDTH:  # a table would squeeze subject and payload to a few letters
+        render.console.print(where, markup=False)
+        for e in data["items"]:
+            render.console.print(f"#{e['sequence']}  {render.when(e['occurred_at'])}  {e['type']}", markup=False)
+            render.console.print(f"    {e['subject']['subject_type']}:{e['subject']['subject_id']}", markup=False)
+            render.console.print(f"    {canonical_json(e['payload'])}", markup=False)
+        if data["next_after"] is not None:
+            render.console.print(f"more may follow: --after {data['next_after']}", markup=False)
         return
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, title=where, title_justify="left")
     table.add_column("seq", justify="right", no_wrap=True)

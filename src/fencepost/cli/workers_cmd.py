@@ -43,7 +43,10 @@ def _table(items: list[dict[str, Any]]) -> Table:
     table.add_column("id", no_wrap=True, min_width=max((len(w["id"]) for w in items), default=2))
     table.add_column("host", overflow="fold")
     table.add_column("pid", no_wrap=True)
-    for column in ("kinds", "in flight", "started", "last seen"):
+    # ... and so are kinds, which a fold split mid-word (a new-user trial read "host.invoke:fe" / "ncepost...")
+    table.add_column("kinds", overflow="fold",
+                     min_width=max((len(k) for w in items for k in w["kinds"]), default=5))
+    for column in ("in flight", "started", "last seen"):
         table.add_column(column, overflow="fold")
     for w in items:
         table.add_row(w["id"], w["host"], str(w["pid"]), "\n".join(w["kinds"]) or "-",
