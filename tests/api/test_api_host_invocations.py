@@ -93,6 +93,18 @@ def test_a_body_naming_a_key_twice_is_refused_as_the_cli_refuses_it(api: HostApi
     assert api.submit("dup").status_code == 202  # the same request without the duplicate is taken
 
 
+def test_a_key_header_that_is_not_printable_ascii_is_refused_not_stored_as_latin_1(api: HostApi) -> None:
+    """A break-it trial: "ключ" in the header was stored as Latin-1 mojibake, so the same key given to the CLI made a
+    second invocation and a second charge. The header is refused instead; ASCII keys are taken as they are."""
+    body = {"action_id": "shop.charge", "params": {"order_id": "o-1", "amount_cents": 100}, "actor": "u1"}
+    for raw in ["ключ".encode(), "caf\u00e9".encode("latin-1"), b"tab\tkey"]:
+        refused = api.client.post(f"{BASE}/invocations", json=body,
+                                  headers=[*AUTH.items(), ("Idempotency-Key", raw)])  # type: ignore[list-item]
+        assert_problem(refused, 422, "validation-error")
+    assert api.host.list() == []
+    assert api.submit("order-1/charge ~!").status_code == 202
+
+
 def test_submit_without_the_app_is_a_clear_problem(tmp_path: Path) -> None:
     for api in _build(tmp_path, with_host=False):
         problem = assert_problem(api.submit("k1"), 409, "host-not-configured")

@@ -167,6 +167,42 @@ def test_heartbeat_renews_from_the_store_clock_and_records_history(rig: Rig) -> 
     heartbeat.untrack(ctx)
 
 
+def test_the_heartbeat_thread_outlives_a_store_error_that_is_not_unavailability(
+        rig: Rig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A break-it trial moved the SQLite file away mid-command: the renewal raised SchemaNotReady, the thread died
+    with a traceback and the command ran on with no heartbeat. Now each failed renewal is one warning and the next
+    tick tries again."""
+    import threading
+
+    from fencepost.core.errors import SchemaNotReady
+
+    _insert(rig, "cmd_gone")
+    claimed = rig.store.transact(lambda tx: tx.outbox.claim(owner="w", kinds=["test.echo"], limit=1,
+                                                            lease_seconds=LEASE_SECONDS))[0]
+    ctx = CommandContext(rig.store, claimed, LEASE_SECONDS)
+    calls: list[int] = []
+    again = threading.Event()
+
+    def gone() -> bool:
+        calls.append(1)
+        if len(calls) >= 3:
+            again.set()
+        raise SchemaNotReady("no control database exists yet")
+
+    monkeypatch.setattr(ctx, "heartbeat", gone)
+    heartbeat = Heartbeat(0.03)  # a tick every 10 ms
+    heartbeat.track(ctx)
+    with caplog.at_level(logging.WARNING, logger="fencepost.heartbeat"):
+        heartbeat.start()
+        try:
+            assert again.wait(10), "the heartbeat thread stopped after the first failed renewal"
+        finally:
+            heartbeat.stop()
+    failed = [r for r in caplog.records if getattr(r, "event", None) == "heartbeat_failed"]
+    assert failed and all(r.exc_info is None for r in failed), "a store error is one line, not a traceback"
+    assert "no control database exists yet" in failed[0].error  # type: ignore[attr-defined]
+
+
 def test_a_lost_lease_interrupts_the_running_sandbox_statement(rig: Rig) -> None:
     """After an abort, the next heartbeat marks the lease lost and the sandbox interrupts its statement;
     the interruption is reported as a lost lease, never as a scenario failure."""

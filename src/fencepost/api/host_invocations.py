@@ -62,6 +62,12 @@ async def _one_value_per_key(request: Request) -> None:
 OneValuePerKey = [Depends(_one_value_per_key)]
 
 
+#: The Idempotency-Key header's value: printable ASCII. A header's bytes reach the server as Latin-1, so "ключ"
+#: would be stored as mojibake and never match the same key given to the CLI or the Python API: two invocations,
+#: two charges (a break-it trial). Refused with 422 instead.
+KEY_HEADER_PATTERN = r"^[\x20-\x7e]+$"
+
+
 def _host(ctx: ApiContext) -> Host:
     return ctx.host if ctx.host is not None else Host(ctx.store)
 
@@ -73,8 +79,12 @@ def _host(ctx: ApiContext) -> Host:
             "invocation)")
 def submit_invocation(body: m.SubmitInvocation, ctx: Ctx, response: Response,
                       idempotency_key: Annotated[str, Header(alias="Idempotency-Key", min_length=1, max_length=255,
+                                                             pattern=KEY_HEADER_PATTERN,
                                                              description="Makes a retried submit safe: the same "
-                                                                         "key returns the same invocation.")]) -> Any:
+                                                                         "key returns the same invocation. "
+                                                                         "Printable ASCII only (HTTP carries "
+                                                                         "no text encoding for header values; "
+                                                                         "percent-encode other text).")]) -> Any:
     if ctx.host is None:
         return problems.problem("host-not-configured", NO_ACTIONS, instance=f"{PREFIX}/invocations")
     view = ctx.host.submit(body.action_id, body.params, actor=body.actor, authority=body.authority,

@@ -6,7 +6,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from fencepost.core.errors import StoreUnavailable
+from fencepost.core.errors import FencepostError
 from fencepost.outbox.context import CommandContext
 
 #: An interrupted command whose handler has not returned after this long keeps no lease: the lease expires
@@ -68,12 +68,16 @@ class Heartbeat:
                     # The worker says why (abort, takeover) once the handler stops.
                     log.info("lease no longer held", extra={"event": "lease_gone", "command_id": ctx.command.id,
                                                             "delivery": ctx.delivery})
-            except (StoreUnavailable, MemoryError) as error:
+            except (FencepostError, MemoryError) as error:
                 # Transient: try again next tick; if the lease lapses meanwhile, the next fenced write fails.
                 # MemoryError is SQLite's NOMEM: a sandbox of this process hit the shared heap limit (ADR 0021)
-                # and frees its memory as its statement fails.
+                # and frees its memory as its statement fails. Any store error counts, not only an unavailable
+                # store: a SQLite file moved away mid-run raised SchemaNotReady here and killed this thread, so
+                # the command ran on with no heartbeat at all (a break-it trial).
                 log.warning("heartbeat failed", extra={"event": "heartbeat_failed", "command_id": ctx.command.id,
                                                        "error": str(error) or type(error).__name__})
+            except Exception:  # a bug: said with its traceback, but the other leases are still renewed
+                log.exception("heartbeat failed", extra={"event": "heartbeat_failed", "command_id": ctx.command.id})
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
@@ -83,3 +87,5 @@ class Heartbeat:
                     self.on_tick()
                 except MemoryError:  # as above: the registry row is renewed at the next tick
                     log.warning("heartbeat tick failed", extra={"event": "heartbeat_failed", "error": "MemoryError"})
+                except Exception:  # the tick's own code logs store errors; this thread must outlive a bug in it
+                    log.exception("heartbeat tick failed", extra={"event": "heartbeat_failed"})
