@@ -227,6 +227,19 @@ def test_an_inline_run_that_did_not_succeed_exits_1(app_dir: Path) -> None:
     assert json.loads(ran.stdout)["status"] == "failed"
 
 
+def test_an_inline_replay_of_an_unfinished_invocation_exits_1_saying_it_ran_nothing(app_dir: Path) -> None:
+    """A break-it trial: the key of a dispatched, still pending invocation given to ``submit --inline`` printed
+    "pending" and exited 0, which a script reads as a success."""
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    base = ["host", "submit", "shop.echo", "--app", "shopapp:make", "--params", '{"order_id": "o-9"}', "--key",
+            "kp", "-d", url]
+    assert run_cli(base, cwd=app_dir).returncode == 0  # dispatched: pending, no worker runs here
+    replay = run_cli([*base, "--inline", "--json"], cwd=app_dir)
+    assert replay.returncode == 1, replay.describe()
+    assert json.loads(replay.stdout)["status"] == "pending"
+    assert "--inline ran nothing here" in replay.stderr and "a worker serving this action runs it" in replay.stderr
+
+
 def test_list_never_cuts_an_id_or_a_verdict_in_a_narrow_terminal(app_dir: Path) -> None:
     url = f"sqlite:///{app_dir / 'fp.db'}"
     ran = run_cli(["host", "submit", "shop.echo", "--app", "shopapp:make", "--params", '{"order_id": "decline"}',

@@ -274,9 +274,9 @@ def submit(
     Dispatched (the default), the invocation is pending until a worker serving this action runs it. With
     --inline it runs now and its verdict is printed. Exit 0: submitted, or succeeded inline (also for a
     replay of the key, which returns the existing invocation); 1: an inline run ended failed or
-    reconciliation_required; 2: bad input; 3: the key is bound to other params, actor, authority or action
-    version; 5: the outcome could not be recorded yet (the message names the invocation; read it with
-    fencepost host show).
+    reconciliation_required, or --inline replayed an invocation not finished yet (it ran nothing); 2: bad input;
+    3: the key is bound to other params, actor, authority or action version; 5: the outcome could not be
+    recorded yet (the message names the invocation; read it with fencepost host show).
     """
     with opened(database) as store, handled():
         parsed = _json_object(params, "--params")
@@ -301,6 +301,17 @@ def submit(
                 error.cause, invocation_id=error.invocation_id, verdict_durable=error.verdict_durable) from None
     emit(json, _view_json(view), lambda: _show_text(view))
     if inline and view.status in (InvocationStatus.FAILED, InvocationStatus.RECONCILIATION_REQUIRED):
+        raise typer.Exit(1)
+    # An inline run ends settled, parked or awaiting approval. Pending, or running unparked, is a replay of the
+    # key's earlier invocation that is not finished: --inline ran nothing, and exit 0 read as a success to a
+    # script (a break-it trial).
+    if inline and (view.status is InvocationStatus.PENDING
+                   or (view.status is InvocationStatus.RUNNING and not view.parked)):
+        typer.echo(f"fencepost: --key {key} names invocation {view.id}, submitted earlier and still {view.status}: "
+                   "--inline ran nothing here; "
+                   + ("a worker serving this action runs it" if view.status is InvocationStatus.PENDING
+                      else "its holder finishes it, or a worker recovers it once that lease expires")
+                   + f" (fencepost host show {view.id})", err=True)
         raise typer.Exit(1)
 
 
