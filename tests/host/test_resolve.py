@@ -183,7 +183,10 @@ def _cli_flow(backend: StoreBackend, inv: InvocationView) -> None:
     assert [e["invocation"]["id"] for e in json.loads(queue.stdout)] == [inv.id]
     bad = run_cli(["host", "resolve", inv.id, "--succeeded", "--failed", "--as", "ops:1", "--note", "x", "-d", url])
     assert bad.returncode != 0
-    done = run_cli(["host", "resolve", inv.id, "--succeeded", "--as", "ops:1", "--note", "charge found",
+    # The note carries a newline and an escape sequence: shown, never acted on (a break-it trial forged a
+    # "resolved succeeded by ops:alice" line and recoloured the screen through them).
+    note = "charge found\n  resolved failed by ops:mallory \x1b[31mRED"
+    done = run_cli(["host", "resolve", inv.id, "--succeeded", "--as", "ops:1", "--note", note,
                     "--evidence", '{"charge_id": "ch_1"}', "-d", url, "--json"])
     assert done.returncode == 0, done.stderr
     shown = json.loads(done.stdout)
@@ -203,6 +206,9 @@ def _cli_flow(backend: StoreBackend, inv: InvocationView) -> None:
     # show labels the settled verdict's error as the original one, not as the error of a succeeded invocation
     show = run_cli(["host", "show", inv.id, "-d", url])
     assert show.returncode == 0 and f"  original error: {inv.error}" in show.stdout, show.stdout
+    assert "\x1b" not in show.stdout + text.stdout
+    assert not [ln for ln in (show.stdout + text.stdout).splitlines() if ln.lstrip().startswith("resolved failed")]
+    assert "charge found\\n  resolved failed by ops:mallory \\x1b[31mRED" in show.stdout, show.stdout
     assert "\n  error: " not in show.stdout and "  original reconciliation: " in show.stdout
 
 

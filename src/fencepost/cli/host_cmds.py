@@ -155,9 +155,10 @@ def _budget_line(reconciliation: dict[str, Any]) -> str:
 
 def _show_text(view: InvocationView, events: list[dict[str, Any]] | None = None,
                reconciliations: list[dict[str, Any]] | None = None, waiting: dict[str, Any] | None = None) -> None:
-    print_ = render.console.print
-    print_(f"{view.id}  {view.action_id} v{view.action_version}  {render.styled(str(view.status))}"
-           f"  attempts {view.attempt_count}  key {view.idempotency_key}")
+    print_ = render.line  # every line carries stored text: shown, never acted on (a break-it trial)
+
+    print_(f"{view.id}  {escape(view.action_id)} v{view.action_version}  {render.styled(str(view.status))}"
+           f"  attempts {view.attempt_count}  key {escape(view.idempotency_key)}")
     print_(f"  submitted by {view.actor}" + (f" under {view.authority}" if view.authority else "")
            + f", {view.mode}, {view.created_at.isoformat()}", markup=False)
     if waiting is not None:
@@ -221,7 +222,7 @@ _SET_BY = {"host": "set by the host", "handler": "set by the handler, kept by th
 def _state_text(view: InvocationView) -> None:
     """The state binding (ADR 0077): the bound entity and target, the StateTransitioned fact (or that there is
     none) and the entity's recorded state now, saying whether this invocation or another one last changed it."""
-    print_ = render.console.print
+    print_ = render.line
     state = view.state or {}
     print_(f"  state: {state['subject']} {state['entity_id']} -> {state['target']}", markup=False)
     fact = state.get("transition")
@@ -389,13 +390,13 @@ def list_invocations(
         # One line per invocation, in the order of `host show`'s first line, and the error under it: plain lines
         # wrap in a narrow terminal where a table would drop its last columns (the attempts, the key, the error).
         for v in views:
-            render.console.print(f"{v.id}  {escape(v.action_id)} v{v.action_version}  {render.styled(str(v.status))}"
+            render.line(f"{v.id}  {escape(v.action_id)} v{v.action_version}  {render.styled(str(v.status))}"
                                  f"  attempts {v.attempt_count}  key {escape(v.idempotency_key)}")
             if v.resolution is not None:  # the error below is the settled verdict's, kept as history
-                render.console.print(f"  resolved {v.resolution['outcome']} by {v.resolution['operator']} at "
+                render.line(f"  resolved {v.resolution['outcome']} by {v.resolution['operator']} at "
                                      f"{v.resolution['resolved_at']}: {v.resolution['note'][:200]}", markup=False)
             if v.error:
-                render.console.print(f"  error: {v.error[:200]}", markup=False)
+                render.line(f"  error: {v.error[:200]}", markup=False)
 
     emit(json, data, text)
 
@@ -421,10 +422,10 @@ def approvals(
             return
         # One block per request (a table of six columns cannot fit 80 columns without folding the expiry).
         for r in requests:
-            render.console.print(f"{r.invocation_id}  {escape(r.action_id)}  awaiting approval")
-            render.console.print(f"  policy {r.policy} asks for authority {r.authority}, expires "
+            render.line(f"{r.invocation_id}  {escape(r.action_id)}  awaiting approval")
+            render.line(f"  policy {r.policy} asks for authority {r.authority}, expires "
                                  f"{render.when(r.expires_at.isoformat())}", markup=False)
-            render.console.print(f"  reason: {r.reason}", markup=False)
+            render.line(f"  reason: {r.reason}", markup=False)
 
     emit(json, data, text)
 
@@ -634,12 +635,12 @@ def queue(
             render.console.print("no invocation awaits an operator")
         for entry in entries:
             inv = entry.invocation
-            render.console.print(f"{inv['id']}  {inv['action_id']} v{inv['action_version']}  {entry.kind}  since "
+            render.line(f"{inv['id']}  {inv['action_id']} v{inv['action_version']}  {entry.kind}  since "
                                  f"{entry.waiting_since}", markup=False)
-            render.console.print(f"  reason: {entry.reason}", markup=False)
+            render.line(f"  reason: {entry.reason}", markup=False)
             for lookup in entry.lookups:
                 ref = f" external reference {lookup.external_reference}" if lookup.external_reference else ""
-                render.console.print(f"  look up at {lookup.vendor}: step {lookup.step} ({lookup.status}) provider "
+                render.line(f"  look up at {lookup.vendor}: step {lookup.step} ({lookup.status}) provider "
                                      f"key {lookup.adapter_invocation_id}{ref}", markup=False)
 
     emit(json, data, text)

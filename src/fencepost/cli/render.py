@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import unicodedata
 from typing import Any
 
 from rich.console import Console
@@ -28,6 +29,26 @@ _STYLE = {"SUCCEEDED": "green", "DELIVERED": "green", "FAILED": "red", "ABORTED"
           # the action host's lower-case statuses (ADR 0015's convention)
           "succeeded": "green", "failed": "red", "reconciliation_required": "yellow", "running": "cyan",
           "pending": "dim"}
+
+
+#: Unicode categories a terminal acts on instead of showing: controls (C0, DEL, C1: escape sequences, newlines),
+#: format characters (bidirectional overrides) and the line and paragraph separators.
+_UNSHOWN = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on written as an escape (``\\n``, ``\\x1b``,
+    ``\\u202e``): stored text from operators, providers and API callers cannot recolour the screen or forge a
+    line of the output (a break-it trial printed a fake "resolved succeeded" line through a note)."""
+    if text.isprintable():
+        return text
+    return "".join(ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) in _UNSHOWN else ch
+                   for ch in text)
+
+
+def line(text: str, *, markup: bool = True) -> None:
+    """Print one line that carries stored text, ``printable`` first (the stored text is shown, never acted on)."""
+    console.print(printable(text), markup=markup)
 
 
 def styled(status: str) -> str:
