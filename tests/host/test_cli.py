@@ -297,6 +297,7 @@ def test_complete_and_sweep_from_the_command_line(app_dir: Path) -> None:
     assert settled.returncode == 0 and json.loads(settled.stdout)["disposition"] == "settled", settled.stderr
     shown = json.loads(run_cli(["host", "show", submitted["id"], "--json", "-d", url], cwd=app_dir).stdout)
     assert shown["parked"] is False and shown["external_completion"]["result"] == {"payout_id": "p-1"}
+    assert shown["handoff"]["step"] == "payout" and shown["handoff"]["adapter_invocation_id"]  # not None once taken
     again = run_cli([*base, "--result", '{"payout_id": "p-1"}'], cwd=app_dir)
     assert json.loads(again.stdout)["disposition"] == "absorbed"
     unknown = run_cli(["host", "complete", "local", "ref-nope", "--app", "shopapp:make", "-d", url], cwd=app_dir)

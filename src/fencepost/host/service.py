@@ -276,15 +276,19 @@ def view(record: InvocationRecord, rows: Iterable[AdapterRecord],
                           status=record.status, error=record.error, result=record.result,
                           reconciliation=record.reconciliation, attempt_count=record.attempt_count,
                           lease_owner=record.lease_owner, created_at=record.created_at,
-                          updated_at=record.updated_at, steps=steps, handoff=_handoff(record),
+                          updated_at=record.updated_at, steps=steps, handoff=_handoff(record, steps),
                           external_completion=record.external_completion, resolution=resolution, state=state)
 
 
-def _handoff(record: InvocationRecord) -> dict[str, Any] | None:
-    """The invocation's handoff as an operator reads it: provider, reference, step, deadline, parked, swept."""
+def _handoff(record: InvocationRecord, steps: tuple[StepView, ...] = ()) -> dict[str, Any] | None:
+    """The invocation's handoff as an operator reads it: provider, reference, step, deadline, parked, swept. Once
+    its completion is taken the pending details are gone: the step is then the one whose adapter row carries the
+    reference (a break-it trial read "step None" after a late completion)."""
     if record.handoff_reference is None:
         return None
-    details = record.pending_completion or {}
+    details = record.pending_completion or next(
+        ({"step": s.name, "adapter_invocation_id": s.adapter_invocation_id} for s in steps
+         if s.external_reference == record.handoff_reference), {})
 
     def instant(value: datetime | None) -> str | None:
         return None if value is None else value.isoformat()
