@@ -460,6 +460,18 @@ def test_an_interrupted_inline_submit_names_the_invocation_and_who_finishes_it(a
     assert f"invocation {invocation.id} is still running under this process's lease" in stderr, stderr
     assert "takes it over once the lease expires" in stderr and "Traceback" not in stderr, stderr
     assert stderr.count("interrupted") == 1, stderr
+    # Held by the dead caller's lease, show says nothing more; once that lease lapses it says that nobody holds it
+    # and that no worker will take it over (a break-it trial: show printed only "running").
+    held = run_cli(["host", "show", invocation.id, "--json", "-d", url], cwd=app_dir)
+    assert json.loads(held.stdout)["waiting"] is None, held.stdout
+    import sqlite3
+
+    with sqlite3.connect(app_dir / "fp.db") as db:  # the lease lapses (the store's own clock is not ours to move)
+        db.execute("UPDATE commands SET lease_until = '2001-01-01T00:00:00.000000Z' WHERE id = ?", (invocation.id,))
+    lapsed = json.loads(run_cli(["host", "show", invocation.id, "--json", "-d", url], cwd=app_dir).stdout)
+    assert lapsed["waiting"]["live_workers_serving"] == 0 and lapsed["waiting"]["unheld_seconds"] > 3600, lapsed
+    text = run_cli(["host", "show", invocation.id, "-d", url], cwd=app_dir).stdout
+    assert "no lease held for" in text and "it stays running until one starts and takes it over" in text, text
 
 
 def test_a_closed_stdout_ends_the_command_with_141_not_the_gate_blocked_code(app_dir: Path) -> None:

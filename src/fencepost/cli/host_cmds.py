@@ -26,12 +26,12 @@ from fencepost.cli.exit_codes import exit_code
 from fencepost.cli.workers_cmd import backlog_lines
 from fencepost.core.canonical import parse_input_json
 from fencepost.core.errors import InvalidInput, RecoverableFinalization, SchemaNotReady
-from fencepost.core.statuses import CompletionDisposition, InvocationStatus
+from fencepost.core.statuses import CommandStatus, CompletionDisposition, InvocationStatus
 from fencepost.host import Dispatch, Host, Inline, InvocationView
 from fencepost.host.handler import KIND_PREFIX
 from fencepost.host.health import DEFAULT_STUCK_AFTER, read_host_health
 from fencepost.host.operator import invocation_events
-from fencepost.outbox.registry import read_census
+from fencepost.outbox.registry import WorkerCensus
 from fencepost.store.base import Store
 from fencepost.store.url import DEFAULT_URL
 
@@ -161,7 +161,13 @@ def _show_text(view: InvocationView, events: list[dict[str, Any]] | None = None,
            f"  attempts {view.attempt_count}  key {escape(view.idempotency_key)}")
     print_(f"  submitted by {view.actor}" + (f" under {view.authority}" if view.authority else "")
            + f", {view.mode}, {view.created_at.isoformat()}", markup=False)
-    if waiting is not None:
+    if waiting is not None and "unheld_seconds" in waiting:
+        served = waiting["live_workers_serving"]
+        print_(f"  no lease held for {render.age(waiting['unheld_seconds'])}: whoever ran it stopped; "
+               + ("a worker serving it takes it over and its recovery settles the verdict" if served else
+                  f"no live worker serves {waiting['kind']}: it stays running until one starts and takes it over "
+                  "(`fencepost worker --app ...`)"), markup=False)
+    elif waiting is not None:
         served = waiting["live_workers_serving"]
         print_(f"  pending for {render.age(waiting['pending_seconds'])}; " + (
             f"{served} live worker{'s' if served != 1 else ''} serve{'s' if served == 1 else ''} it"
@@ -353,15 +359,29 @@ def show(invocation_id: Annotated[str, typer.Argument(help="The invocation id.")
 
 
 def _waiting(store: Store, view: InvocationView) -> dict[str, Any] | None:
-    """For a dispatched invocation still ``pending``: ``{"kind", "pending_seconds", "live_workers_serving"}`` by
-    the store's clock, so that an invocation no worker will run says so (a new-user trial: with no worker
-    running, nothing said why it waited); None otherwise."""
-    if view.status is not InvocationStatus.PENDING or str(view.mode) != "dispatch":
+    """By the store's clock: for a dispatched invocation still ``pending``, ``{"kind", "pending_seconds",
+    "live_workers_serving"}``, so that an invocation no worker will run says so (a new-user trial: with no worker
+    running, nothing said why it waited); for a ``running`` one that is not parked and whose lease nobody holds
+    any more (its worker or inline caller stopped), ``{"kind", "unheld_seconds", "live_workers_serving"}``, since
+    only a worker's takeover settles it (a break-it trial: ``show`` said nothing); None otherwise."""
+    pending = view.status is InvocationStatus.PENDING and str(view.mode) == "dispatch"
+    unparked = view.status is InvocationStatus.RUNNING and not view.parked
+    if not pending and not unparked:
         return None
-    census = read_census(store)
     kind = f"{KIND_PREFIX}{view.action_id}@{view.action_version}"
-    return {"kind": kind, "pending_seconds": max(0.0, (census.now - view.created_at).total_seconds()),
-            "live_workers_serving": len(census.serving(kind))}
+    census, command = store.read(lambda tx: (WorkerCensus(tx.now(), tuple(tx.workers.list_workers())),
+                                             tx.outbox.get(view.id)))
+    served = len(census.serving(kind))
+    if pending:
+        return {"kind": kind, "pending_seconds": max(0.0, (census.now - view.created_at).total_seconds()),
+                "live_workers_serving": served}
+    if command is None or command.status is not CommandStatus.PROCESSING:
+        return None  # parked on its own terms, or settled since the view was read
+    if command.lease_until is not None and command.lease_until > census.now:
+        return None  # held: its holder is running it
+    since = command.lease_until or command.updated_at
+    return {"kind": kind, "unheld_seconds": max(0.0, (census.now - since).total_seconds()),
+            "live_workers_serving": served}
 
 
 @app.command("list")
