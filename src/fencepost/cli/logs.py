@@ -47,8 +47,17 @@ class DriverRedaction(logging.Filter):
         return True
 
 
+#: The ``--log-format`` values: ``auto`` is text on a terminal and json otherwise (a new-user trial read JSON lines
+#: in an interactive terminal; a log collector reads the same process's JSON when stderr is a pipe or a file).
+FORMATS = ("auto", "json", "text")
+FORMAT_HELP = "Log lines as json or text; auto: text on a terminal, json otherwise."
+
+
 def configure(fmt: str = "json", level: int = logging.INFO) -> None:
-    """Send fencepost's logs, and the database driver's (redacted), to stderr as ``json`` or ``text`` lines."""
+    """Send fencepost's logs, and the database driver's (redacted), to stderr as ``json`` or ``text`` lines
+    (``auto``: text when stderr is a terminal, json otherwise)."""
+    if fmt == "auto":
+        fmt = "text" if sys.stderr.isatty() else "json"
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     handler.addFilter(DriverRedaction())

@@ -239,8 +239,8 @@ def serve(
     from fencepost.cli.telemetry_opt import attach_telemetry
     from fencepost.host.prometheus import PrometheusTelemetry
 
-    if log_format not in ("json", "text"):
-        raise typer.BadParameter("must be json or text", param_hint="--log-format")
+    if log_format not in logs.FORMATS:
+        raise typer.BadParameter("must be auto, json or text", param_hint="--log-format")
     if api_token is not None and len(api_token) < 16:
         fail(InvalidInput("the API token must be at least 16 characters"))
     _configure_logging(log_format)
