@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from api.conftest import AUTH, TOKEN, assert_problem
 from fencepost.api import create_app
+from fencepost.core.errors import InvalidInput
 from fencepost.host import Ambiguous, Host, HostConfig
 from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
 from fencepost.store import Store, open_store
@@ -101,8 +102,15 @@ def test_a_key_header_that_is_not_printable_ascii_is_refused_not_stored_as_latin
         refused = api.client.post(f"{BASE}/invocations", json=body,
                                   headers=[*AUTH.items(), ("Idempotency-Key", raw)])  # type: ignore[list-item]
         assert_problem(refused, 422, "validation-error")
+    twice = api.client.post(f"{BASE}/invocations", json=body,
+                            headers=[*AUTH.items(), ("Idempotency-Key", "a"), ("Idempotency-Key", "b")])
+    assert_problem(twice, 422, "invalid-input")  # which key would it be under? (a verification trial)
     assert api.host.list() == []
     assert api.submit("order-1/charge ~!").status_code == 202
+    # The header cannot carry outer spaces (HTTP strips them), so no path may store them: the CLI stored
+    # "  sp1  " where the API stored "sp1", two invocations for what a user typed as one key.
+    with pytest.raises(InvalidInput, match="may not begin or end with whitespace"):
+        api.host.submit("shop.charge", body["params"], actor="u1", idempotency_key="  sp1  ")
 
 
 def test_submit_without_the_app_is_a_clear_problem(tmp_path: Path) -> None:

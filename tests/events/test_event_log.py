@@ -64,6 +64,8 @@ def test_a_narrow_terminal_gets_every_event_whole(backend: StoreBackend, store: 
         render.console.width = 200
         code, text = _log(backend)
         assert code == 0 and "seq" in text.splitlines()[1] and "#1  " not in text, text
+        for event_id in ids:  # the table keeps every subject id on one line
+            assert f"ActionInvocation:{event_id}" in text, text
     finally:
         render.console.width = before
 

@@ -126,11 +126,14 @@ def test_a_bad_app_spec_is_refused_in_one_line(app_dir: Path) -> None:
     ("raising:make", "raised RuntimeError: no config (at "),  # the module raises while it is imported ...
     ("raising:make", "raising.py:1 in <module>)"),    # ... and the line says where (a new-user trial)
     ("decoding:make", "decoding.py:2 in <module>)"),  # the user's line, not json's own frames below it
+    ("depapp:make", "importing depapp raised ModuleNotFoundError"),  # found; an import inside it failed ...
+    ("depapp:make", "depapp.py:1 in <module>)"),      # ... not "cannot import depapp" (a verification trial)
 ])
 def test_every_bad_app_is_one_line_exit_2_never_a_traceback(app_dir: Path, spec: str, expected: str) -> None:
     (app_dir / "broken.py").write_text("def make(store:\n", encoding="utf-8")
     (app_dir / "raising.py").write_text("raise RuntimeError('no config')\n", encoding="utf-8")
     (app_dir / "decoding.py").write_text("import json\nCONFIG = json.loads('{')\n", encoding="utf-8")
+    (app_dir / "depapp.py").write_text("import stripe_not_installed_here\n", encoding="utf-8")
     url = f"sqlite:///{app_dir / 'fp.db'}"
     bad = run_cli(["host", "submit", "shop.echo", "--app", spec, "--key", "k", "-d", url], cwd=app_dir)
     assert bad.returncode == 2, bad.stderr

@@ -189,14 +189,16 @@ def test_sigterm_is_a_graceful_stop_of_the_loop(url: str, loops: Loops) -> None:
 
 def test_workers_shows_the_backlog_of_a_kind_no_live_worker_claims(url: str, system_store: Store) -> None:
     """Issue 10 item 6: PENDING work of a kind nobody claims is said to wait for a worker, with its age."""
-    assert cli(url, "workers", "--json").json()["backlog"] == []
+    assert cli(url, "workers", "--json").json()["backlog"] == {"kinds": [], "kinds_total": 0, "pending_total": 0}
 
     def enqueue(tx: UnitOfWork) -> None:
         for i in range(3):
             tx.outbox.insert(command_id=f"orphan-{i}", kind="orphan.kind", payload={})
 
     system_store.transact(enqueue)
-    [entry] = cli(url, "workers", "--json").json()["backlog"]
+    backlog = cli(url, "workers", "--json").json()["backlog"]
+    [entry] = backlog["kinds"]
+    assert (backlog["kinds_total"], backlog["pending_total"]) == (1, 3)
     assert (entry["kind"], entry["pending"], entry["live_workers_serving"]) == ("orphan.kind", 3, 0)
     assert entry["oldest_seconds"] >= 0
     text = cli(url, "workers").stdout

@@ -59,13 +59,24 @@ async def _one_value_per_key(request: Request) -> None:
             raise InvalidInput(f"the request body {error}") from None
 
 
-OneValuePerKey = [Depends(_one_value_per_key)]
+def _one_idempotency_key(request: Request) -> None:
+    """Refuse a request that sends ``Idempotency-Key`` more than once: the framework keeps one of them, so the
+    client could not know which key its invocation is under (a verification trial).
+
+    Raises:
+        InvalidInput: two or more such headers (422).
+    """
+    if len(request.headers.getlist("idempotency-key")) > 1:
+        raise InvalidInput("send one Idempotency-Key header, not several")
 
 
-#: The Idempotency-Key header's value: printable ASCII. A header's bytes reach the server as Latin-1, so "ключ"
-#: would be stored as mojibake and never match the same key given to the CLI or the Python API: two invocations,
-#: two charges (a break-it trial). Refused with 422 instead.
-KEY_HEADER_PATTERN = r"^[\x20-\x7e]+$"
+OneValuePerKey = [Depends(_one_value_per_key), Depends(_one_idempotency_key)]
+
+
+#: The Idempotency-Key header's value: printable ASCII, no outer spaces (ADR 0104). A header's bytes reach the
+#: server as Latin-1, so "ключ" would be stored as mojibake and never match the same key given to the CLI or the
+#: Python API: two invocations, two charges (a break-it trial). Refused with 422 instead.
+KEY_HEADER_PATTERN = r"^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$"
 
 
 def _host(ctx: ApiContext) -> Host:

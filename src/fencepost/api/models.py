@@ -285,6 +285,8 @@ class HostHealth(_Model):
     pending_invocations: int = Field(0, description="Dispatched invocations still pending (the backlog's total).")
     backlog: list[KindBacklog] = Field(default_factory=list, description="Pending invocations per action kind, "
                                        "oldest first, with the live workers that claim each kind.")
+    backlog_kinds_total: int = Field(0, description="Action kinds with pending invocations, also those the "
+                                                     "backlog list leaves out (it lists at most 1,000).")
 
 
 class Ready(_Model):

@@ -101,7 +101,8 @@ def relay(
     idle_seconds: Annotated[float, typer.Option("--poll-interval", help="Wait when nothing is due.")] = 0.5,
     relay_id: Annotated[str | None, typer.Option("--relay-id", help="Lease owner name "
                                                                      "(default relay-<host>-<pid>).")] = None,
-    log_format: Annotated[str, typer.Option("--log-format", help=logs.FORMAT_HELP)] = "auto",
+    log_format: Annotated[str, typer.Option("--log-format", envvar="FENCEPOST_LOG_FORMAT", show_envvar=True,
+                                            help=logs.FORMAT_HELP)] = "auto",
 ) -> None:
     """Run the event relay until stopped (``RELAY_HELP``)."""
     if log_format not in logs.FORMATS:
@@ -332,8 +333,8 @@ def spaces(database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
     emit(json, {"items": items}, text)
 
 
-#: Below this terminal width `events log` prints one block per event instead of a table (a new-user trial found
-#: the table's subject and payload columns folded to a few letters at 80 columns).
+#: Below this terminal width, or the width its ids need whole, `events log` prints one block per event instead of
+#: a table (trials found subject ids and payloads folded mid-id at 80 and at 140 columns).
 LOG_TABLE_MIN_WIDTH = 120
 
 
@@ -347,7 +348,11 @@ def _log_text(data: dict[str, Any]) -> None:
     if not data["items"]:
         render.console.print(f"no events in {where} after the given sequence", markup=False)
         return
-    if render.console.width < LOG_TABLE_MIN_WIDTH:  # a table would squeeze subject and payload to a few letters
+    subjects = [f"{e['subject']['subject_type']}:{e['subject']['subject_id']}" for e in data["items"]]
+    # seq, the instant (19), the type and the subject whole, and room for the payload: else one block per event
+    needed = (max(len(str(e["sequence"])) for e in data["items"]) + 19
+              + max(len(e["type"]) for e in data["items"]) + max(len(s) for s in subjects) + 4 * 2 + 30)
+    if render.console.width < max(LOG_TABLE_MIN_WIDTH, needed):  # a table would fold ids and payloads mid-word
         render.console.print(where, markup=False)
         for e in data["items"]:
             render.console.print(f"#{e['sequence']}  {render.when(e['occurred_at'])}  {e['type']}", markup=False)
@@ -360,7 +365,7 @@ def _log_text(data: dict[str, Any]) -> None:
     table.add_column("seq", justify="right", no_wrap=True)
     table.add_column("occurred", no_wrap=True)
     table.add_column("type", no_wrap=True)
-    table.add_column("subject", overflow="fold")
+    table.add_column("subject", no_wrap=True)
     table.add_column("payload", overflow="fold")
     for e in data["items"]:
         payload = canonical_json(e["payload"])

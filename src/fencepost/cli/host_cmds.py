@@ -74,6 +74,10 @@ def load_host(spec: str, store: Store) -> Host:
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
+        if error.name and error.name != module_name and not module_name.startswith(f"{error.name}."):
+            # the module was found, and an import inside it failed: say so, and where (a verification trial)
+            raise InvalidInput(f"--app: importing {module_name} raised {type(error).__name__}: {error}"
+                               f"{_raised_at(error)}") from None
         raise InvalidInput(f"--app: cannot import {module_name}: {error}") from None
     except SyntaxError as error:
         raise InvalidInput(f"--app: {module_name} does not parse: {error.msg} ({error.filename}, line "
@@ -546,9 +550,9 @@ def status(
         for name, label in labels.items():
             table.add_row(label, str(data[name]))
         render.console.print(table)
-        if health.backlog:
+        if health.backlog and health.backlog.kinds:
             render.console.print("pending invocations by action:")
-            for line in backlog_lines(list(health.backlog)):
+            for line in backlog_lines(health.backlog):
                 render.console.print(line)
         counted = any(data[name] for name in labels if name != "probe_dead_letters")
         if counted:

@@ -31,9 +31,12 @@ _STYLE = {"SUCCEEDED": "green", "DELIVERED": "green", "FAILED": "red", "ABORTED"
           "pending": "dim"}
 
 
-#: Unicode categories a terminal acts on instead of showing: controls (C0, DEL, C1: escape sequences, newlines),
-#: format characters (bidirectional overrides) and the line and paragraph separators.
-_UNSHOWN = frozenset({"Cc", "Cf", "Zl", "Zp"})
+#: Unicode categories a terminal acts on instead of showing: controls (C0, DEL, C1: escape sequences, newlines)
+#: and the line and paragraph separators; and, of the format characters, the bidirectional embeddings, overrides
+#: and isolates that reorder what follows them. The other format characters (zero-width joiners in emoji and
+#: Persian script, soft hyphens) are text and stay (a verification trial).
+_UNSHOWN = frozenset({"Cc", "Zl", "Zp"})
+_REORDERING = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def printable(text: str) -> str:
@@ -42,8 +45,8 @@ def printable(text: str) -> str:
     line of the output (a break-it trial printed a fake "resolved succeeded" line through a note)."""
     if text.isprintable():
         return text
-    return "".join(ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) in _UNSHOWN else ch
-                   for ch in text)
+    return "".join(ch.encode("unicode_escape").decode("ascii")
+                   if ch in _REORDERING or unicodedata.category(ch) in _UNSHOWN else ch for ch in text)
 
 
 def line(text: str, *, markup: bool = True) -> None:

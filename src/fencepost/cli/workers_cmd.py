@@ -9,7 +9,7 @@ from rich.table import Table
 
 from fencepost.cli import render
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
-from fencepost.outbox.registry import KindBacklog, census_view, read_backlog
+from fencepost.outbox.registry import Backlog, census_view, read_backlog
 from fencepost.store.url import DEFAULT_URL
 
 #: ``fencepost workers --help`` (paragraphs on one line each: the help formatter keeps line breaks).
@@ -30,10 +30,10 @@ HELP = "\n\n".join([
 
 def workers(database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
     """List live workers and expired registrations (``HELP``); ``--json`` prints ``census_view`` and
-    ``backlog`` (``KindBacklog.as_json`` per kind)."""
+    ``backlog`` (``Backlog.as_json``)."""
     with opened(database) as store, handled():
-        census, backlog = read_backlog(store)
-    data = {**census_view(census), "backlog": [b.as_json() for b in backlog]}
+        backlog = read_backlog(store)
+    data = {**census_view(backlog.census), "backlog": backlog.as_json()}
     emit(json, data, lambda: _text(data, backlog))
 
 
@@ -55,18 +55,22 @@ def _table(items: list[dict[str, Any]]) -> Table:
     return table
 
 
-def backlog_lines(backlog: list[KindBacklog]) -> list[str]:
-    """One line per kind with PENDING commands, saying when no live worker claims it."""
+def backlog_lines(backlog: Backlog) -> list[str]:
+    """One line per kind with PENDING commands, saying when no live worker claims it, and what was left out."""
     lines = []
-    for b in backlog:
-        served = (f"{b.live_workers_serving} live worker{'s' if b.live_workers_serving != 1 else ''} claim it"
-                  if b.live_workers_serving else "[yellow]no live worker claims this kind[/yellow]")
-        lines.append(f"  {escape(b.kind)}: {b.pending} pending, the oldest for {render.age(b.oldest_seconds)}; "
-                     f"{served}")
+    for b in backlog.kinds:
+        n = b.live_workers_serving
+        served = (f"{n} live worker{'s claim' if n != 1 else ' claims'} it" if n
+                  else "[yellow]no live worker claims this kind[/yellow]")
+        lines.append(f"  {escape(render.printable(b.kind))}: {b.pending} pending, the oldest for "
+                     f"{render.age(b.oldest_seconds)}; {served}")
+    if backlog.omitted:
+        lines.append(f"  and {backlog.omitted} more kind{'s' if backlog.omitted != 1 else ''}, newer "
+                     f"({backlog.pending_total} pending in all; --json lists the same)")
     return lines
 
 
-def _text(data: dict[str, Any], backlog: list[KindBacklog]) -> None:
+def _text(data: dict[str, Any], backlog: Backlog) -> None:
     live, expired = data["live"], data["expired"]
     at = f"(store time {render.when(data['now'])})"
     if live:
@@ -79,7 +83,7 @@ def _text(data: dict[str, Any], backlog: list[KindBacklog]) -> None:
                              "(expired: the worker was killed, hung or lost the store; its leases expire and live "
                              "workers take its commands over)")
         render.console.print(_table(expired))
-    if backlog:
+    if backlog.kinds:
         render.console.print("backlog (PENDING commands by kind):")
         for line in backlog_lines(backlog):
             render.console.print(line)

@@ -12,13 +12,16 @@ from datetime import timedelta
 from typing import Any
 
 from fencepost.host.handler import KIND_PREFIX
-from fencepost.outbox.registry import KindBacklog, read_backlog
+from fencepost.outbox.registry import Backlog, KindBacklog, read_backlog
 from fencepost.store.base import Store
 from fencepost.store.host_records import HostHealthCounts
 
 #: A running invocation unleased and unchanged this long is stuck (an inline caller or worker died and no
 #: worker took it over). Longer than any lease fencepost takes by default (30 s), short enough to page on.
 DEFAULT_STUCK_AFTER = timedelta(minutes=5)
+#: At most this many actions' backlogs are listed (oldest first; the totals count the rest). An application has
+#: far fewer action versions than this, so every one is checked for a live worker.
+BACKLOG_KINDS = 1000
 #: How far back budget exhaustions count (W2: "in the last hour").
 BUDGET_WINDOW = timedelta(hours=1)
 
@@ -39,12 +42,12 @@ class HostHealth:
     expected_schema_version: int
     stuck_after_seconds: float
     counts: HostHealthCounts | None
-    backlog: tuple[KindBacklog, ...] = ()
+    backlog: Backlog | None = None
 
     @property
     def unserved(self) -> list[KindBacklog]:
         """The backlog's kinds that no live worker claims."""
-        return [b for b in self.backlog if b.live_workers_serving == 0]
+        return [b for b in self.backlog.kinds if b.live_workers_serving == 0] if self.backlog else []
 
     @property
     def schema_current(self) -> bool:
@@ -70,8 +73,9 @@ class HostHealth:
         return {"schema_version": self.schema_version, "expected_schema_version": self.expected_schema_version,
                 "schema_current": self.schema_current, "stuck_after_seconds": self.stuck_after_seconds,
                 "attention": self.attention, **counts,
-                "pending_invocations": sum(b.pending for b in self.backlog),
-                "backlog": [b.as_json() for b in self.backlog]}
+                "pending_invocations": self.backlog.pending_total if self.backlog else 0,
+                "backlog": [b.as_json() for b in self.backlog.kinds] if self.backlog else [],
+                "backlog_kinds_total": self.backlog.kinds_total if self.backlog else 0}
 
 
 def read_host_health(store: Store, *, stuck_after: timedelta = DEFAULT_STUCK_AFTER) -> HostHealth:
@@ -88,8 +92,8 @@ def read_host_health(store: Store, *, stuck_after: timedelta = DEFAULT_STUCK_AFT
         raise ValueError("stuck_after must not be negative")
     found, expected = store.schema_version(), store.expected_version
     counts = None
-    backlog: tuple[KindBacklog, ...] = ()
+    backlog = None
     if found == expected:
         counts = store.read(lambda tx: tx.host.host_health(stuck_after=stuck_after, window=BUDGET_WINDOW))
-        backlog = tuple(b for b in read_backlog(store)[1] if b.kind.startswith(KIND_PREFIX))
+        backlog = read_backlog(store, prefix=KIND_PREFIX, limit=BACKLOG_KINDS)
     return HostHealth(found, expected, stuck_after.total_seconds(), counts, backlog)

@@ -421,7 +421,8 @@ class Host:
                 action's params model; what is digested is ``model_dump(mode="json")`` (B6, §1.Y-9), what is
                 stored and executed is that after ``redact_action_parameters`` (Q1), validated again.
             actor, authority: who submits, under which authority binding (B1). idempotency_key: 1..255 chars,
-                unique per tenant, space and action (B10). mode: ``Dispatch()`` (default) or ``Inline()``.
+                no outer whitespace (ADR 0104), unique per tenant, space and action (B10). mode: ``Dispatch()``
+                (default) or ``Inline()``.
             tx: the caller's open unit of work (``store.transaction()``, or ``PostgresStore.unit_on(conn)`` over
                 the application's own psycopg connection): the invocation and its command are written in it and
                 commit with it, or not at all; nothing is committed, retried or run here. Dispatched only.
@@ -454,6 +455,9 @@ class Host:
             raise InvalidInput("actor is 1 to 200 characters and authority at most 200")
         if not idempotency_key or len(idempotency_key) > 255:
             raise InvalidInput("an idempotency key is 1 to 255 characters")
+        if idempotency_key != idempotency_key.strip():  # HTTP strips a header's outer spaces: ADR 0104
+            raise InvalidInput("an idempotency key may not begin or end with whitespace: the API's header cannot "
+                               "carry it, so the same key would name another invocation there")
         if not tenant or not space or len(tenant) > 200 or len(space) > 200:
             raise InvalidInput("tenant and space are 1 to 200 characters")
         try:

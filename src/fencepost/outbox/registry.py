@@ -296,16 +296,46 @@ class KindBacklog:
                 "live_workers_serving": self.live_workers_serving}
 
 
-def read_backlog(store: Store, *, limit: int = 100) -> tuple[WorkerCensus, list[KindBacklog]]:
-    """The registry and the PENDING backlog per kind (at most ``limit`` kinds, oldest first), read in one
-    snapshot so that a command claimed in between is not counted against a worker that already took it."""
+@dataclass(frozen=True)
+class Backlog:
+    """The registry and the PENDING backlog, read in one snapshot.
+
+    Attributes:
+        census: the registry. kinds: at most the read's ``limit`` kinds, oldest first. kinds_total and
+        pending_total: how many kinds have PENDING commands, and how many commands, the kinds past the limit
+        included (so a display can say what it left out).
+    """
+
+    census: WorkerCensus
+    kinds: tuple[KindBacklog, ...]
+    kinds_total: int
+    pending_total: int
+
+    @property
+    def omitted(self) -> int:
+        """Kinds with PENDING commands that ``kinds`` leaves out."""
+        return self.kinds_total - len(self.kinds)
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"kinds": [KindBacklog.as_json ...], "kinds_total", "pending_total"}``."""
+        return {"kinds": [k.as_json() for k in self.kinds], "kinds_total": self.kinds_total,
+                "pending_total": self.pending_total}
+
+
+def read_backlog(store: Store, *, prefix: str = "", limit: int = 100) -> Backlog:
+    """The registry and the PENDING backlog of the kinds starting with ``prefix`` (at most ``limit`` kinds,
+    oldest first, with the totals over all of them), read in one snapshot so that a command claimed in between is
+    not counted against a worker that already took it."""
 
     def read(tx: UnitOfWork) -> tuple[WorkerCensus, list[PendingKind]]:
-        return WorkerCensus(tx.now(), tuple(tx.workers.list_workers())), tx.outbox.pending_by_kind(limit=limit)
+        return (WorkerCensus(tx.now(), tuple(tx.workers.list_workers())),
+                tx.outbox.pending_by_kind(prefix=prefix, limit=limit))
 
     census, pending = store.read(read)
-    return census, [KindBacklog(p.kind, p.pending, max(0.0, (census.now - p.oldest_created_at).total_seconds()),
-                                len(census.serving(p.kind))) for p in pending]
+    kinds = tuple(KindBacklog(p.kind, p.pending, max(0.0, (census.now - p.oldest_created_at).total_seconds()),
+                              len(census.serving(p.kind))) for p in pending)
+    return Backlog(census, kinds, pending[0].kinds_total if pending else 0,
+                   pending[0].pending_total if pending else 0)
 
 
 def _iso(value: datetime) -> str:

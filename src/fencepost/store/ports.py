@@ -230,9 +230,10 @@ class OutboxPort(Protocol):
         """How many commands are in each status (absent statuses are omitted)."""
         ...
 
-    def pending_by_kind(self, *, limit: int = 100) -> list[PendingKind]:
-        """The PENDING backlog per kind (issue 10 item 6): at most ``limit`` kinds, the one whose oldest
-        PENDING command is oldest first (ties by kind). Kinds with nothing pending are absent."""
+    def pending_by_kind(self, *, prefix: str = "", limit: int = 100) -> list[PendingKind]:
+        """The PENDING backlog per kind whose name starts with ``prefix`` (issue 10 item 6): at most ``limit``
+        kinds, the one whose oldest PENDING command is oldest first (ties by kind); each entry also carries the
+        totals over every such kind, the ones past ``limit`` included. Kinds with nothing pending are absent."""
         ...
 
 

@@ -73,11 +73,15 @@ class CommandRecord:
 
 @dataclass(frozen=True)
 class PendingKind:
-    """The PENDING backlog of one kind: ``pending`` commands, the oldest created at ``oldest_created_at``."""
+    """The PENDING backlog of one kind: ``pending`` commands, the oldest created at ``oldest_created_at``; and,
+    over every kind the query matched (also those its limit left out), ``kinds_total`` kinds with
+    ``pending_total`` PENDING commands in all."""
 
     kind: str
     pending: int
     oldest_created_at: datetime
+    kinds_total: int
+    pending_total: int
 
 
 @dataclass(frozen=True)

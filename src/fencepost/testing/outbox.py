@@ -118,7 +118,13 @@ class OutboxContract(StoreContract):
         assert got[0].oldest_created_at == read_command(store, "y1").created_at
         assert got[1].oldest_created_at == read_command(store, "x1").created_at
         assert got[0].oldest_created_at.utcoffset() == timedelta(0)
-        assert [p.kind for p in store.read(lambda tx: tx.outbox.pending_by_kind(limit=1))] == ["y"]
+        # the totals count every kind, also past the limit (a verification trial: a cut list's sum was shown)
+        [first] = store.read(lambda tx: tx.outbox.pending_by_kind(limit=1))
+        assert (first.kind, first.kinds_total, first.pending_total) == ("y", 2, 3)
+        # a prefix selects before the limit: a newer kind is not lost behind older ones of other kinds
+        [x] = store.read(lambda tx: tx.outbox.pending_by_kind(prefix="x", limit=1))
+        assert (x.kind, x.pending, x.kinds_total, x.pending_total) == ("x", 2, 1, 2)
+        assert store.read(lambda tx: tx.outbox.pending_by_kind(prefix="q")) == []
 
     # ── claim ──
 

@@ -293,9 +293,10 @@ class SqlOutbox:
         rows = self._unit.run("count_commands_by_status", {}).rows
         return {CommandStatus(r["status"]): int(r["n"]) for r in rows}
 
-    def pending_by_kind(self, *, limit: int = 100) -> list[PendingKind]:
-        rows = self._unit.run("pending_by_kind", {"limit": limit}).rows
-        return [PendingKind(kind=r["kind"], pending=int(r["pending"]), oldest_created_at=r["oldest_created_at"])
+    def pending_by_kind(self, *, prefix: str = "", limit: int = 100) -> list[PendingKind]:
+        rows = self._unit.run("pending_by_kind", {"prefix": prefix, "limit": limit}).rows
+        return [PendingKind(kind=r["kind"], pending=int(r["pending"]), oldest_created_at=r["oldest_created_at"],
+                            kinds_total=int(r["kinds_total"]), pending_total=int(r["pending_total"]))
                 for r in rows]
 
 

@@ -109,10 +109,12 @@ SELECT status, count(*) AS n FROM commands GROUP BY status;
 
 -- name: pending_by_kind
 -- instants: oldest_created_at
--- The PENDING backlog per kind, oldest first by its oldest command (the partial PENDING index holds exactly
--- these rows): what `fencepost workers` and `fencepost host status` set against the live workers' kinds.
-SELECT kind, count(*) AS pending, min(created_at) AS oldest_created_at
-FROM commands WHERE status = 'PENDING'
+-- The PENDING backlog per kind whose name starts with :prefix, oldest first by its oldest command (the partial
+-- PENDING index holds exactly these rows): what `fencepost workers` and `fencepost host status` set against the
+-- live workers' kinds. Every row also carries the totals over all such kinds, before the LIMIT.
+SELECT kind, count(*) AS pending, min(created_at) AS oldest_created_at,
+       count(*) OVER () AS kinds_total, sum(count(*)) OVER () AS pending_total
+FROM commands WHERE status = 'PENDING' AND substr(kind, 1, length(:prefix)) = :prefix
 GROUP BY kind ORDER BY min(created_at), kind LIMIT :limit;
 
 -- fragment: claim_rows
