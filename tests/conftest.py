@@ -42,7 +42,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``@pytest.mark.soak`` tests (full crash matrices, long soaks) are deselected, not skipped, unless the
-    ``-m`` expression names ``soak`` (``pytest -m soak``) or ``FENCEPOST_SOAK=1``."""
+    ``-m`` expression names ``soak`` (``pytest -m soak``) or ``FENCEPOST_SOAK=1``.
+
+    ``@pytest.mark.default_backends("sqlite-wal", ...)`` on a test of the ``backend`` fixture keeps only those
+    backends in the default run: its other backends count as soak. For slow process-level tests whose backend
+    differences the store contract suite already covers on every backend.
+    """
+    for item in items:
+        wanted = item.get_closest_marker("default_backends")
+        callspec = getattr(item, "callspec", None)
+        name = callspec.params.get("store_backend_name") if callspec is not None else None
+        if wanted is not None and name is not None and name not in wanted.args:
+            item.add_marker(pytest.mark.soak)
     if "soak" in (config.getoption("markexpr", "") or "") or os.environ.get("FENCEPOST_SOAK") == "1":
         return
     deselected = [item for item in items if item.get_closest_marker("soak") is not None]

@@ -22,6 +22,8 @@ from collections import Counter, defaultdict
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from fencepost.core.statuses import CompletionDisposition, InvocationStatus, ReconciliationKind
 from fencepost.host import Accepted, Action, AdapterCall, AdapterStep, Host, HostConfig, Inline, RetryPolicy
 from fencepost.host.completion import COMPLETED_EVENT, CompletionReceipt
@@ -99,6 +101,7 @@ def _race(host: Host, sweeper: Store, candidate: InvocationRecord) -> tuple[Comp
     return answers["receipt"], answers["swept"]
 
 
+@pytest.mark.default_backends("sqlite-wal", "postgres")  # DELETE journal: the same writer lock as WAL
 def test_callback_and_sweep_race(backend: StoreBackend) -> None:
     """N8: 200 iterations of a callback racing the sweep: exactly one outcome each time, and never a settled
     invocation that carries ``overdue_at`` without ``parked_at``."""

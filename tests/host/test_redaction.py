@@ -552,6 +552,7 @@ def provider() -> Iterator[Loopback]:
         yield server
 
 
+@pytest.mark.default_backends("sqlite-wal", "postgres")
 def test_no_secret_survives_redaction(store: Store, backend: StoreBackend, tmp_path: Path, provider: Loopback,
                                       caplog: pytest.LogCaptureFixture) -> None:
     """Q9: distinct secrets planted in params, adapter input, adapter output, the handler's exception, the

@@ -95,6 +95,7 @@ def census(url: str) -> tuple[list[str], list[str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.default_backends("sqlite-wal")  # the registry's SQL is the contract suite's, on every backend
 def test_workers_lists_two_then_one_after_a_sigkill_expires_the_others_registration(url: str, loops: Loops) -> None:
     first = loops.start("loop-a", in_flight=1, heartbeat=STEADY)
     second = loops.start("loop-b", KIND, "other.kind")
@@ -138,6 +139,7 @@ def _status(url: str, run_id: str) -> tuple[dict[str, Any], str]:
 
 
 @pytest.mark.slow
+@pytest.mark.default_backends("sqlite-wal")
 def test_rehearsal_status_says_no_live_worker_serves_the_kind_exactly_while_none_does(
         url: str, loops: Loops, system_store: Store) -> None:
     service = RehearsalService(system_store)
@@ -187,6 +189,7 @@ def test_sigterm_is_a_graceful_stop_of_the_loop(url: str, loops: Loops) -> None:
     assert census(url) == ([], [])
 
 
+@pytest.mark.default_backends("sqlite-wal")
 def test_workers_shows_the_backlog_of_a_kind_no_live_worker_claims(url: str, system_store: Store) -> None:
     """Issue 10 item 6: PENDING work of a kind nobody claims is said to wait for a worker, with its age."""
     assert cli(url, "workers", "--json").json()["backlog"] == {"kinds": [], "kinds_total": 0, "pending_total": 0}

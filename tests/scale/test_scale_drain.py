@@ -29,7 +29,7 @@ from helpers.waiting import wait_until
 pytestmark = pytest.mark.postgres
 
 WORKERS = 4
-ATTEMPTS = int(os.environ.get("FENCEPOST_SCALE_ATTEMPTS", "1000"))
+ATTEMPTS = int(os.environ.get("FENCEPOST_SCALE_ATTEMPTS", "400"))  # 10,000 under soak
 SOAK_ATTEMPTS = int(os.environ.get("FENCEPOST_SCALE_SOAK_ATTEMPTS", "10000"))
 
 
