@@ -415,10 +415,10 @@ def list_invocations(
         # wrap in a narrow terminal where a table would drop its last columns (the attempts, the key, the error).
         for v in views:
             render.line(f"{v.id}  {escape(v.action_id)} v{v.action_version}  {render.styled(str(v.status))}"
-                                 f"  attempts {v.attempt_count}  key {escape(v.idempotency_key)}")
+                        f"  attempts {v.attempt_count}  key {escape(v.idempotency_key)}")
             if v.resolution is not None:  # the error below is the settled verdict's, kept as history
                 render.line(f"  resolved {v.resolution['outcome']} by {v.resolution['operator']} at "
-                                     f"{v.resolution['resolved_at']}: {v.resolution['note'][:200]}", markup=False)
+                            f"{v.resolution['resolved_at']}: {v.resolution['note'][:200]}", markup=False)
             if v.error:
                 render.line(f"  error: {v.error[:200]}", markup=False)
 
@@ -448,7 +448,7 @@ def approvals(
         for r in requests:
             render.line(f"{r.invocation_id}  {escape(r.action_id)}  awaiting approval")
             render.line(f"  policy {r.policy} asks for authority {r.authority}, expires "
-                                 f"{render.when(r.expires_at.isoformat())}", markup=False)
+                        f"{render.when(r.expires_at.isoformat())}", markup=False)
             render.line(f"  reason: {r.reason}", markup=False)
 
     emit(json, data, text)
@@ -660,11 +660,11 @@ def queue(
         for entry in entries:
             inv = entry.invocation
             render.line(f"{inv['id']}  {inv['action_id']} v{inv['action_version']}  {entry.kind}  since "
-                                 f"{entry.waiting_since}", markup=False)
+                        f"{entry.waiting_since}", markup=False)
             render.line(f"  reason: {entry.reason}", markup=False)
             for lookup in entry.lookups:
                 ref = f" external reference {lookup.external_reference}" if lookup.external_reference else ""
                 render.line(f"  look up at {lookup.vendor}: step {lookup.step} ({lookup.status}) provider "
-                                     f"key {lookup.adapter_invocation_id}{ref}", markup=False)
+                            f"key {lookup.adapter_invocation_id}{ref}", markup=False)
 
     emit(json, data, text)
