@@ -30,7 +30,7 @@ from typing import Any
 
 from bench.common import ROOT
 from fencepost.catalog.lifecycle import CatalogService
-from fencepost.cli.app import build_worker
+from fencepost.cli.worker_cmd import build_worker
 from fencepost.core.statuses import AttemptStatus, InvocationStatus
 from fencepost.delivery.service import DeliveryService
 from fencepost.delivery.targets import TargetService

@@ -10,7 +10,7 @@ real services as an operator would: a package with one migration (``marks``), on
 SQLite target file ``t1``. Then the Runs are admitted (one ``WorkflowService.plan`` + ``admit`` each), NOT timed.
 
 Timed: ``workers`` worker processes (``python -m bench.workflows worker``), each running exactly what
-``fencepost worker`` builds (``fencepost.cli.app.build_worker``: the workflow task action and the coordinator
+``fencepost worker`` builds (``fencepost.cli.worker_cmd.build_worker``: the workflow task action and the coordinator
 sweep) with poll interval 10 ms, batch 10, ``CONCURRENCY`` slots and LISTEN off, open their store and say ready;
 the clock starts when all are released together (after every Run was admitted) and stops when this process
 sees no Run ``running`` (it polls every 10 ms). Steps per second = steps / that time.
@@ -41,7 +41,7 @@ from typing import Any
 
 from bench.common import ROOT, release_and_collect
 from bench.delivery import release
-from fencepost.cli.app import build_worker
+from fencepost.cli.worker_cmd import build_worker
 from fencepost.delivery.service import DeliveryService
 from fencepost.delivery.targets import TargetService
 from fencepost.outbox.worker import WorkerConfig

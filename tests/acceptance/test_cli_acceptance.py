@@ -77,9 +77,8 @@ HELP = {
 def _command_paths() -> list[tuple[str, ...]]:
     """Every command path of the CLI (root included), read from the typer app itself."""
     import click
-    import typer.main
 
-    from fencepost.cli.app import app
+    from fencepost.cli.app import command_tree
 
     paths: list[tuple[str, ...]] = []
 
@@ -88,7 +87,7 @@ def _command_paths() -> list[tuple[str, ...]]:
         for name, sub in sorted(getattr(command, "commands", {}).items()):
             walk(sub, (*prefix, name))
 
-    walk(typer.main.get_command(app), ())
+    walk(command_tree(), ())
     return paths
 
 
@@ -118,11 +117,9 @@ def test_help_exits_zero_and_explains(env: Env, command: tuple[str, ...]) -> Non
     """Every command's ``--help`` exits 0, names the command and says what it does. The commands this suite
     knows in detail (``HELP``) run as real subprocesses; the other 70-odd run in process, the same typer app
     through click's runner, since each subprocess costs a second of CPU to start and says nothing more."""
-    import typer.main
+    from fencepost.cli.app import command_tree
 
-    from fencepost.cli.app import app
-
-    click_command = typer.main.get_command(app)
+    click_command = command_tree()
     for name in command:
         click_command = click_command.commands[name]  # type: ignore[attr-defined]
     summary = (click_command.help or "").strip()
@@ -146,11 +143,9 @@ def test_help_exits_zero_and_explains(env: Env, command: tuple[str, ...]) -> Non
 def test_help_paragraphs_leave_line_breaks_to_the_terminal() -> None:
     """No command's help keeps the source's line breaks inside a paragraph: typer prints them as they are, so an
     80-column terminal showed every 120-column source line as a long line and a short one."""
-    import typer.main
+    from fencepost.cli.app import command_tree
 
-    from fencepost.cli.app import app
-
-    root = typer.main.get_command(app)
+    root = command_tree()
     broken = []
     for command in COMMAND_PATHS:
         click_command = root

@@ -23,7 +23,7 @@ from helpers.processes import start, subprocess_env
 
 # A seed that never ends: the recursive CTE has no bound (the sandbox's progress handler can still stop it).
 ENDLESS = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c;\n"
-REHEARSAL_BUDGET = 5  # fencepost.cli.app.REHEARSAL_MAX_DELIVERIES
+REHEARSAL_BUDGET = 5  # fencepost.cli.worker_cmd.REHEARSAL_MAX_DELIVERIES
 
 
 def endless_package(root: Path) -> Path:

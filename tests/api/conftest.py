@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from fencepost.api import create_app
-from fencepost.cli.app import build_worker
+from fencepost.cli.worker_cmd import build_worker
 from fencepost.core.clock import ManualClock
 from fencepost.outbox import WorkerConfig
 from fencepost.store import Store, open_store

@@ -64,7 +64,7 @@ SETUP_CRASH = "rehearsal.receipt:after-commit@2"
 SETUP_STATE = "RUNNING PROCESSING SSRPPP 1"
 
 FLOWS = ("inventory", "slow", "failing", "budget", "reconcile", "abort-pending", "abort-running")
-BUDGET = 5  # fencepost.cli.app.REHEARSAL_MAX_DELIVERIES
+BUDGET = 5  # fencepost.cli.worker_cmd.REHEARSAL_MAX_DELIVERIES
 WORKER_TRANSACTIONS = frozenset({"outbox.claim", "outbox.heartbeat", "outbox.release", "outbox.fail",
                                  "rehearsal.start", "rehearsal.receipt", "rehearsal.succeed", "rehearsal.fail"})
 

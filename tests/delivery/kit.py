@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from fencepost.catalog.lifecycle import CatalogService
-from fencepost.cli.app import build_worker
+from fencepost.cli.worker_cmd import build_worker
 from fencepost.core.statuses import AttemptStatus
 from fencepost.delivery.service import DeliveryService
 from fencepost.delivery.targets import TargetService

@@ -15,8 +15,8 @@ import pytest
 from rich.console import Console
 
 from delivery.kit import THREE, add_target, ledger, release, write_package
-from fencepost.cli.app import build_worker
 from fencepost.cli.package_cmds import wait_for
+from fencepost.cli.worker_cmd import build_worker
 from fencepost.core.errors import InvalidInput
 from fencepost.core.statuses import InvocationStatus
 from fencepost.delivery.service import DeliveryService

@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from fencepost.cli.app import build_worker
+from fencepost.cli.worker_cmd import build_worker
 from fencepost.outbox import WorkerConfig
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store import open_store

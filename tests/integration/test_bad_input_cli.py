@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fencepost.cli.app import build_worker
+from fencepost.cli.worker_cmd import build_worker
 from fencepost.outbox import WorkerConfig
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store import open_store

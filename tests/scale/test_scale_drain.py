@@ -1,4 +1,4 @@
-"""Four ``fencepost worker`` processes against one PostgreSQL drain a thousand queued rehearsal Attempts.
+"""Four ``fencepost worker`` processes against one PostgreSQL drain a queue of rehearsal Attempts (400 by default).
 
 Every Attempt must end SUCCEEDED and every command DELIVERED exactly once: one claim, no takeover, one
 ``deliver`` lease event. Nothing is left non-terminal, all four workers take part (``FOR UPDATE SKIP
@@ -64,7 +64,7 @@ def check_drained_once(db: ScaleDB, attempts: int) -> None:
     assert not findings, "\n".join(findings)
 
 
-def test_four_workers_drain_a_thousand_attempts_each_delivered_exactly_once(db: ScaleDB, fleet: Fleet) -> None:
+def test_four_workers_drain_every_attempt_each_delivered_exactly_once(db: ScaleDB, fleet: Fleet) -> None:
     timings = drain(db, fleet, ATTEMPTS, timeout=600)
     check_drained_once(db, ATTEMPTS)
     print(f"\n{ATTEMPTS} attempts, {WORKERS} workers: {timings}")

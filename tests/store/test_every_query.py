@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fencepost.catalog.lifecycle import CatalogService
-from fencepost.cli.app import build_worker
+from fencepost.cli.worker_cmd import build_worker
 from fencepost.core.statuses import AdapterStatus, CommandStatus, GovernanceRecordKind, InvocationStatus
 from fencepost.events.conformance import EventAppendSubject, run_event_append_checks
 from fencepost.events.fencepost_subject import FencepostAdapterRows, FencepostEventStore

@@ -9,10 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import typer
 
 from fencepost.cli import helptext
-from fencepost.cli.app import app
+from fencepost.cli.app import command_tree
 from helpers.processes import run_cli, subprocess_env
 
 TYPER_LABEL = re.compile(r"<(?:bool|str|int|float|path|Path|int range|float range)>")
@@ -31,7 +30,7 @@ def flat(text: str) -> str:
 
 
 def help_of(path: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> str:
-    command = helptext.polish(typer.main.get_command(app))
+    command = helptext.polish(command_tree())
     command.main([*path, "--help"], prog_name="fencepost", standalone_mode=False)
     return capsys.readouterr().out
 
@@ -41,7 +40,7 @@ def test_the_root_help_of_the_real_command_reads_as_written() -> None:
     assert result.returncode == 0, result.describe()
     text = flat(result.stdout)
     assert not TYPER_LABEL.search(result.stdout) and "--version Print the version and exit." in text
-    polished = helptext.polish(typer.main.get_command(app))
+    polished = helptext.polish(command_tree())
     for name, sub in polished.commands.items():
         summary = sub.short_help
         assert summary and summary[-1] in ".)", (name, summary)
@@ -49,7 +48,7 @@ def test_the_root_help_of_the_real_command_reads_as_written() -> None:
 
 
 def test_every_command_help_has_no_type_labels_or_placeholders(capsys: pytest.CaptureFixture[str]) -> None:
-    polished = helptext.polish(typer.main.get_command(app))
+    polished = helptext.polish(command_tree())
     paths = [p for p, _ in commands(polished)]
     assert len(paths) > 30  # the whole tree was walked
     for path in paths:
@@ -82,7 +81,7 @@ def test_option_names_and_metavars_stay_whole_in_an_80_column_terminal(command: 
     (The longest environment variable names are still cut there; the descriptions are whole.)"""
     result = run_cli([*command, "--help"], env=subprocess_env(COLUMNS="80"))
     assert result.returncode == 0, result.describe()
-    target: Any = helptext.polish(typer.main.get_command(app))
+    target: Any = helptext.polish(command_tree())
     for name in command:
         target = target.commands[name]
     shown = result.stdout.replace("│", " ").split()

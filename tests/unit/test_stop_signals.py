@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 import threading
 
-from fencepost.cli.app import StopSignals
+from fencepost.cli.worker_cmd import StopSignals
 
 
 class _Worker:

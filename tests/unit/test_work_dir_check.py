@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fencepost.cli.app import require_work_dir
+from fencepost.cli.worker_cmd import require_work_dir
 from fencepost.core.errors import InvalidInput
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fencepost.catalog.lifecycle import CatalogService
-from fencepost.cli.app import build_worker
+from fencepost.cli.worker_cmd import build_worker
 from fencepost.core.errors import FencepostError
 from fencepost.core.statuses import StepRunStatus
 from fencepost.outbox.worker import WorkerConfig

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import re
 import sys
@@ -104,25 +103,3 @@ def emit(as_json: bool, data: Any, text: Callable[[], None]) -> None:
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     else:
         text()
-
-
-def unwrap_help(typer_app: typer.Typer) -> None:
-    """Joins the hard line breaks inside each paragraph of every command's help (its docstring or ``help=``),
-    in ``typer_app`` and its groups, so the terminal's width decides where lines break.
-
-    The docstrings are wrapped at the source's 120 columns; typer keeps single line breaks, so an 80-column
-    terminal showed each source line as a long line and a short one. Paragraphs (blank-line separated) and a
-    paragraph that starts with ``\\b`` (typer's "keep as is") are left as they are. Changes ``typer_app`` in place.
-    """
-    for info in typer_app.registered_commands:
-        text = info.help if info.help is not None else inspect.getdoc(info.callback)
-        if text:
-            info.help = _joined(text)
-    for group in typer_app.registered_groups:
-        if group.typer_instance is not None:
-            unwrap_help(group.typer_instance)
-
-
-def _joined(text: str) -> str:
-    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split("\n"))
-                       for p in inspect.cleandoc(text).split("\n\n"))

@@ -1,6 +1,6 @@
-"""The ``fencepost`` console script and ``python -m fencepost.cli``: ``fencepost.cli.app`` takes most of a second
-to import, and a Ctrl-C in that second is answered as one after it is (``fencepost: interrupted``, exit 130),
-never with an import traceback (a break-it trial)."""
+"""The ``fencepost`` console script and ``python -m fencepost.cli``: importing the command line and then the one
+command asked for (``cli.lazy``) takes a moment, and a Ctrl-C in it is answered as one after it is (``fencepost:
+interrupted``, exit 130), never with an import traceback (a break-it trial)."""
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ parameters keep their names, types, defaults and parsing.
 
 from __future__ import annotations
 
+import inspect
 import re
 from typing import Any
 
@@ -86,3 +87,25 @@ def polish(command: Any) -> Any:
                 sub.short_help = first_sentence(sub.help)
             polish(sub)
     return command
+
+
+def unwrap_help(typer_app: typer.Typer) -> None:
+    """Joins the hard line breaks inside each paragraph of every command's help (its docstring or ``help=``),
+    in ``typer_app`` and its groups, so the terminal's width decides where lines break.
+
+    The docstrings are wrapped at the source's 120 columns; typer keeps single line breaks, so an 80-column
+    terminal showed each source line as a long line and a short one. Paragraphs (blank-line separated) and a
+    paragraph that starts with ``\\b`` (typer's "keep as is") are left as they are. Changes ``typer_app`` in place.
+    """
+    for info in typer_app.registered_commands:
+        text = info.help if info.help is not None else inspect.getdoc(info.callback)
+        if text:
+            info.help = _joined(text)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            unwrap_help(group.typer_instance)
+
+
+def _joined(text: str) -> str:
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split("\n"))
+                       for p in inspect.cleandoc(text).split("\n\n"))

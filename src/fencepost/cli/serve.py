@@ -234,9 +234,9 @@ def serve(
     import uvicorn
 
     from fencepost.api import create_app
-    from fencepost.cli.app import build_worker, limit_sandboxes, require_work_dir
     from fencepost.cli.host_cmds import load_host
     from fencepost.cli.telemetry_opt import attach_telemetry
+    from fencepost.cli.worker_cmd import build_worker, limit_sandboxes, require_work_dir
     from fencepost.host.prometheus import PrometheusTelemetry
 
     if log_format not in logs.FORMATS:

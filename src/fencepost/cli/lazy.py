@@ -1,0 +1,94 @@
+"""The root command's sub-commands, each imported when it is asked for.
+
+Importing every command module (the rehearsal engine, the action host, the workflow coordinator, the HTTP API,
+the demos) took most of a second before any command ran, on every invocation: `fencepost host show ID` paid
+for `fencepost demo payments`. The root group now knows each command by name and the ``module:attribute``
+that defines it, and imports that module the first time click asks for the command: to run it, to show its
+help, or to list it in the root's help (which therefore still imports them all).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import typer
+from typer.core import TyperGroup
+
+from fencepost.cli.helptext import first_sentence, polish, unwrap_help
+
+
+@dataclass(frozen=True)
+class LazyCommand:
+    """Where a sub-command of the root is defined.
+
+    Attributes:
+        target: ``"module:attribute"``; the attribute is a ``typer.Typer`` (a group) or a function (a command).
+        help_attr: for a function, the name of a module attribute holding its help (else its docstring).
+    """
+
+    target: str
+    help_attr: str | None = None
+
+    def load(self, name: str) -> Any:
+        """Import the module and build the click command (typer's own click, which it may bundle: hence
+        ``Any``), its help unwrapped and polished (``helptext``).
+
+        Raises:
+            ImportError, AttributeError: the table names a module or attribute that does not exist (a bug).
+        """
+        module_name, _, attribute = self.target.partition(":")
+        module = importlib.import_module(module_name)
+        defined: Any = getattr(module, attribute)
+        if isinstance(defined, typer.Typer):  # a group, even of one command (`demo payments`)
+            unwrap_help(defined)
+            command: Any = typer.main.get_group(defined)
+        else:
+            sub = typer.Typer(add_completion=False)
+            sub.command(name=name, help=getattr(module, self.help_attr) if self.help_attr else None)(defined)
+            unwrap_help(sub)
+            command = typer.main.get_command(sub)
+        command.name = name
+        if not command.short_help and command.help:
+            command.short_help = first_sentence(command.help)
+        return polish(command)
+
+
+class LazyGroup(TyperGroup):
+    """A typer group whose sub-commands in ``lazy`` are imported on first use (``LazyCommand``).
+
+    Subclasses set ``lazy``, in the order the root's help lists them.
+    """
+
+    lazy: ClassVar[dict[str, LazyCommand]] = {}
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        eager = super().list_commands(ctx)
+        return [*eager, *(name for name in self.lazy if name not in eager)]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in self.lazy:
+            command = self.lazy[cmd_name].load(cmd_name)
+            self.commands[cmd_name] = command
+        return command
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except Exception as error:
+            # typer suggests a near miss from the commands built so far, which here are none: suggest from all.
+            message = getattr(error, "message", None)
+            if isinstance(message, str) and message.startswith("No such command") and "Did you mean" not in message:
+                matches = difflib.get_close_matches(args[0], self.list_commands(ctx)) if args else []
+                if matches:
+                    error.message = f"{message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"  # type: ignore[attr-defined]
+            raise
+
+    def load_all(self) -> None:
+        """Import every sub-command now (tests that walk the whole tree; the root's help does it anyway)."""
+        context = typer.Context(self)
+        for name in self.list_commands(context):
+            self.get_command(context, name)
