@@ -7,14 +7,16 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
 from fencepost.cli.exit_codes import exit_code
 from fencepost.core.errors import FencepostError, InvalidInput
-from fencepost.rehearsal.sandbox import SandboxLimits
 from fencepost.store import Store, open_store
+
+if TYPE_CHECKING:  # the sandbox (and the outbox under it) is imported only by the commands that run one
+    from fencepost.rehearsal.sandbox import SandboxLimits
 
 T = TypeVar("T")
 
@@ -57,6 +59,8 @@ def sandbox_limits(max_bytes: str, max_memory: str) -> SandboxLimits:
     Raises:
         InvalidInput: a size that does not parse or is out of range.
     """
+    from fencepost.rehearsal.sandbox import SandboxLimits
+
     limits = SandboxLimits(max_bytes=parse_size(max_bytes, "--sandbox-max-bytes"),
                            max_memory=parse_size(max_memory, "--sandbox-max-memory"))
     try:
