@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -29,8 +30,14 @@ def flat(text: str) -> str:
     return " ".join(re.sub(r"[│╭╮╰╯─]", " ", text).split())
 
 
+@functools.cache
+def polished_tree() -> Any:
+    """The whole command tree, built and polished once (building it imports and converts every command)."""
+    return helptext.polish(command_tree())
+
+
 def help_of(path: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> str:
-    command = helptext.polish(command_tree())
+    command = polished_tree()
     command.main([*path, "--help"], prog_name="fencepost", standalone_mode=False)
     return capsys.readouterr().out
 
