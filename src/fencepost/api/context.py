@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -10,10 +11,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from fencepost.api.archive import MAX_EXTRACTED_BYTES
-from fencepost.api.paging import DEFAULT_PAGE, page_after
+from fencepost.api.paging import DEFAULT_PAGE, decode_cursor, encode_cursor, page_after
 from fencepost.api.signatures import DEFAULT_WINDOW_SECONDS
 from fencepost.core.clock import to_iso
-from fencepost.core.errors import NotFound
+from fencepost.core.errors import InvalidInput, NotFound
 from fencepost.core.statuses import EventOutboxStatus
 from fencepost.events.views import event_space_view, event_view, outbox_row_view, outbox_summary_view
 from fencepost.host import Host
@@ -127,11 +128,20 @@ class ApiContext:
         return {"tenant_id": tenant_id, "space_id": space_id, "items": items,
                 "next_after": items[-1]["sequence"] if len(items) == limit else None}
 
-    def event_spaces_json(self, limit: int) -> dict[str, Any]:
-        """``{"items": [{"tenant_id", "space_id", "last_sequence"}]}``: the spaces that hold events, by tenant then
-        space, at most ``limit``."""
-        return {"items": [event_space_view(s) for s in self.store.read(
-            lambda tx: tx.events.list_event_spaces(limit=limit))]}
+    def event_spaces_json(self, limit: int, cursor: str | None = None) -> dict[str, Any]:
+        """``{"items": [{"tenant_id", "space_id", "last_sequence"}], "next_cursor"}``: one page of the spaces that
+        hold events, by tenant then space, at most ``limit``, after the space ``cursor`` names (the previous
+        page's ``next_cursor``, which is null on the last page).
+
+        Raises:
+            InvalidInput: a cursor this server did not issue (422).
+        """
+        after = None if cursor is None else _space_key(decode_cursor(cursor))
+        spaces = self.store.read(lambda tx: tx.events.list_event_spaces(limit=limit + 1, after=after))
+        page, more = spaces[:limit], len(spaces) > limit
+        last = page[-1] if more else None
+        return {"items": [event_space_view(s) for s in page],
+                "next_cursor": None if last is None else encode_cursor(json.dumps([last.tenant_id, last.space_id]))}
 
     # ── views with the lease verdict and the worker census the page needs ──
     @staticmethod
@@ -191,3 +201,18 @@ class ApiContext:
         if attempt.run_id != run_id:
             raise NotFound(f"no attempt {attempt_id} in rehearsal {run_id}")
         return attempt
+
+
+def _space_key(key: str) -> tuple[str, str]:
+    """The ``(tenant_id, space_id)`` inside a spaces cursor (``event_spaces_json``).
+
+    Raises:
+        InvalidInput: the cursor does not hold one.
+    """
+    try:
+        tenant_id, space_id = json.loads(key)
+        if isinstance(tenant_id, str) and isinstance(space_id, str):
+            return tenant_id, space_id
+    except (ValueError, TypeError):
+        pass
+    raise InvalidInput("cursor is not one this server issued: pass back a next_cursor unchanged")

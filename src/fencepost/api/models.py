@@ -392,6 +392,7 @@ class EventSpace(_Model):
 
 class EventSpaceList(_Model):
     items: list[EventSpace] = Field(description="By tenant, then space.")
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; null on the last page.")
 
 
 class EventOutboxList(_Model):

@@ -236,10 +236,13 @@ def event_outbox(ctx: Ctx,
 
 
 @events.get("/v1/events/spaces", response_model=models.EventSpaceList, dependencies=Read,
-            responses=_errors(401, 422, 503), summary="The spaces of the event log, each with its last sequence")
+            responses=_errors(401, 422, 503),
+            summary="The spaces of the event log, each with its last sequence, paged with ?cursor=")
 def event_spaces(ctx: Ctx, limit: Annotated[int, Query(ge=1, le=1000, description="At most this many.")] = 1000,
+                 cursor: Annotated[str | None, Query(max_length=2000,
+                                                     description="next_cursor of the previous page.")] = None,
                  ) -> dict[str, Any]:
-    return ctx.event_spaces_json(limit)
+    return ctx.event_spaces_json(limit, cursor)
 
 
 @events.get("/v1/events", response_model=models.EventLog, dependencies=Read, responses=_errors(401, 422, 503),

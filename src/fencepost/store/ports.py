@@ -816,9 +816,10 @@ class EventsPort(Protocol):
         """A space's events with ``sequence > after`` in sequence order, optionally about one subject."""
         ...
 
-    def list_event_spaces(self, *, limit: int = 1000) -> list[EventSpace]:
+    def list_event_spaces(self, *, limit: int = 1000, after: tuple[str, str] | None = None) -> list[EventSpace]:
         """The spaces that hold events, ordered by tenant then space, at most ``limit`` (1..10000), each with the
-        last sequence given in it. Raises ValueError for a ``limit`` out of range."""
+        last sequence given in it; with ``after=(tenant_id, space_id)`` only the spaces that follow that one (the
+        last of the previous page). Raises ValueError for a ``limit`` out of range."""
         ...
 
     def get_event_outbox(self, event_id: str) -> EventOutboxRecord | None:

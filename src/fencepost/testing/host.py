@@ -21,6 +21,7 @@ import os
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
+from functools import partial
 from typing import Any
 
 import pytest
@@ -105,6 +106,10 @@ def running(store: Store, invocation_id: str, lease_seconds: float, owner: str =
         return lease
 
     return store.transact(fn)
+
+
+def _spaces_after(after: tuple[str, str] | None, tx: UnitOfWork) -> list[EventSpace]:
+    return tx.events.list_event_spaces(limit=1, after=after)
 
 
 def scope(invocation_id: str, tenant: str = TENANT, space: str = SPACE) -> AdapterScope:
@@ -1096,6 +1101,16 @@ class EventsContract(StoreContract):
         assert store.transact(fn) == expected
         assert store.read(lambda tx: tx.events.list_event_spaces()) == expected
         assert store.read(lambda tx: tx.events.list_event_spaces(limit=1)) == expected[:1]
+        paged: list[EventSpace] = []
+        while True:  # one space per page, each page after the last one seen
+            last = (paged[-1].tenant_id, paged[-1].space_id) if paged else None
+            page = store.read(partial(_spaces_after, last))
+            if not page:
+                break
+            paged.extend(page)
+        assert paged == expected
+        second = (expected[1].tenant_id, expected[1].space_id)
+        assert store.read(lambda tx: tx.events.list_event_spaces(after=second)) == expected[2:]
         with pytest.raises(ValueError, match="limit"):
             store.read(lambda tx: tx.events.list_event_spaces(limit=0))
 

@@ -128,12 +128,14 @@ class SqlEvents:
             "subject_id": None if subject is None else subject.subject_id}).rows
         return [event_from_row(r) for r in rows]
 
-    def list_event_spaces(self, *, limit: int = 1000) -> list[EventSpace]:
+    def list_event_spaces(self, *, limit: int = 1000, after: tuple[str, str] | None = None) -> list[EventSpace]:
         if not 1 <= limit <= 10_000:
             raise ValueError("limit must be between 1 and 10000")
         self.settle()
-        return [EventSpace(r["tenant_id"], r["space_id"], int(r["last"]))
-                for r in self._unit.run("list_event_spaces", {"limit": limit}).rows]
+        after_tenant, after_space = after if after is not None else (None, None)
+        rows = self._unit.run("list_event_spaces", {"limit": limit, "after_tenant": after_tenant,
+                                                    "after_space": after_space}).rows
+        return [EventSpace(r["tenant_id"], r["space_id"], int(r["last"])) for r in rows]
 
     def get_event_outbox(self, event_id: str) -> EventOutboxRecord | None:
         self.settle()

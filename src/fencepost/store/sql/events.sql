@@ -58,8 +58,12 @@ LIMIT :limit;
 
 -- name: list_event_spaces
 -- Every space that holds events, with its last sequence: one row per space in host_event_sequences (its
--- primary key orders it), never a scan of the log.
-SELECT tenant_id, space_id, last FROM host_event_sequences ORDER BY tenant_id, space_id LIMIT :limit;
+-- primary key orders it), never a scan of the log. Paged by key: the spaces after (:after_tenant, :after_space)
+-- in the same order, all of them when :after_tenant is NULL.
+SELECT tenant_id, space_id, last FROM host_event_sequences
+WHERE CAST(:after_tenant AS TEXT) IS NULL OR tenant_id > :after_tenant
+   OR (tenant_id = :after_tenant AND space_id > :after_space)
+ORDER BY tenant_id, space_id LIMIT :limit;
 
 -- ── the relay (issue 15, ADR 0038): the outbox lease protocol on host_event_outbox ──
 -- A probe space (space_id starting 'event-append-probe-', 19 characters; host-spec U30) is never claimed nor
