@@ -29,8 +29,8 @@ class Commands(LazyGroup):
         "rehearse": LazyCommand("fencepost.cli.rehearse_cmd:rehearse"),
         "worker": LazyCommand("fencepost.cli.worker_cmd:worker"),
         "serve": LazyCommand("fencepost.cli.serve:serve"),
-        "workers": LazyCommand("fencepost.cli.workers_cmd:workers", help_attr="HELP"),
         "relay": LazyCommand("fencepost.cli.events_cmds:relay", help_attr="RELAY_HELP"),
+        "workers": LazyCommand("fencepost.cli.workers_cmd:workers", help_attr="HELP"),
         "audit": LazyCommand("fencepost.cli.audit_cmd:audit"),
         "backup": LazyCommand("fencepost.cli.backup_cmd:backup"),
         "rehearsal": LazyCommand("fencepost.cli.rehearsal_cmds:app"),
@@ -64,12 +64,17 @@ def root(version: Annotated[bool, typer.Option("--version", callback=_version, i
     """fencepost: durable, fenced execution of side-effecting work."""
 
 
-def command_tree() -> Any:
+def command_tree(*, plain: bool | None = None) -> Any:
     """The root click command with every sub-command imported (a fresh tree each call): for walking the whole
-    command line, as the help tests do; running a command needs only ``typer.main.get_command(app)``."""
+    command line, as the help tests do; running a command needs only ``typer.main.get_command(app)``.
+
+    Args:
+        plain: the help layout (``helptext.polish``); None: by the terminal's width.
+    """
     root = typer.main.get_command(app)
+    root.plain_help = plain  # type: ignore[attr-defined]
     root.load_all()  # type: ignore[attr-defined]
-    return root
+    return helptext.polish(root, plain=plain)
 
 
 #: Click's error classes, found through typer's public ``BadParameter`` (typer may bundle its own Click).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import shutil
 from typing import Any
 
 import typer
@@ -67,26 +68,52 @@ def first_sentence(text: str) -> str:
     return _SENTENCE_END.split(paragraph, 1)[0]
 
 
-def polish(command: Any) -> Any:
+#: Narrower than this many columns (``COLUMNS``, else the terminal; 80 when neither is known, as in a pipe), help is
+#: click's plain layout: each option with its value name, its description indented beside it and wrapped. Rich's
+#: boxed table gave its option columns half of an 80-column terminal and cut long option names, environment
+#: variables and defaults with "…" (a new user's trial); from 100 columns nothing is cut.
+PLAIN_BELOW_COLUMNS = 100
+
+
+def plain_layout() -> bool:
+    """Whether help is laid out as plain text here (``PLAIN_BELOW_COLUMNS``)."""
+    return shutil.get_terminal_size().columns < PLAIN_BELOW_COLUMNS
+
+
+def polish(command: Any, *, plain: bool | None = None) -> Any:
     """Rewrite how ``command`` and every command under it show themselves in ``--help`` (in place).
 
+    Args:
+        plain: lay the help out as plain text (click's) instead of rich's tables; None: ``plain_layout()``.
     Returns:
         ``command``, whose parameters are now ``PlainOption``/``PlainArgument`` and whose sub-commands each
         have a ``short_help`` that is one whole sentence of their help (never cut off mid-sentence).
     """
+    if plain is None:
+        plain = plain_layout()
     help_option = command.get_help_option(typer.Context(command))  # made once and kept by the command
     for param in [*command.params, *([help_option] if help_option is not None else [])]:
         if type(param) is TyperOption:
             param.__class__ = PlainOption
         elif type(param) is TyperArgument:
             param.__class__ = PlainArgument
+        if plain and getattr(param, "help", None):
+            param.help = _unescaped(param.help)
+    if plain:
+        command.rich_markup_mode = None
+        command.help = _unescaped(command.help) if command.help else command.help
     subcommands = getattr(command, "commands", None)
     if subcommands:
         for sub in subcommands.values():
             if not sub.short_help and sub.help:
                 sub.short_help = first_sentence(sub.help)
-            polish(sub)
+            polish(sub, plain=plain)
     return command
+
+
+def _unescaped(text: str) -> str:
+    """Help text without rich's markup escapes (``\\[``), which plain text would show as they are."""
+    return text.replace("\\[", "[")
 
 
 def unwrap_help(typer_app: typer.Typer) -> None:

@@ -32,12 +32,13 @@ class LazyCommand:
     target: str
     help_attr: str | None = None
 
-    def load(self, name: str) -> Any:
+    def load(self, name: str, *, plain: bool | None = None) -> Any:
         """Import the module and build the click command (typer's own click, which it may bundle: hence
         ``Any``), its help unwrapped and polished (``helptext``).
 
         Raises:
             ImportError, AttributeError: the table names a module or attribute that does not exist (a bug).
+        ``plain`` is ``helptext.polish``'s (None: by the terminal's width).
         """
         module_name, _, attribute = self.target.partition(":")
         module = importlib.import_module(module_name)
@@ -53,7 +54,7 @@ class LazyCommand:
         command.name = name
         if not command.short_help and command.help:
             command.short_help = first_sentence(command.help)
-        return polish(command)
+        return polish(command, plain=plain)
 
 
 class LazyGroup(TyperGroup):
@@ -63,6 +64,8 @@ class LazyGroup(TyperGroup):
     """
 
     lazy: ClassVar[dict[str, LazyCommand]] = {}
+    #: The help layout of the commands it loads (``helptext.polish``'s ``plain``; None: by the terminal's width).
+    plain_help: bool | None = None
 
     def list_commands(self, ctx: Any) -> list[str]:
         eager = super().list_commands(ctx)
@@ -71,7 +74,7 @@ class LazyGroup(TyperGroup):
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         command = super().get_command(ctx, cmd_name)
         if command is None and cmd_name in self.lazy:
-            command = self.lazy[cmd_name].load(cmd_name)
+            command = self.lazy[cmd_name].load(cmd_name, plain=self.plain_help)
             self.commands[cmd_name] = command
         return command
 
