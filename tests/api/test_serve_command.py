@@ -35,8 +35,9 @@ def test_serve_prints_address_and_token_then_stops_gracefully(tmp_path: Path) ->
     database = f"sqlite:///{tmp_path / 'control.db'}"
     migrated = run_cli(["migrate", "--database", database])
     assert migrated.returncode == 0, migrated.describe()
+    # No --log-format: stderr is a file, so the default (auto) logs JSON, as a log collector expects.
     proc = start_piped(["serve", "--database", database, "--port", "0", "--workers", "2",
-                        "--work-dir", str(tmp_path / "work"), "--log-format", "json"],
+                        "--work-dir", str(tmp_path / "work")],
                        stderr_path=tmp_path / "serve.err")
     try:
         address = proc.next_line(timeout=60)
@@ -61,8 +62,8 @@ def test_serve_prints_address_and_token_then_stops_gracefully(tmp_path: Path) ->
     out, err = proc.rest(), proc.stderr
     assert code == 0, err
     assert token not in out and token not in err, "the token is printed once, never logged"
-    stopped = [json.loads(line) for line in err.splitlines() if '"worker_stopped"' in line]
-    assert len(stopped) == 2
+    logged = [json.loads(line) for line in err.splitlines() if line.strip()]  # every line is a JSON object
+    assert len([record for record in logged if record.get("event") == "worker_stopped"]) == 2, err
     assert str(tmp_path) not in err
 
 

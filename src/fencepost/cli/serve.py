@@ -198,7 +198,7 @@ def serve(
                                                   help="Bearer token for mutating requests (default: generated "
                                                        "and printed once).")] = None,
     log_format: Annotated[str, typer.Option(envvar="FENCEPOST_LOG_FORMAT", show_envvar=True,
-                                            help="Log lines (stderr) as json or text.")] = "text",
+                                            help=logs.FORMAT_HELP)] = "auto",
     sandbox_max_bytes: SandboxBytesOpt = DEFAULT_SANDBOX_MAX_BYTES,
     sandbox_max_memory: SandboxMemoryOpt = DEFAULT_SANDBOX_MAX_MEMORY,
     host_app: Annotated[str | None, typer.Option(
@@ -296,7 +296,7 @@ def serve(
             # uvicorn handles the signal itself, then re-raises it after its shutdown with the handlers it found:
             # this one, so the process goes on to the ``finally`` below, which stops the workers, instead of
             # dying with their leases held. It does nothing itself: a handler that took a lock could deadlock
-            # with the main thread it interrupted (StopSignals in cli/app.py).
+            # with the main thread it interrupted (StopSignals in cli/worker_cmd.py).
             return None
 
         signal.signal(signal.SIGTERM, stop_workers)

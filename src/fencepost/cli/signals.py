@@ -4,7 +4,7 @@ A Python signal handler runs on the main thread between two bytecodes, possibly 
 inside ``threading.Event.wait`` it holds the event's condition lock for a few bytecodes before and after each
 wait. A handler that calls ``Event.set()`` on that same event (or anything else that takes that lock) then
 waits for itself forever. ``fencepost rehearse`` hung so on a Ctrl-C that came at the end of one of its 0.1 s
-waits (the CI run of 2026-12-06); ``StopSignals`` in ``cli/app.py`` fixed the same for ``fencepost worker``.
+waits (the CI run of 2026-12-06); ``StopSignals`` in ``cli/worker_cmd.py`` fixed the same for ``fencepost worker``.
 
 ``acting_on_signals`` installs handlers that only count, and a watcher thread that acts on the count: the action
 runs on a thread that holds none of the main thread's locks, so it cannot deadlock with the code it stops, and
