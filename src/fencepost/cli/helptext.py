@@ -13,7 +13,9 @@ import shutil
 from typing import Any
 
 import typer
-from typer.core import TyperArgument, TyperOption
+from typer.core import TyperArgument, TyperGroup, TyperOption
+
+from fencepost.cli.suggest import SuggestingGroup
 
 #: How a value's type is named after an option that takes one (and has no ``metavar`` of its own), by the
 #: name typer gives the type.
@@ -91,6 +93,8 @@ def polish(command: Any, *, plain: bool | None = None) -> Any:
     """
     if plain is None:
         plain = plain_layout()
+    if type(command) is TyperGroup:
+        command.__class__ = SuggestingGroup  # near misses among all its commands (cli.suggest)
     help_option = command.get_help_option(typer.Context(command))  # made once and kept by the command
     for param in [*command.params, *([help_option] if help_option is not None else [])]:
         if type(param) is TyperOption:

@@ -9,15 +9,14 @@ help, or to list it in the root's help (which therefore still imports them all).
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import typer
-from typer.core import TyperGroup
 
 from fencepost.cli.helptext import first_sentence, polish, unwrap_help
+from fencepost.cli.suggest import SuggestingGroup
 
 
 @dataclass(frozen=True)
@@ -57,8 +56,9 @@ class LazyCommand:
         return polish(command, plain=plain)
 
 
-class LazyGroup(TyperGroup):
-    """A typer group whose sub-commands in ``lazy`` are imported on first use (``LazyCommand``).
+class LazyGroup(SuggestingGroup):
+    """A typer group whose sub-commands in ``lazy`` are imported on first use (``LazyCommand``); an unknown
+    command's near miss is looked for among them all (``SuggestingGroup``).
 
     Subclasses set ``lazy``, in the order the root's help lists them.
     """
@@ -77,18 +77,6 @@ class LazyGroup(TyperGroup):
             command = self.lazy[cmd_name].load(cmd_name, plain=self.plain_help)
             self.commands[cmd_name] = command
         return command
-
-    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
-        try:
-            return super().resolve_command(ctx, args)
-        except Exception as error:
-            # typer suggests a near miss from the commands built so far, which here are none: suggest from all.
-            message = getattr(error, "message", None)
-            if isinstance(message, str) and message.startswith("No such command") and "Did you mean" not in message:
-                matches = difflib.get_close_matches(args[0], self.list_commands(ctx)) if args else []
-                if matches:
-                    error.message = f"{message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"  # type: ignore[attr-defined]
-            raise
 
     def load_all(self) -> None:
         """Import every sub-command now (tests that walk the whole tree; the root's help does it anyway)."""
