@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 import typer
 
+from fencepost.cli import stdio
 from fencepost.cli.helptext import first_sentence, polish, unwrap_help
 from fencepost.cli.suggest import SuggestingGroup
 
@@ -41,6 +42,10 @@ class LazyCommand:
         """
         module_name, _, attribute = self.target.partition(":")
         module = importlib.import_module(module_name)
+        if stdio.interrupts.interrupted:
+            # A Ctrl-C that landed in a callback during the import was printed as "Exception ignored" and
+            # dropped by Python; the command must not run as if it had not come (a break-it trial).
+            raise KeyboardInterrupt
         defined: Any = getattr(module, attribute)
         if isinstance(defined, typer.Typer):  # a group, even of one command (`demo payments`)
             unwrap_help(defined)
