@@ -1,4 +1,5 @@
-"""The near miss named after an unknown command (``fencepost.cli.suggest``), at every level of the command line."""
+"""The near miss named after an unknown command (``fencepost.cli.suggest``), at every level of the command line,
+and the command a usage error names."""
 
 from __future__ import annotations
 
@@ -33,3 +34,16 @@ def test_an_unknown_command_is_one_line_naming_the_near_miss(args: list[str], li
     result = run_cli(args)
     assert result.returncode == 2, result.describe()
     assert result.error_line.startswith(line), result.describe()
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["host", "list", "--json=1"], "fencepost host list: Option '--json' does not take a value. "
+                                   "(see `fencepost host list --help`)"),
+    (["migrate", "--json=yes"], "fencepost migrate: Option '--json' does not take a value. "
+                                "(see `fencepost migrate --help`)"),
+])
+def test_a_usage_error_click_raises_without_its_context_names_the_command(args: list[str], line: str) -> None:
+    """Click's parser raises "does not take a value" with no context: the line named the root, not the command."""
+    result = run_cli(args)
+    assert result.returncode == 2, result.describe()
+    assert result.error_line == line, result.describe()

@@ -82,6 +82,21 @@ _USAGE_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.
 _CLICK_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
+def _named_command(root: Any, args: list[str]) -> str:
+    """``fencepost`` and the sub-commands ``args`` name before their first option (``fencepost host list``): the
+    command a usage error without its own context is about (click's parser raises "does not take a value" so)."""
+    path, command = ["fencepost"], root
+    for arg in args:
+        commands = getattr(command, "commands", None)
+        if arg.startswith("-") or commands is None:
+            break
+        command = command.get_command(typer.Context(command), arg)
+        if command is None:
+            break
+        path.append(arg)
+    return " ".join(path)
+
+
 def _interrupted(error: BaseException) -> bool:
     """Whether ``error`` was caused by a Ctrl-C: a KeyboardInterrupt in its chain of causes."""
     seen: set[int] = set()
@@ -108,8 +123,9 @@ def main(prog_name: str | None = None) -> None:
     watch.install()
     guarded = stdio.GuardedStdout(sys.stdout)
     sys.stdout = guarded
+    root = helptext.polish(typer.main.get_command(app))
     try:
-        code = helptext.polish(typer.main.get_command(app))(prog_name=prog_name, standalone_mode=False)
+        code = root(prog_name=prog_name, standalone_mode=False)
     except stdio.StdoutClosed:
         # Silent, as any Unix filter is when its reader leaves (`fencepost events list | head -1`): the reader
         # got what it wanted, and a line on stderr there is noise (a new-user trial). The exit code says it.
@@ -124,7 +140,8 @@ def main(prog_name: str | None = None) -> None:
         # every other refusal is, instead of Click's usage block and a framed box (a new user's trial).
         context = getattr(error, "ctx", None)
         usage = isinstance(error, _USAGE_ERROR)
-        command = context.command_path if usage and context is not None else "fencepost"
+        command = (context.command_path if context is not None else _named_command(root, sys.argv[1:])) if usage \
+            else "fencepost"
         hint = f" (see `{command} --help`)" if usage else ""
         message = " ".join(error.format_message().split())  # type: ignore[attr-defined]
         if message:  # none after a group's help shown for want of a command (``no_args_is_help``)
