@@ -19,8 +19,14 @@ level  packages                                  owns
 =====  ========================================  ===========================================================
 """
 
-from fencepost.core.errors import FencepostError, RecoverableFinalization, RedactionFailed
-from fencepost.core.redaction import WITHHELD, ErrorSource, ErrorTextContext, Redaction
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fencepost.core.errors import FencepostError, RecoverableFinalization, RedactionFailed
+    from fencepost.core.redaction import WITHHELD, ErrorSource, ErrorTextContext, Redaction
 
 __version__ = "0.1.0"
 __all__ = ["LAYERS", "WITHHELD", "ErrorSource", "ErrorTextContext", "FencepostError", "RecoverableFinalization",
@@ -29,3 +35,24 @@ __all__ = ["LAYERS", "WITHHELD", "ErrorSource", "ErrorTextContext", "FencepostEr
 #: Package -> layer level; imports may only point to the same or a lower level.
 LAYERS = {"core": 1, "store": 2, "catalog": 3, "outbox": 3, "evidence": 4, "events": 4, "host": 4,
           "rehearsal": 5, "delivery": 5, "workflows": 6, "api": 7, "demo": 7, "ui": 7, "testing": 7, "cli": 8}
+
+#: The names re-exported here, imported on first use: ``import fencepost`` (which every ``fencepost`` command
+#: does before it can answer a Ctrl-C with one line, ``cli.entry``) stays instant.
+_EXPORTS = {"FencepostError": "fencepost.core.errors", "RecoverableFinalization": "fencepost.core.errors",
+            "RedactionFailed": "fencepost.core.errors", "WITHHELD": "fencepost.core.redaction",
+            "ErrorSource": "fencepost.core.redaction", "ErrorTextContext": "fencepost.core.redaction",
+            "Redaction": "fencepost.core.redaction"}
+
+
+def __getattr__(name: str) -> Any:
+    """``fencepost.FencepostError`` and the other re-exports (PEP 562).
+
+    Raises:
+        AttributeError: a name this package does not export.
+    """
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fencepost' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

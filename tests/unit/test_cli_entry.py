@@ -99,3 +99,14 @@ def test_an_interrupt_while_a_command_is_imported_stops_it_before_it_runs(script
     if script is _WRAPPED:  # (the swallowed one shows Python's own "Exception ignored in" report first)
         assert "Traceback" not in done.stderr, done.stderr
     assert not database.exists(), "the command ran although it was interrupted"
+
+
+def test_importing_the_package_imports_nothing_else_so_the_entry_point_guards_every_import() -> None:
+    """The console script imports ``fencepost`` before ``entry.main`` can answer a Ctrl-C: that import stays
+    empty (its re-exports load on first use), so a Ctrl-C there has almost no window (a break-it trial)."""
+    probe = ("import sys, fencepost; print(sorted(m for m in sys.modules if m.startswith('fencepost')));"
+             "from fencepost import FencepostError, WITHHELD; print(FencepostError.__name__, WITHHELD)")
+    done = subprocess.run([sys.executable, "-c", probe], env=subprocess_env(), capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["['fencepost']", "FencepostError WITHHELD"], done.stdout
