@@ -91,7 +91,8 @@ class Deployment:
 
     def serve(self, *args: str) -> PipedProcess:
         """``fencepost serve`` on a free port; remembers the printed address and generated token."""
-        proc = self.start("serve", "--port", "0", "--work-dir", str(self.tmp / "work"), *args, log="serve")
+        proc = self.start("serve", "--port", "0", "--work-dir", str(self.tmp / "work"), "--log-format", "text", *args,
+                          log="serve")
         self.url = proc.expect(r"serving on (http://127\.0\.0\.1:\d+)/").group(1)
         self.token = proc.expect(r"API token \(shown once; paste it into the page\): (\S+)").group(1)
         return proc

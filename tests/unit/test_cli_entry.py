@@ -4,6 +4,7 @@ after starting ``fencepost rehearse`` printed a KeyboardInterrupt traceback and 
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -32,8 +33,12 @@ def test_an_interrupt_during_the_import_is_one_line_and_exit_130(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delitem(sys.modules, "fencepost.cli.app", raising=False)
     monkeypatch.setattr(sys, "meta_path", [_InterruptedImport(), *sys.meta_path])
-    with pytest.raises(SystemExit) as ended:
-        entry.main()
+    previous = signal.getsignal(signal.SIGINT)  # entry.main takes SIGINT over; give it back to this process
+    try:
+        with pytest.raises(SystemExit) as ended:
+            entry.main()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert ended.value.code == 130
     assert capsys.readouterr().err == "fencepost: interrupted\n"
 
@@ -110,3 +115,56 @@ def test_importing_the_package_imports_nothing_else_so_the_entry_point_guards_ev
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["['fencepost']", "FencepostError WITHHELD"], done.stdout
+
+
+# A Ctrl-C while the command line itself (fencepost.cli.app: typer, click) is imported, in the two forms Python
+# can turn it into: a RuntimeError wrapping it (a class body being built), or nothing (dropped in a callback).
+_AT_START = '''
+import os, signal, sys, weakref
+from importlib.abc import MetaPathFinder
+MODE = sys.argv.pop(1)
+class Named:
+    def __set_name__(self, owner, name):
+        os.kill(os.getpid(), signal.SIGINT)  # delivered here: Python 3.11 raises RuntimeError from it
+        for _ in range(3): pass
+class Thing: pass
+class Finder(MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        if fullname == "fencepost.cli.app":
+            sys.meta_path.remove(self)
+            if MODE == "wrapped":
+                type("Probe", (), {"field": Named()})
+            else:
+                thing = Thing()
+                def callback(ref):
+                    os.kill(os.getpid(), signal.SIGINT)
+                    for _ in range(3): pass
+                ref = weakref.ref(thing, callback)
+                del thing
+        return None
+sys.meta_path.insert(0, Finder())
+from fencepost.cli import entry
+sys.argv = ["fencepost", *sys.argv[1:]]
+entry.main("fencepost")
+'''
+
+
+@pytest.mark.parametrize("mode", ["wrapped", "dropped"])
+def test_an_interrupt_while_the_command_line_is_imported_stops_it_with_one_line(mode: str, tmp_path: Path) -> None:
+    database = tmp_path / "control.db"
+    done = subprocess.run([sys.executable, "-c", _AT_START, mode, "migrate", "-d", f"sqlite:///{database}"],
+                          env=subprocess_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 130, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "fencepost: interrupted", done.stderr
+    assert not database.exists(), "the command ran although it was interrupted"
+
+
+def test_a_ctrl_c_after_the_command_succeeded_leaves_its_exit_code_alone(tmp_path: Path) -> None:
+    """A trial's Ctrl-C just after `migrate` printed its line killed it by SIGINT (130) though it had succeeded."""
+    script = ("import os, signal, sys, time\nfrom fencepost.cli import entry\nsys.argv = ['fencepost', *sys.argv[1:]]\n"
+              "try:\n    entry.main('fencepost')\nexcept SystemExit as ended:\n    code = ended.code\n"
+              "os.kill(os.getpid(), signal.SIGINT)\ntime.sleep(0.3)\nsys.exit(code)\n")
+    done = subprocess.run([sys.executable, "-c", script, "migrate", "-d", f"sqlite:///{tmp_path / 'c.db'}"],
+                          env=subprocess_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    assert "schema at version" in done.stdout

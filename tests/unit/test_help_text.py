@@ -106,3 +106,15 @@ def test_option_names_and_metavars_stay_whole_in_an_80_column_terminal(command: 
             assert option in shown, (option, result.stdout)
         if getattr(param, "metavar", None):
             assert param.metavar in shown, (param.metavar, result.stdout)
+
+
+@pytest.mark.parametrize("columns", ["80", "200"])
+@pytest.mark.parametrize("group", [(), ("host",), ("demo",)])
+def test_a_group_run_without_a_command_shows_its_help_on_stdout(group: tuple[str, ...], columns: str) -> None:
+    """A trial: in the plain layout click carries the help as the error's message, and `fencepost` alone printed
+    it squashed into one 2,400-character line on stderr."""
+    result = run_cli(list(group), env=subprocess_env(COLUMNS=columns))
+    assert result.returncode == 2, result.describe()
+    assert result.stderr == "", result.describe()
+    assert " ".join(("Usage: fencepost", *group)) in result.stdout and "Commands" in result.stdout, result.stdout
+    assert len(result.stdout.splitlines()) > 8, result.stdout

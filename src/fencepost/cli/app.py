@@ -97,18 +97,6 @@ def _named_command(root: Any, args: list[str]) -> str:
     return " ".join(path)
 
 
-def _interrupted(error: BaseException) -> bool:
-    """Whether ``error`` was caused by a Ctrl-C: a KeyboardInterrupt in its chain of causes."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        if isinstance(current, KeyboardInterrupt):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
-
-
 def main(prog_name: str | None = None) -> None:
     """The ``fencepost`` command. Arguments that are not valid UTF-8 (the shell passed raw bytes) and an
     interrupt before a command took its own signal handlers are one-line answers, never tracebacks. Its help
@@ -138,6 +126,11 @@ def main(prog_name: str | None = None) -> None:
     except _CLICK_ERROR as error:
         # A usage error (a bad option value, a missing option or argument) is one line naming the command, as
         # every other refusal is, instead of Click's usage block and a framed box (a new user's trial).
+        if type(error).__name__ == "NoArgsIsHelpError":
+            # A group run without a command shows its help on stdout, in either layout (ADR 0107); in the plain
+            # one click carries that help as the error's message, which the line below would squash into one.
+            sys.stdout.write(error.format_message().rstrip("\n") + "\n")  # type: ignore[attr-defined]
+            raise SystemExit(error.exit_code) from None  # type: ignore[attr-defined]
         context = getattr(error, "ctx", None)
         usage = isinstance(error, _USAGE_ERROR)
         command = (context.command_path if context is not None else _named_command(root, sys.argv[1:])) if usage \
@@ -157,12 +150,13 @@ def main(prog_name: str | None = None) -> None:
         # A Ctrl-C inside an import can surface wrapped: Python 3.11 raises RuntimeError("Error calling
         # __set_name__ ...") from the KeyboardInterrupt when it lands in a class body being built (a break-it
         # trial: exit 1 with a traceback, which for rehearse means "gate blocked").
-        if not _interrupted(error):
+        if not stdio.caused_by_interrupt(error):
             raise
         sys.stderr.write("fencepost: interrupted\n")
         raise SystemExit(130) from None
     finally:
         sys.stdout = guarded.stream
+        stdio.ignore_interrupts()  # the outcome is decided: a Ctrl-C now must not turn it into death by SIGINT
     if guarded.closed_by_reader:  # only another thread wrote after the reader left
         stdio.silence_stdout()
         raise SystemExit(stdio.STDOUT_CLOSED_EXIT)

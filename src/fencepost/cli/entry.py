@@ -20,9 +20,18 @@ def main(prog_name: str | None = None) -> None:
         sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - the process's own stream
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
+    from fencepost.cli import stdio  # small: the standard library only
+
+    stdio.interrupts.install()  # from here a Ctrl-C is remembered even where Python drops it (an import callback)
     try:
         from fencepost.cli.app import main as run
-    except KeyboardInterrupt:
+    except BaseException as error:
+        if not stdio.caused_by_interrupt(error):
+            raise
+        interrupted = True
+    else:
+        interrupted = stdio.interrupts.interrupted
+    if interrupted:
         sys.stderr.write("fencepost: interrupted\n")
         raise SystemExit(130) from None
     run(prog_name)
