@@ -138,14 +138,9 @@ def caused_by_interrupt(error: BaseException) -> bool:
     """Whether ``error`` was caused by a Ctrl-C: a KeyboardInterrupt in its chain of causes. Python 3.11 raises
     RuntimeError("Error calling __set_name__ ...") from a KeyboardInterrupt that lands while a class body is
     built (a break-it trial: a Ctrl-C during an import then exited 1 with a traceback)."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        if isinstance(current, KeyboardInterrupt):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+    from fencepost.core.errors import in_chain  # here: this module is imported before anything else (cli.entry)
+
+    return in_chain(error, KeyboardInterrupt) is not None
 
 
 def ignore_interrupts() -> None:

@@ -7,7 +7,23 @@ Every message is safe to show a user: no lease token, no database path, no conne
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TypeVar
 
+E = TypeVar("E", bound=BaseException)
+
+
+def in_chain(error: BaseException, kind: type[E]) -> E | None:
+    """The first exception of ``kind`` in ``error``'s chain (itself, then its ``__cause__`` or ``__context__``, and
+    so on), or None: a store may wrap what its unit raised, and Python wraps a KeyboardInterrupt that lands while
+    a class is built in a RuntimeError."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 class FencepostError(Exception):
     """Base class of every error fencepost raises on purpose.

@@ -42,7 +42,14 @@ from pydantic import BaseModel, ValidationError
 
 from fencepost.core.canonical import canonical_json, storable_text
 from fencepost.core.crashpoints import crashpoint
-from fencepost.core.errors import IntegrityViolation, LeaseLost, NotFound, RecoverableFinalization, StoreUnavailable
+from fencepost.core.errors import (
+    IntegrityViolation,
+    LeaseLost,
+    NotFound,
+    RecoverableFinalization,
+    StoreUnavailable,
+    in_chain,
+)
 from fencepost.core.statuses import AdapterStatus, CommandStatus, InvocationStatus, ReconciliationKind
 from fencepost.host import telemetry
 from fencepost.host.action import (
@@ -175,18 +182,6 @@ def _json_object(value: Any, what: str) -> dict[str, Any]:
     plain = dict(value)
     canonical_json(plain)  # raises TypeError on anything that is not plain JSON
     return plain
-
-
-def _state_refused(error: BaseException) -> StateRefused | None:
-    """The guard's refusal when ``error`` is, or wraps, one (a store may wrap what its unit raised)."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        if isinstance(current, StateRefused):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
 
 
 def _handler_error(error: BaseException) -> BaseException | None:
@@ -566,7 +561,7 @@ class Execution:
         except Exception as error:
             raised = _handler_error(error)
             if raised is None:
-                refused = _state_refused(error)
+                refused = in_chain(error, StateRefused)  # a store may wrap what its unit raised
                 if refused is not None:
                     raise refused from None
                 raise
