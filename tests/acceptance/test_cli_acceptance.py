@@ -287,11 +287,27 @@ def test_bad_lease_seconds(bad_input_env: Env, tmp_path: Path, command: str, val
 
 
 @pytest.mark.parametrize("option", [("--poll-interval", "0"), ("--poll-interval", "61"), ("--batch-size", "0"),
-                                    ("--batch-size", "1001"), ("--worker-id", "x" * 201), ("--log-format", "xml")],
+                                    ("--batch-size", "1001"), ("--worker-id", "x" * 201)],
                          ids=lambda o: f"{o[0]}={o[1][:8]}")
 def test_bad_worker_options(bad_input_env: Env, tmp_path: Path, option: tuple[str, str]) -> None:
     result = bad_input_env.cli("worker", "--work-dir", str(tmp_path / "work"), *option)
     assert_one_line_error(result, 2)
+    _assert_nothing_written(bad_input_env)
+
+
+@pytest.mark.parametrize("command", [("worker", "--work-dir", "work"), ("serve", "--work-dir", "work"),
+                                     ("relay", "--sink", "webhook:http://127.0.0.1:9/x")], ids=lambda c: c[0])
+def test_bad_log_format_is_a_usage_error_naming_the_choices(bad_input_env: Env, tmp_path: Path,
+                                                            command: tuple[str, ...]) -> None:
+    """--log-format is one option shared by the three long-running commands: any other value than its
+    choices is refused before the command runs, in one line that names them."""
+    args = [str(tmp_path / a) if a == "work" else a for a in command]
+    result = bad_input_env.cli(*args, "--log-format", "xml")
+    assert result.returncode == 2, result.describe()
+    assert result.stdout.strip() == "", result.describe()
+    [line] = result.stderr_lines
+    assert line.startswith(f"fencepost {command[0]}: "), line
+    assert "--log-format" in line and "'xml'" in line and "'auto', 'json', 'text'" in line, line
     _assert_nothing_written(bad_input_env)
 
 

@@ -101,12 +101,9 @@ def relay(
     idle_seconds: Annotated[float, typer.Option("--poll-interval", help="Wait when nothing is due.")] = 0.5,
     relay_id: Annotated[str | None, typer.Option("--relay-id", help="Lease owner name "
                                                                      "(default relay-<host>-<pid>).")] = None,
-    log_format: Annotated[str, typer.Option("--log-format", envvar="FENCEPOST_LOG_FORMAT", show_envvar=True,
-                                            help=logs.FORMAT_HELP)] = "auto",
+    log_format: logs.LogFormatOpt = logs.LogFormat.AUTO,
 ) -> None:
     """Run the event relay until stopped (``RELAY_HELP``)."""
-    if log_format not in logs.FORMATS:
-        fail(InvalidInput(f"--log-format must be auto, json or text, not {log_format!r}"))
     logs.configure(log_format)
     if timeout * 2 > lease_seconds:
         fail(InvalidInput("--timeout must be at most half of --lease-seconds (a publish must end within its lease)"))

@@ -10,7 +10,10 @@ import json
 import logging
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
@@ -51,6 +54,20 @@ class DriverRedaction(logging.Filter):
 #: in an interactive terminal; a log collector reads the same process's JSON when stderr is a pipe or a file).
 FORMATS = ("auto", "json", "text")
 FORMAT_HELP = "Log lines as json or text; auto: text on a terminal, json otherwise."
+
+
+class LogFormat(StrEnum):
+    """A ``--log-format`` value (``FORMATS``): a ``str``, so ``configure`` takes it as it is."""
+
+    AUTO = "auto"
+    JSON = "json"
+    TEXT = "text"
+
+
+#: The one ``--log-format`` option of ``worker``, ``serve`` and ``relay``: its help shows the choices
+#: (``[auto|json|text]``), and click refuses any other value with exit 2 before the command runs.
+LogFormatOpt = Annotated[LogFormat, typer.Option("--log-format", envvar="FENCEPOST_LOG_FORMAT", show_envvar=True,
+                                                 case_sensitive=False, help=FORMAT_HELP)]
 
 
 def configure(fmt: str = "json", level: int = logging.INFO) -> None:

@@ -197,8 +197,7 @@ def serve(
     api_token: Annotated[str | None, typer.Option(envvar="FENCEPOST_API_TOKEN", show_envvar=True,
                                                   help="Bearer token for mutating requests (default: generated "
                                                        "and printed once).")] = None,
-    log_format: Annotated[str, typer.Option(envvar="FENCEPOST_LOG_FORMAT", show_envvar=True,
-                                            help=logs.FORMAT_HELP)] = "auto",
+    log_format: logs.LogFormatOpt = logs.LogFormat.AUTO,
     sandbox_max_bytes: SandboxBytesOpt = DEFAULT_SANDBOX_MAX_BYTES,
     sandbox_max_memory: SandboxMemoryOpt = DEFAULT_SANDBOX_MAX_MEMORY,
     host_app: Annotated[str | None, typer.Option(
@@ -239,8 +238,6 @@ def serve(
     from fencepost.cli.worker_cmd import build_worker, limit_sandboxes, require_work_dir
     from fencepost.host.prometheus import PrometheusTelemetry
 
-    if log_format not in logs.FORMATS:
-        raise typer.BadParameter("must be auto, json or text", param_hint="--log-format")
     if api_token is not None and len(api_token) < 16:
         fail(InvalidInput("the API token must be at least 16 characters"))
     _configure_logging(log_format)

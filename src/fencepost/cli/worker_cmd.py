@@ -246,8 +246,7 @@ def worker(
                                                  help="Keep sandbox databases after each delivery.")] = False,
     sandbox_max_bytes: SandboxBytesOpt = DEFAULT_SANDBOX_MAX_BYTES,
     sandbox_max_memory: SandboxMemoryOpt = DEFAULT_SANDBOX_MAX_MEMORY,
-    log_format: Annotated[str, typer.Option(envvar="FENCEPOST_LOG_FORMAT", show_envvar=True,
-                                            help=logs.FORMAT_HELP)] = "auto",
+    log_format: logs.LogFormatOpt = logs.LogFormat.AUTO,
     listen: Annotated[bool, typer.Option("--listen/--no-listen", envvar="FENCEPOST_LISTEN", show_envvar=True,
                                          help="PostgreSQL: wake at once when work is enqueued (LISTEN/NOTIFY) "
                                               "instead of sleeping out the poll interval; polling stays the "
@@ -271,8 +270,6 @@ def worker(
     with the limit in its evidence; a command delivered more often than its kind allows fails with its lease
     history.
     """
-    if log_format not in logs.FORMATS:
-        fail(InvalidInput(f"--log-format must be auto, json or text, not {log_format!r}"))
     logs.configure(log_format)
     try:  # a setting out of range is refused before the store is opened (no database is looked for)
         config = WorkerConfig(poll_interval=poll_interval, batch_size=batch_size, concurrency=concurrency,
