@@ -27,8 +27,8 @@ def run_once(backend: StoreBackend) -> tuple[str, list[tuple[str, str, str]]]:
 
 def test_event_catalogue_ids_deterministic(backend: StoreBackend, tmp_path: Path) -> None:
     """S4: each stored event's id is ``event_id(invocation, type, part)`` recomputed from nothing but those; the
-    same submission in a second database gives the same invocation and the same event ids; distinct parts and
-    types never collide."""
+    same submission in a second database gives another invocation id (ADR 0108: its provider keys are its
+    database's own) whose events are derived from it the same way; distinct parts and types never collide."""
     invocation_id, events = run_once(backend)
     assert [e[0] for e in events] == [STARTED, STEP_SUCCEEDED, STEP_AMBIGUOUS,
                                       VERDICT_EVENTS[InvocationStatus.RECONCILIATION_REQUIRED]]
@@ -38,7 +38,12 @@ def test_event_catalogue_ids_deterministic(backend: StoreBackend, tmp_path: Path
     second = tmp_path / "second"
     second.mkdir()
     with store_backend(backend.name, second) as other:  # a second, empty database of the same backend
-        assert run_once(other) == (invocation_id, events)
+        other_id, other_events = run_once(other)
+    assert other_id != invocation_id
+    assert [(t, other_id if subject == invocation_id else None) for t, subject, _ in events] == \
+        [(t, other_id if subject == other_id else None) for t, subject, _ in other_events]
+    for event_type, subject, stored_id in other_events:
+        assert stored_id == event_id(other_id, event_type, None if subject == other_id else subject)
     ids = {event_id(invocation_id, t, p) for t in (STARTED, STEP_SUCCEEDED) for p in (None, "a", "b", 0)}
     assert len(ids) == 8 and event_id(invocation_id, STARTED) == event_id(invocation_id, STARTED, None)
     assert event_id(invocation_id, STARTED) != event_id("inv_other", STARTED)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
 from fencepost.core.errors import Conflict, IdempotencyConflict, InvalidInput
 from fencepost.core.statuses import CommandStatus, InvocationMode, InvocationStatus
 from fencepost.host import Dispatch, Inline, idempotency
+from fencepost.store import open_store
 from fencepost.store.base import Store
 from helpers.store_backends import StoreBackend
 from host.kit import PARAMS, Ledger, Scripted, Spy, charge_action, make_host, run_worker
@@ -42,7 +44,38 @@ def test_new_row_stores_full_binding(store: Store, ledger: Ledger) -> None:
     assert record is not None
     assert record.action_version == 3 and record.binding_digest.startswith("bd1:")
     assert record.params_digest.startswith("cp1:") and record.params == PARAMS
-    assert queued.id == idempotency.invocation_id("default", "default", "shop.charge", "k")
+    identity = store.read(lambda tx: tx.host.store_identity())
+    assert queued.id == idempotency.invocation_id(identity, "default", "default", "shop.charge", "k")
+    assert queued.id == host.invocation_id("default", "default", "shop.charge", "k")
+
+
+def test_two_control_databases_never_send_a_provider_the_same_key(store: Store, backend: StoreBackend,
+                                                                   tmp_path: Path, ledger: Ledger) -> None:
+    """ADR 0108: a second deployment (or a database made anew) that uses the same tenant, space, action and
+    idempotency key with the same provider account gets other invocation ids and other provider keys, so the
+    provider never answers one deployment's call with the other's cached effect. Within one database a replay
+    still finds the first invocation, and the key stays stable for its steps (E2)."""
+    other_backend = f"sqlite:///{tmp_path / 'other.db'}"
+    other = open_store(other_backend)
+    try:
+        other.migrate()
+        ids = {}
+        for name, each in (("first", store), ("second", other)):
+            host = make_host(each, charge_action(Spy()), Scripted(ledger))
+            ran = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="order-1", mode=Inline())
+            assert ran.status is InvocationStatus.SUCCEEDED
+            again = host.submit("shop.charge", PARAMS, actor="u1", idempotency_key="order-1", mode=Inline())
+            assert again.id == ran.id
+            ids[name] = ran.id
+        assert ids["first"] != ids["second"]
+        assert len(ledger.requests) == 2 and len(set(ledger.requests)) == 2, ledger.requests  # two provider keys
+        assert len(ledger.charges) == 2  # each deployment's charge is its own
+        identities = {each.read(lambda tx: tx.host.store_identity()) for each in (store, other)}
+        assert len(identities) == 2 and all(len(i) == 32 and int(i, 16) >= 0 for i in identities)
+        store.migrate()  # made once, by migration 0017: migrating again keeps it
+        assert store.read(lambda tx: tx.host.store_identity()) in identities
+    finally:
+        other.close()
 
 
 def test_same_key_same_binding_returns_existing(store: Store, ledger: Ledger) -> None:

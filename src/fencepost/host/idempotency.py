@@ -1,7 +1,8 @@
 """Idempotency keys: the invocation id, the binding and the versioned params digest (host-spec B; ADR 0023).
 
-A key is unique per ``(tenant, space, action_id, key)`` (B10) and the invocation id is derived from that
-tuple, so a submitter whose COMMIT answer was lost finds the winner instead of creating a twin (B7). A new row
+A key is unique per ``(tenant, space, action_id, key)`` (B10); a submitter whose COMMIT answer was lost finds the
+winner by its key instead of creating a twin (B7). A new invocation's id is derived from that tuple and the
+control database's identity (ADR 0108), so its provider keys are its database's own. A new row
 binds the key to the action version, the actor/authority binding and a **versioned** canonical digest of the
 validated params (B1, B5, B6). A replay with an identical binding returns the existing invocation (B2); any
 difference raises ``IdempotencyConflict`` naming the field, never echoing what is stored (B3, B4).
@@ -68,10 +69,17 @@ def binding_digest(action_version: int, actor: str, authority: str) -> str:
     return f"{BINDING_DIGEST_VERSION}:" + fingerprint("fencepost.host.binding/bd1", identity)[len("sha256:"):]
 
 
-def invocation_id(tenant_id: str, space_id: str, action_id: str, idempotency_key: str) -> str:
-    """The derived invocation id of a key in its scope (ADR 0023; host-spec §1.Y-9)."""
-    return derived_id("inv", "host.invocation/v1", {"tenant": tenant_id, "space": space_id, "action": action_id,
-                                                    "key": idempotency_key})
+def invocation_id(store_identity: str, tenant_id: str, space_id: str, action_id: str, idempotency_key: str) -> str:
+    """The derived id of a new invocation of ``idempotency_key`` in its scope (ADR 0023; host-spec §1.Y-9, B10),
+    in the control database whose identity is ``store_identity`` (``HostPort.store_identity``, ADR 0108).
+
+    Every id of the invocation's records, and the key its steps send to a provider (``adapter_invocation_id``),
+    is derived from this one, so two control databases using the same keys with one provider account never send
+    it the same key. A replay is found by its key (``HostPort.find_invocation``), never by re-deriving the id:
+    an invocation stored before version 17 keeps the id it was given (``host.invocation/v1``, without identity).
+    """
+    return derived_id("inv", "host.invocation/v2", {"store": store_identity, "tenant": tenant_id, "space": space_id,
+                                                    "action": action_id, "key": idempotency_key})
 
 
 def check_replay(stored: InvocationRecord, *, action_version: int, actor: str, authority: str,

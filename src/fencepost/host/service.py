@@ -341,6 +341,26 @@ class Host:
         self.owner = f"inline:{socket.gethostname()}:{os.getpid()}"
         self._held: dict[str, CommandContext] = {}
         self._lock = threading.Lock()
+        self._identity: str | None = None  # the store's identity, read once (it never changes; ADR 0108)
+
+    def invocation_id(self, tenant: str, space: str, action_id: str, idempotency_key: str,
+                      tx: UnitOfWork | None = None) -> str:
+        """The id a new invocation of ``idempotency_key`` gets in this host's control database (``idempotency.
+        invocation_id``; ADR 0108). It names an existing invocation only when that one was submitted to this
+        database at version 17 or later: find an invocation by its key (``HostPort.find_invocation``).
+
+        Args:
+            tx: a unit to read the store's identity in when it is not known yet (the caller's own unit:
+                submissions in the caller's transaction); None reads it in a unit of its own.
+        Raises:
+            IntegrityViolation: the store has no identity (its row was deleted by hand).
+        """
+        identity = self._identity
+        if identity is None:
+            identity = tx.host.store_identity() if tx is not None else self.store.read(
+                lambda read: read.host.store_identity())
+            self._identity = identity
+        return invocation_id(identity, tenant, space, action_id, idempotency_key)
 
     def add_telemetry(self, sink: Telemetry) -> None:
         """Send this host's telemetry to ``sink`` too, after the sink it already has (host-spec S1): ``fencepost
@@ -492,8 +512,8 @@ class Host:
             # would then leave a provider effect with no invocation that records it (ADR 0033).
             raise InvalidInput("Inline() cannot run in the caller's transaction: submit with Dispatch() "
                                "(workers run it once the transaction commits), or without tx")
-        new = NewInvocation(
-            id=invocation_id(tenant, space, action.id, idempotency_key), tenant_id=tenant, space_id=space,
+        draft = NewInvocation(  # its id is derived in the unit, from the store's identity (ADR 0108)
+            id="", tenant_id=tenant, space_id=space,
             action_id=action.id, action_version=action.version, idempotency_key=idempotency_key, actor=actor,
             authority=authority, binding_digest=binding_digest(action.version, actor, authority),
             params_digest=digest, params=stored,
@@ -505,6 +525,7 @@ class Host:
         def unit(tx: UnitOfWork) -> tuple[InvocationRecord, ClaimedCommand | None, InvocationView | None]:
             existing = tx.host.find_invocation(tenant_id=tenant, space_id=space, action_id=action.id,
                                                idempotency_key=idempotency_key)
+            new = replace(draft, id=self.invocation_id(tenant, space, action.id, idempotency_key, tx))
             if existing is None and tx.host.insert_invocation(new):
                 if inline:
                     lease = tx.outbox.insert_leased(command_id=new.id, kind=kind, payload={"invocation_id": new.id},
@@ -624,7 +645,8 @@ class Host:
             plain = action.params.model_validate(params).model_dump(mode="json")
         except ValidationError as error:
             raise InvalidInput(f"invalid params for {action.id}: {error.error_count()} error(s)") from None
-        ctx = PolicyContext(invocation_id=invocation_id(tenant, space, action.id, idempotency_key), tenant_id=tenant,
+        ctx = PolicyContext(invocation_id=self.invocation_id(tenant, space, action.id, idempotency_key),
+                            tenant_id=tenant,
                             space_id=space, action_id=action.id, action_version=action.version, actor=actor,
                             authority=authority, params=plain, attempt=0, preview=True)
         if action.mutation_governance is not None:

@@ -29,7 +29,7 @@ class NewInvocation:
     params digest, all NOT NULL).
 
     Attributes:
-        id: the derived invocation id (ADR 0023). tenant_id, space_id: its scope.
+        id: the derived invocation id (ADRs 0023, 0108). tenant_id, space_id: its scope.
         action_id, action_version: the action definition (A1). idempotency_key: 1..255 chars.
         actor, authority: who submits and under which authority binding; binding_digest covers both and the
             action version. params_digest: ``<version>:<hex>`` (``cp1:...``, B5). params: the validated params.

@@ -518,6 +518,15 @@ class HostPort(Protocol):
         lock order (PostgreSQL ``FOR UPDATE``; SQLite's ``BEGIN IMMEDIATE`` already serializes writers)."""
         ...
 
+    def store_identity(self) -> str:
+        """The control database's identity: 32 lowercase hex characters, random, made once by migration 0017 and
+        never changed (a restored backup keeps it). New invocation ids are derived from it (ADR 0108).
+
+        Raises:
+            IntegrityViolation: the row is missing (deleted by hand).
+        """
+        ...
+
     def find_invocation(self, *, tenant_id: str, space_id: str, action_id: str,
                         idempotency_key: str) -> InvocationRecord | None:
         """The invocation of an idempotency key in its scope (unique per tenant, space, action, key; B10)."""

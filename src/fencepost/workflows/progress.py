@@ -42,7 +42,6 @@ from fencepost.core.statuses import (
     WorkflowRunStatus,
 )
 from fencepost.host import Dispatch, Host
-from fencepost.host.idempotency import invocation_id
 from fencepost.store.base import Store
 from fencepost.store.delivery_records import TargetRecord
 from fencepost.store.ports import UnitOfWork
@@ -312,7 +311,7 @@ def _start(host: Host, work: _Round, rows: dict[str, StepRunRow], key: str, publ
     timeout = timeout_of(publication.definition, row.task_id)
     t = Transition(key, StepRunStatus.READY, StepRunStatus.RUNNING, None, row.fence + 1, work.fence + 1)
     idempotency_key = task_key(run.id, key, t.step_fence)
-    invocation = invocation_id("default", "default", TASK_ACTION_ID, idempotency_key)
+    invocation = host.invocation_id("default", "default", TASK_ACTION_ID, idempotency_key, tx)
     attempt = work.next_attempt(row.id)
     deadline = work.now + timedelta(seconds=timeout)
     work.step(row, t, StepMutationKind.START, invocation)

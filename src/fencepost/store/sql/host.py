@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from fencepost.core.canonical import canonical_json
-from fencepost.core.errors import Conflict, LeaseLost
+from fencepost.core.errors import Conflict, IntegrityViolation, LeaseLost
 from fencepost.core.statuses import (
     AdapterStatus,
     CommandStatus,
@@ -100,6 +100,13 @@ class SqlHost:
     def lock_invocation(self, invocation_id: str) -> InvocationRecord | None:
         rows = self._unit.run("lock_invocation", {"id": invocation_id}).rows
         return invocation_from_row(rows[0]) if rows else None
+
+    def store_identity(self) -> str:
+        rows = self._unit.run("get_store_identity", {}).rows
+        if not rows:
+            raise IntegrityViolation("the control database has no store identity (store_identity, migration 0017); "
+                                     "it was deleted by hand: restore it from a backup")
+        return str(rows[0]["id"])
 
     def find_invocation(self, *, tenant_id: str, space_id: str, action_id: str,
                         idempotency_key: str) -> InvocationRecord | None:

@@ -46,6 +46,10 @@ FROM invocations AS i LEFT JOIN commands AS c ON c.id = i.id
 WHERE i.id = :id
 {{lock_invocation_row}};
 
+-- name: get_store_identity
+-- The control database's random identity, made by migration 0017 (ADR 0108).
+SELECT id FROM store_identity WHERE singleton = 1;
+
 -- name: find_invocation_by_key
 -- instants: created_at, updated_at, lease_until, completion_due_at, parked_at, overdue_at
 SELECT {{invocation_columns}}

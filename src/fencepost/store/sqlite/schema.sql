@@ -628,3 +628,10 @@ CREATE TABLE entity_states (
 
 -- The entities an invocation last changed (the audit, an operator's view).
 CREATE INDEX entity_states_by_invocation ON entity_states (updated_by_invocation);
+
+-- The store's identity (migration 0017, ADR 0108): one random id, inserted by that migration and never changed;
+-- new invocation ids are derived from it, so two control databases never send a provider the same key.
+CREATE TABLE store_identity (
+    singleton  INTEGER PRIMARY KEY CHECK (singleton = 1),
+    id         TEXT NOT NULL CHECK (length(id) = 32)
+);
