@@ -160,3 +160,19 @@ def test_killed_worker_lease_expires_reconcile_then_redelivery(page: Page, deplo
     expect(page.locator("#gate [data-field=gate-verdict]")).to_have_text("PASS")
     assert_not_reloaded(page)
     shot(page, "08-redelivered-succeeded-delivery-2")
+
+
+def test_workers_block_names_a_killed_worker_once_it_stops_renewing(page: Page, deployment: Deployment) -> None:
+    """The index page's workers block, as its 5 s poll redraws it: a live worker's row, then, after SIGKILL and one
+    lease, its id under "Stopped renewing" (the redraw once showed ``[object HTMLElement]`` there)."""
+    deployment.serve("--no-worker")
+    worker = deployment.worker("--lease-seconds", "2", "--worker-id", "page-worker", log="page-worker")
+    page.goto(deployment.url + "/")
+    expect(page.locator('#workers tr[data-worker="page-worker"]')).to_be_visible(timeout=15_000)
+    worker.popen.send_signal(signal.SIGKILL)
+    worker.popen.wait(10)
+    expired = page.locator("#workers-expired")
+    expect(expired).to_contain_text("Stopped renewing (expired): page-worker last seen", timeout=20_000)
+    expect(page.locator('#workers tr[data-worker="page-worker"]')).to_have_count(0)
+    assert "[object" not in expired.inner_text()
+    shot(page, "07-workers-killed-worker-expired")

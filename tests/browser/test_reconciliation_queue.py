@@ -63,6 +63,13 @@ def test_an_ambiguous_charge_is_queued_live_and_resolved_from_the_page(page: Pag
     charge = next(c for c in simpay.ledger.charges() if c["idempotency_key"] == key)
 
     form = f"#resolve-{invocation_id}"
+    # Nothing is preselected, and the form is not sent until the operator chooses an outcome.
+    assert page.locator(f"{form}-outcome").input_value() == ""
+    page.fill(f"{form}-operator", "ops:alice")
+    page.fill(f"{form}-note", "looked it up")
+    page.click(f"{form}-submit")
+    expect(item).to_be_visible()
+    expect(page.locator("#notice")).not_to_contain_text("Resolved")
     # The server judges: a note of spaces is refused and the page says why.
     page.select_option(f"{form}-outcome", "succeeded")
     page.fill(f"{form}-operator", "ops:alice")

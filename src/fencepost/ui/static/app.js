@@ -204,7 +204,8 @@
       h("td", {}, age(w.last_seen_seconds) + " ago"))));
     const expired = document.getElementById("workers-expired");
     expired.replaceChildren(...(data.expired.length ? ["Stopped renewing (expired): ",
-      data.expired.map((w, i) => [i ? "; " : "", h("code", {}, w.id), " last seen " + age(w.last_seen_seconds) + " ago"]),
+      // flatMap: replaceChildren takes nodes and strings, not arrays of them (an array shows as its toString)
+      ...data.expired.flatMap((w, i) => [i ? "; " : "", h("code", {}, w.id), " last seen " + age(w.last_seen_seconds) + " ago"]),
       ". Their leases expire and live workers take their commands over."] : []));
   }
 
@@ -745,7 +746,9 @@
           : [h("li", { className: "muted" }, "No step reached a provider: nothing to look up.")])),
         h("form", { className: "resolve-form", "data-invocation": v.id, id: fid },
           h("div", { className: "stack" }, h("label", { htmlFor: fid + "-outcome" }, "Outcome"),
-            h("select", { id: fid + "-outcome", name: "outcome" },
+            // Nothing preselected: recording an effect that did not happen must take a choice, never a default.
+            h("select", { id: fid + "-outcome", name: "outcome", required: true },
+              h("option", { value: "", disabled: true, selected: true }, "choose what the provider's records show"),
               h("option", { value: "succeeded" }, "succeeded: the effect happened"),
               h("option", { value: "failed" }, "failed: it did not happen"))),
           h("div", { className: "stack" }, h("label", { htmlFor: fid + "-operator" }, "Operator"),
