@@ -26,6 +26,7 @@ from fencepost.evidence.sealing import (
     rotate_key_file,
 )
 from fencepost.rehearsal.audit import audit
+from fencepost.rehearsal.handler import check_seal_keys
 from helpers.processes import CliResult, run_cli, subprocess_env
 from integration.rig import Rig, copy_example
 
@@ -208,3 +209,33 @@ def test_seal_keys_show_reads_only(tmp_path: Path) -> None:
     active = json.loads(rotated.stdout)["active"]
     listed = json.loads(_cli("seal-keys", "show", "--json", env=env).stdout)
     assert listed["exists"] is True and listed["active"] == active and active in listed["key_ids"]
+
+
+def test_a_second_machine_without_the_keys_is_refused_before_it_seals(rig: Rig, tmp_path: Path) -> None:
+    """Scale-out (a new-user trial): a worker that finds no key file creates one with a new key; on a control
+    database whose Receipts are sealed with another key it is refused (exit 2, naming the key it lacks) and the
+    file it made is removed, so its next start does not take that stray key for a configured one."""
+    rig.rehearse(copy_example(rig.tmp / "inventory"), attempts=1)
+    sealed_with = load_seal_keys().active
+    second_machine = tmp_path / "machine-2" / "seal-keys.json"
+    result = _cli("worker", "--database", f"sqlite:///{rig.db_path}", "--work-dir", str(tmp_path / "work"),
+                  env={ENV_KEY_FILE: str(second_machine)})
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("fencepost:")]
+    assert len(lines) == 1 and repr(sealed_with) in lines[0] and "removed" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not second_machine.exists()
+
+
+def test_keys_that_lack_the_latest_seal_key_are_warned_about_not_refused(
+        rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
+    """Configured keys (not made by this process) that lack the key of the last sealed Receipt may be a key
+    retired on purpose: the check warns and lets the process start; with the key held it says nothing."""
+    rig.rehearse(copy_example(rig.tmp / "inventory"), attempts=1)
+    check_seal_keys(rig.store)  # the process's own keys sealed it: nothing to say
+    assert not [r for r in caplog.records if getattr(r, "event", "") == "seal_key_missing"]
+    configured = SealKeys.from_text("other=" + "ab" * 32)
+    with caplog.at_level("WARNING", logger="fencepost.rehearsal"):
+        check_seal_keys(rig.store, configured)
+    [warning] = [r for r in caplog.records if getattr(r, "event", "") == "seal_key_missing"]
+    assert warning.key_id == load_seal_keys().active  # type: ignore[attr-defined]

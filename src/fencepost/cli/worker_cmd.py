@@ -37,7 +37,7 @@ from fencepost.delivery.service import delivery_host
 from fencepost.host import Host
 from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
 from fencepost.outbox.worker import IDLE_STOP_WAIT_SECONDS, INTERRUPT_WAIT_SECONDS, default_worker_id
-from fencepost.rehearsal.handler import KIND, AttemptHandler
+from fencepost.rehearsal.handler import KIND, AttemptHandler, check_seal_keys
 from fencepost.rehearsal.sandbox import SandboxLimits, install_heap_limit
 from fencepost.store.base import Store
 from fencepost.store.url import DEFAULT_URL
@@ -72,9 +72,13 @@ def build_worker(store: Store, work_dir: Path, config: WorkerConfig, keep_sandbo
         limits: the disk and memory caps of every rehearsal sandbox (defaults when None). The
             process-wide heap limit is the caller's to install (``sandbox.install_heap_limit``): it is
             process state, set once by the command that owns the process.
+    Raises:
+        InvalidInput: no usable seal key, or a key file this process just created while the store's Receipts
+            are sealed with another key (``check_seal_keys``).
     """
     registry = HandlerRegistry()
     handler = AttemptHandler(work_dir, keep_sandboxes=keep_sandboxes, limits=limits)
+    check_seal_keys(store)  # a machine not given the seal keys is refused before it seals anything
     registry.register(KIND, handler, time_limit=REHEARSAL_SCENARIO_TIME_LIMIT,
                       max_deliveries=REHEARSAL_MAX_DELIVERIES)
     delivery_host(store).register(registry)  # the built-in fencepost.deliver action (ADR 0055)

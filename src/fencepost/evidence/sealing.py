@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import logging
 import os
 import secrets
 import threading
@@ -36,6 +37,7 @@ ENV_KEY_FILE = "FENCEPOST_SEAL_KEY_FILE"
 SEAL_ALGORITHM = "hmac-sha256"
 SEAL_DOMAIN = b"fencepost:receipt-seal/v1\x00"
 MIN_KEY_BYTES = 16
+log = logging.getLogger("fencepost.evidence")
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
@@ -161,17 +163,45 @@ def new_key_id() -> str:
     return "k" + secrets.token_hex(4)
 
 
+#: Key files this process created (absolute paths): what ``created_here`` answers.
+_created: set[str] = set()
+
+
 def _create_key_file(path: Path) -> None:
     key_id = new_key_id()
     body = json.dumps({"active": key_id, "keys": {key_id: secrets.token_hex(32)}}, indent=2) + "\n"
-    write_key_file(path, body, replace=False)
+    if write_key_file(path, body, replace=False):
+        _created.add(str(path.absolute()))
+        # INFO: a first `fencepost rehearse` on one machine is the common case, not a fault; a worker logs it.
+        log.info("created a new seal key file: every process that seals or verifies Receipts on this control "
+                    "database needs the same keys (docs/operations.md, Sealed evidence and its keys)",
+                    extra={"event": "seal_key_file_created", "path": str(path), "key_id": key_id})
 
 
-def write_key_file(path: Path, body: str, *, replace: bool) -> None:
+def created_here(keys: SealKeys) -> bool:
+    """Whether ``keys`` come from a key file this process created (it had none: a new random key)."""
+    return str(Path(keys.source).absolute()) in _created if keys.source != ENV_KEYS else False
+
+
+def remove_created(keys: SealKeys) -> bool:
+    """Delete the key file of ``keys`` if this process created it (before it sealed anything with it): the next
+    start then finds no file rather than a key nobody else has. Returns whether a file was removed."""
+    if not created_here(keys):
+        return False
+    path = Path(keys.source)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    _created.discard(str(path.absolute()))
+    return True
+
+
+def write_key_file(path: Path, body: str, *, replace: bool) -> bool:
     """Write ``body`` as key file ``path`` (mode 0600, its directory 0700 when created), atomically.
 
     Args:
         replace: overwrite an existing file (rotation); when False an existing file is left as it is.
+    Returns:
+        Whether ``body`` was written (False: ``replace`` is False and another process created the file first).
     Raises:
         InvalidInput: the directory or file cannot be written.
     """
@@ -184,14 +214,18 @@ def write_key_file(path: Path, body: str, *, replace: bool) -> None:
                 out.write(body)
                 out.flush()
                 os.fsync(out.fileno())
+            written = True
             if replace:
                 os.replace(temporary, path)
             else:
-                with contextlib.suppress(FileExistsError):  # another process created it first: use theirs
+                try:
                     os.link(temporary, path)
+                except FileExistsError:  # another process created it first: use theirs
+                    written = False
         finally:
             if temporary.exists():
                 temporary.unlink()
+        return written
     except OSError as error:
         raise InvalidInput(f"the seal key file {str(path)!r} cannot be created "
                            f"({error.strerror or error}); set {ENV_KEY_FILE} to a writable path") from None

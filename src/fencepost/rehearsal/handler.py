@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from fencepost.catalog.manifest import PackageSpec, package_from_run
-from fencepost.core.errors import LeaseLost
+from fencepost.core.errors import InvalidInput, LeaseLost
 from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus
 from fencepost.evidence.receipts import seal
-from fencepost.evidence.sealing import SealKeys, load_seal_keys
+from fencepost.evidence.sealing import SealKeys, created_here, load_seal_keys, remove_created
 from fencepost.outbox.context import CommandContext, Interrupt, StopRequested, TimeLimitExceeded
 from fencepost.outbox.handlers import DeliveryBudget
 from fencepost.outbox.history import lease_history
@@ -94,6 +94,39 @@ def sweep_ended_sandboxes(store: Store, work_dir: Path, budget_seconds: float) -
 
 def _attempt(store: Store, attempt_id: str) -> AttemptRecord | None:
     return store.read(lambda tx: tx.rehearsal.get_attempt(attempt_id))
+
+
+def check_seal_keys(store: Store, keys: SealKeys | None = None) -> None:
+    """Before a process seals Receipts on ``store``: whether its seal keys include the one the control database's
+    last sealed Receipt names (ADR 0064; a new-user trial scaled out to a second machine without the key file).
+
+    A process that has just created its key file (it found none) while that Receipt names another key is a
+    machine that was not given the keys: what it sealed would verify nowhere else and block those rehearsals'
+    gates. It is refused, and the file it created is removed, so that its next start does not take that key for
+    a configured one. A process whose configured keys lack that key only gets a warning: the key may have been
+    retired on purpose, and what it seals verifies wherever its own keys are.
+
+    Args:
+        keys: the process's seal keys (``load_seal_keys()`` when None).
+    Raises:
+        InvalidInput: the key file was created by this process and the store's Receipts use another key.
+    """
+    keys = load_seal_keys() if keys is None else keys
+    latest = store.read(lambda tx: tx.rehearsal.latest_seal_key_id())
+    if latest is None or latest in keys.keys:
+        return
+    if created_here(keys):
+        remove_created(keys)
+        raise InvalidInput(
+            f"this machine had no seal keys, so a new key file was made at {keys.source}; but the Receipts of "
+            f"this control database are sealed with key {latest!r}, which it lacks, so what it sealed would "
+            "verify nowhere else. The new file was removed. Give this machine the same keys as the others (copy "
+            "their key file and set FENCEPOST_SEAL_KEY_FILE, or set FENCEPOST_SEAL_KEYS) and start again "
+            "(docs/operations.md, Sealed evidence and its keys)")
+    log.warning("seal keys lack the key of the latest sealed Receipt", extra={
+        "event": "seal_key_missing", "key_id": latest, "source": keys.source, "active": keys.active,
+        "detail": "Receipts it seals use its own active key; Receipts sealed with the missing key are "
+                  "unverifiable here (docs/operations.md, Sealed evidence and its keys)"})
 
 
 class AttemptHandler:

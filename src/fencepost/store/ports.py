@@ -286,6 +286,11 @@ class RehearsalPort(Protocol):
         """An Attempt's Receipts by position."""
         ...
 
+    def latest_seal_key_id(self) -> str | None:
+        """The seal key id named by the evidence of the Receipt that finished last; None when no Receipt has
+        evidence, or it has no readable seal (ADR 0064)."""
+        ...
+
     def abort_attempt(self, attempt_id: str, reason: str) -> str | None:
         """PENDING/RUNNING -> ABORTED; returns its command id, or None when not abortable."""
         ...

@@ -6,6 +6,7 @@ locks or writes the Attempt row first; the fence (renewal or finish of the comma
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fencepost.core.canonical import canonical_json
@@ -78,6 +79,18 @@ class SqlRehearsal:
 
     def attempt_receipts(self, attempt_id: str) -> list[ReceiptRecord]:
         return [receipt_from_row(r) for r in self._unit.run("attempt_receipts", {"attempt_id": attempt_id}).rows]
+
+    def latest_seal_key_id(self) -> str | None:
+        rows = self._unit.run("latest_sealed_evidence", {}).rows
+        if not rows:
+            return None
+        try:
+            evidence = json.loads(rows[0]["evidence"])
+        except (TypeError, ValueError, RecursionError):  # unreadable evidence: `fencepost audit` reports it
+            return None
+        seal = evidence.get("seal") if isinstance(evidence, dict) else None
+        key_id = seal.get("key_id") if isinstance(seal, dict) else None
+        return key_id if isinstance(key_id, str) else None
 
     def abort_attempt(self, attempt_id: str, reason: str) -> str | None:
         rows = self._unit.run("abort_attempt", {"id": attempt_id, "error": reason, "now": self._unit.now()}).rows

@@ -63,6 +63,13 @@ SELECT id, attempt_id, position, scenario, status, delivery, evidence, evidence_
        started_at, finished_at
 FROM rehearsal_receipts WHERE attempt_id = :attempt_id ORDER BY position;
 
+-- name: latest_sealed_evidence
+-- The evidence of the Receipt that finished last (ties: the greatest id): which seal key it names tells a
+-- starting worker whether it holds the keys this control database's Receipts are sealed with (ADR 0064).
+SELECT evidence FROM rehearsal_receipts
+WHERE evidence IS NOT NULL AND finished_at IS NOT NULL
+ORDER BY finished_at DESC, id DESC LIMIT 1;
+
 -- name: start_attempt
 -- First fenced write of a delivery: (re)start a non-terminal Attempt under this delivery number.
 UPDATE rehearsal_attempts
