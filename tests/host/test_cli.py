@@ -176,12 +176,17 @@ def test_show_of_a_pending_invocation_says_whether_a_live_worker_serves_it(app_d
     assert waiting["pending_seconds"] >= 0
     text = run_cli(["host", "show", view["id"], "-d", url], cwd=app_dir).stdout
     assert "no live worker serves host.invoke:shop.echo@1: nothing runs it until one starts" in text
+    # ... and the submit itself said so, on stderr (its --json stdout stays the view alone)
+    assert "no live `fencepost worker` serves shop.echo v1" in ran.stderr, ran.stderr
     store = open_store(url)
     try:  # a live registration serving the kind (the registry is what `fencepost workers` reads)
         registration = WorkerRegistration(store, "w-live", ["host.invoke:shop.echo@1"], heartbeat_seconds=10.0)
         assert registration.start()
         text = run_cli(["host", "show", view["id"], "-d", url], cwd=app_dir).stdout
         assert "1 live worker serves it" in text, text
+        served = run_cli(["host", "submit", "shop.echo", "--app", "shopapp:make", "--params", '{"order_id": "o-v"}',
+                          "--key", "kv", "-d", url], cwd=app_dir)
+        assert served.returncode == 0 and "no live" not in served.stderr, served.stderr
         registration.stop()
     finally:
         store.close()

@@ -25,13 +25,13 @@ from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
 from fencepost.cli.exit_codes import exit_code
 from fencepost.cli.workers_cmd import backlog_lines
 from fencepost.core.canonical import parse_input_json
-from fencepost.core.errors import InvalidInput, RecoverableFinalization, SchemaNotReady
+from fencepost.core.errors import FencepostError, InvalidInput, RecoverableFinalization, SchemaNotReady
 from fencepost.core.statuses import CommandStatus, CompletionDisposition, InvocationStatus
 from fencepost.host import Dispatch, Host, Inline, InvocationView
-from fencepost.host.handler import KIND_PREFIX
+from fencepost.host.handler import KIND_PREFIX, kind_of
 from fencepost.host.health import DEFAULT_STUCK_AFTER, read_host_health
 from fencepost.host.operator import invocation_events
-from fencepost.outbox.registry import WorkerCensus
+from fencepost.outbox.registry import WorkerCensus, read_census
 from fencepost.store.base import Store
 from fencepost.store.url import DEFAULT_URL
 
@@ -311,6 +311,8 @@ def submit(
                    else "a worker serving this action recovers it once the caller lease expires"),
                 error.cause, invocation_id=error.invocation_id, verdict_durable=error.verdict_durable) from None
     emit(json, _view_json(view), lambda: _show_text(view))
+    if view.status is InvocationStatus.PENDING:
+        _warn_without_worker(store, view)
     if inline and view.status in (InvocationStatus.FAILED, InvocationStatus.RECONCILIATION_REQUIRED):
         raise typer.Exit(1)
     # An inline run ends settled, parked or awaiting approval. Pending, or running unparked, is a replay of the
@@ -324,6 +326,20 @@ def submit(
                       else "its holder finishes it, or a worker recovers it once that lease expires")
                    + f" (fencepost host show {view.id})", err=True)
         raise typer.Exit(1)
+
+
+def _warn_without_worker(store: Store, view: InvocationView) -> None:
+    """Say on stderr, at once rather than never, that no live ``fencepost worker`` in the registry serves the
+    pending invocation's action version (ADR 0019), as ``package install`` and ``workflow run`` do."""
+    kind = kind_of(view.action_id, view.action_version)
+    try:
+        serving = read_census(store).serving(kind)
+    except FencepostError:  # advisory: a registry that cannot be read says nothing about the submission
+        return
+    if not serving:
+        typer.echo(f"fencepost: no live `fencepost worker` serves {view.action_id} v{view.action_version} on this "
+                   "control database yet: the invocation stays pending until a worker started with --app for "
+                   "this action registers (fencepost workers lists them)", err=True)
 
 
 def _interrupted_inline(store: Store, host: Host, *, action: str, key: str, tenant: str, space: str) -> None:
