@@ -107,6 +107,21 @@ def path_problem(path: str) -> str | None:
     return None
 
 
+def _file_identity(path: str) -> tuple[int, int] | None:
+    """``(device, inode)`` of ``path``, or None when it does not exist."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _read_only(error: sqlite3.Error) -> bool:
+    """SQLITE_READONLY: among others, a connection SQLite opened read-only because the file was not writable
+    at that moment; it stays so until it is reopened."""
+    return (getattr(error, "sqlite_errorcode", None) or 0) & 0xFF == _READONLY_CODE or "readonly" in str(error)
+
+
 def _explained(error: sqlite3.Error, path: str) -> FencepostError:
     """``translate_sqlite_error``, with the path's problem as the message when SQLite could not open or write."""
     code = (getattr(error, "sqlite_errorcode", None) or 0) & 0xFF
@@ -228,6 +243,7 @@ class SQLiteStore(Store):
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
         self._identity: tuple[int, int] | None = None  # (device, inode) of the file first opened
+        self._wal_identity: tuple[int, int] | None = None  # ... and of its -wal file, in WAL mode
         self._write_lock = threading.Lock()  # this process's writers queue here before BEGIN IMMEDIATE
 
     # ── connections ──
@@ -299,18 +315,22 @@ class SQLiteStore(Store):
         Raises:
             StoreUnavailable: the path no longer exists or names another file.
         """
-        try:
-            info = os.stat(self.path)
-        except OSError:
-            info = None
-        identity = (info.st_dev, info.st_ino) if info is not None else None
+        identity = _file_identity(self.path)
+        # In WAL mode, commits live in the -wal file until a checkpoint copies them into the database file. While
+        # any connection is open SQLite never deletes it, and this store keeps its connections open until
+        # close(); so a -wal file gone or replaced under them was removed from outside, taking with it commits
+        # that no other process will see. Writing on into it would record facts nobody can read (a break-it trial:
+        # a worker recorded a success into a deleted WAL while another re-ran the invocation).
+        wal = _file_identity(self.path + "-wal") if self.journal_mode == "wal" else None
         with self._all_lock:
             if self._identity is None:
                 self._identity = identity
+            if self._wal_identity is None:
+                self._wal_identity = wal
+            if identity == self._identity and wal == self._wal_identity:
                 return
-            if identity == self._identity:
-                return
-        raise StoreUnavailable("the SQLite control database file was deleted or replaced while this process had "
+            what = "file" if identity != self._identity else "write-ahead log (-wal file)"
+        raise StoreUnavailable(f"the SQLite control database {what} was deleted or replaced while this process had "
                                "it open: nothing more is written; restore the file (docs/operations.md, "
                                "Backups) and restart this process")
 
@@ -340,6 +360,8 @@ class SQLiteStore(Store):
         try:
             conn.execute(begin)
         except sqlite3.Error as error:
+            if _read_only(error):
+                self._discard(conn)
             raise _explained(error, self.path) from None
         tx = SqlUnitOfWork(SQLiteExecutor(conn, self), self.queries, self.claim_rotation)
         try:
@@ -352,6 +374,8 @@ class SQLiteStore(Store):
                 with suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             if isinstance(error, sqlite3.Error):
+                if _read_only(error):
+                    self._discard(conn)
                 raise _explained(error, self.path) from None
             raise
         if name:
@@ -394,6 +418,21 @@ class SQLiteStore(Store):
         except sqlite3.Error as error:
             raise translate_sqlite_error(error) from None
         return found
+
+    def _discard(self, conn: sqlite3.Connection) -> None:
+        """Close this thread's connection after SQLITE_READONLY, so that its next use opens a new one: a connection
+        opened while the file was not writable (restored permissions, an immutable flag lifted) stays read-only
+        for good, and a worker's heartbeat thread then failed every registry write while its slots, on newer
+        connections, worked (a break-it trial: the live worker was listed as dead)."""
+        if getattr(self._local, "conn", None) is conn:
+            self._local.conn = None
+        with self._all_lock:
+            if conn in self._all:
+                self._all.remove(conn)
+            with suppress(sqlite3.Error):
+                conn.close()
+            if not self._all:  # the last one: SQLite may delete the -wal file on close, and the next makes another
+                self._wal_identity = None
 
     def close(self) -> None:
         with self._all_lock:
