@@ -89,7 +89,7 @@ def test_a_body_naming_a_key_twice_is_refused_as_the_cli_refuses_it(api: HostApi
     refused = api.client.post(f"{BASE}/invocations", content=text,
                               headers={**AUTH, "Idempotency-Key": "dup", "Content-Type": "application/json"})
     problem = assert_problem(refused, 422, "invalid-input")
-    assert "duplicate key 'order_id'" in problem["detail"], problem
+    assert "the request body has a duplicate key 'order_id' in a JSON object" in problem["detail"], problem
     assert api.host.list() == []
     assert api.submit("dup").status_code == 202  # the same request without the duplicate is taken
 

@@ -109,3 +109,34 @@ def test_deliveries_are_listed_in_target_name_order(tmp_path: Path) -> None:
     assert [d["target"] for d in shown] == sorted(names)
     text = runner.invoke(cli, ["package", "deliveries", "shop", "-d", url]).output
     assert [line.split(":")[0] for line in text.splitlines() if line.startswith("tenant-")] == sorted(names)
+
+
+def test_a_failed_delivery_names_redeliver_and_redeliver_runs_it_anew(tmp_path: Path) -> None:
+    """A new-user trial: the README's target file was missing, the delivery failed, and the same command again
+    printed the old failure with no word of --redeliver."""
+    url = f"sqlite:///{tmp_path / 'control.db'}"
+    store = open_store(url, create=True)
+    store.migrate()
+    release(store, write_package(tmp_path, "shop", "1.0.0", THREE), tmp_path / "work")
+    missing = tmp_path / "tenant-b.db"  # not created: the delivery fails
+    runner = CliRunner()
+    assert runner.invoke(cli, ["target", "add", "tenant-b", f"sqlite://{missing}", "-d", url]).exit_code == 0
+    worker = start(worker_args(url, tmp_path / "worker-work", lease_seconds=5, poll_interval=0.05),
+                   name="worker", stdout_path=tmp_path / "worker.log", cwd=tmp_path)
+    try:
+        failed = runner.invoke(cli, ["package", "install", "shop", "--target", "tenant-b", "--wait",
+                                     "--wait-timeout", "60", "-d", url])
+        assert failed.exit_code == 1, failed.output
+        assert "a failed delivery is not run again by the same command" in failed.output
+        assert "(tenant-b), then install again with --redeliver" in failed.output
+        again = runner.invoke(cli, ["package", "install", "shop", "--target", "tenant-b", "-d", url])
+        assert "0 deliveries submitted, 1 existing" in again.output and "--redeliver" in again.output
+        target_file(tmp_path, "tenant-b")
+        fixed = runner.invoke(cli, ["package", "install", "shop", "--target", "tenant-b", "--redeliver", "--wait",
+                                    "--wait-timeout", "60", "-d", url])
+    finally:
+        kill_all([worker])
+    assert fixed.exit_code == 0, fixed.output
+    assert "a failed delivery is not run again" not in fixed.output
+    assert [r[2] for r in ledger(missing)] == list(THREE)
+    store.close()

@@ -56,7 +56,7 @@ async def _one_value_per_key(request: Request) -> None:
         parse_input_json(await request.body())
     except ValueError as error:
         if "duplicate key" in str(error):
-            raise InvalidInput(f"the request body {error}") from None
+            raise InvalidInput(f"the request body has a {error}") from None
 
 
 def _one_idempotency_key(request: Request) -> None:

@@ -148,6 +148,10 @@ def install(name: NameArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = 
                 typer.echo(f"  {t:<24} {v.id}  {v.status} (a `fencepost worker` runs it)")
 
     emit(json, data, text)
+    failed = [t for (t, _), v in zip(ids, views, strict=True) if v.status is InvocationStatus.FAILED]
+    if failed and not json:  # the same command returns the failed delivery again: say how to run it anew
+        typer.echo(f"fencepost: a failed delivery is not run again by the same command: fix the target "
+                   f"({', '.join(failed)}), then install again with --redeliver", err=True)
     if wait and any(v.status is not InvocationStatus.SUCCEEDED for v in views):
         raise typer.Exit(1)
 
