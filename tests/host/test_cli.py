@@ -33,6 +33,10 @@ APP = textwrap.dedent('''
             if call.input["order_id"].startswith("slow-"):
                 import time
                 time.sleep(60)
+            if call.input["order_id"].startswith("pause-") and call.operation == "first":
+                import pathlib, time
+                pathlib.Path(call.input["order_id"] + ".calling").write_text("")  # the call is in flight
+                time.sleep(3)
             if call.input["order_id"] == "decline":
                 return PermanentFailure("card declined")
             if call.input["order_id"].startswith("payout-"):
@@ -48,8 +52,12 @@ APP = textwrap.dedent('''
                     steps=(AdapterStep(name="payout", adapter="echo", operation="payout"),),
                     completion_deadline=timedelta(hours=1))
 
+    TWO = Action(id="shop.two", version=1, params=Params, handler=lambda ctx, p: {"order": p.order_id},
+                 steps=(AdapterStep(name="first", adapter="echo", operation="first"),
+                        AdapterStep(name="second", adapter="echo", operation="second")))
+
     def make(store):
-        return Host(store, actions=[ACTION, PAYOUT], adapters=[Echo()])
+        return Host(store, actions=[ACTION, PAYOUT, TWO], adapters=[Echo()])
 
     def unrecordable(store):  # the store refuses the fence of the success verdict once
         return Host(FaultInjectingStore(store, plan={"finish_command": {1}}), actions=[ACTION, PAYOUT],
@@ -462,12 +470,16 @@ def test_an_interrupted_inline_submit_names_the_invocation_and_who_finishes_it(a
         [invocation] = store.read(lambda tx: tx.host.list_invocations())
     finally:
         store.close()
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGINT)  # the first: the call in flight may finish (60 s here), nothing later starts
+    time.sleep(1.0)
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGINT)  # the second abandons it
     _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130, stderr
+    assert "finishing the run: a provider call in flight is waited for and recorded" in stderr, stderr
     assert f"invocation {invocation.id} is still running under this process's lease" in stderr, stderr
     assert "takes it over once the lease expires" in stderr and "Traceback" not in stderr, stderr
-    assert stderr.count("interrupted") == 1, stderr
+    assert stderr.count("interrupted") == 1, stderr  # the second Ctrl-C's account, once
     # Held by the dead caller's lease, show says nothing more; once that lease lapses it says that nobody holds it
     # and that no worker will take it over (a break-it trial: show printed only "running").
     held = run_cli(["host", "show", invocation.id, "--json", "-d", url], cwd=app_dir)
@@ -480,6 +492,32 @@ def test_an_interrupted_inline_submit_names_the_invocation_and_who_finishes_it(a
     assert lapsed["waiting"]["live_workers_serving"] == 0 and lapsed["waiting"]["unheld_seconds"] > 3600, lapsed
     text = run_cli(["host", "show", invocation.id, "-d", url], cwd=app_dir).stdout
     assert "no lease held for" in text and "it stays running until one starts and takes it over" in text, text
+
+
+def test_a_first_ctrl_c_of_an_inline_run_lets_it_finish_and_record_its_verdict(app_dir: Path) -> None:
+    """A new-user trial: Ctrl-C of ``host submit --inline`` abandoned a provider call that would have answered a
+    moment later, and a non-idempotent invocation then needed an operator. The first Ctrl-C now lets the run
+    finish, as a worker's graceful stop does: the call in flight returns and is recorded, the later step runs,
+    and the verdict is printed (the second Ctrl-C abandons it: the test above)."""
+    import signal
+    import subprocess
+
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fencepost.cli", "host", "submit", "shop.two", "--app", "shopapp:make", "--params",
+         '{"order_id": "pause-1"}', "--key", "p1", "--inline", "--json", "-d", url],
+        cwd=app_dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**__import__("os").environ, "PYTHONPATH": str(app_dir)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal's foreground job
+    wait_until(lambda: (app_dir / "pause-1.calling").exists() or proc.poll() is not None, timeout=30)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    assert "finishing the run: a provider call in flight is waited for and recorded" in stderr, stderr
+    assert "Traceback" not in stderr, stderr
+    view = json.loads(stdout)
+    assert view["status"] == "succeeded" and [s["status"] for s in view["steps"]] == ["succeeded", "succeeded"]
 
 
 def test_a_closed_stdout_ends_the_command_with_141_not_the_gate_blocked_code(app_dir: Path) -> None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import importlib
 import json as jsonlib
+import signal
 import sys
 import traceback
+from contextlib import nullcontext
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -23,6 +25,7 @@ from rich.table import Table
 from fencepost.cli import render, stdio
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
 from fencepost.cli.exit_codes import exit_code
+from fencepost.cli.signals import acting_on_signals
 from fencepost.cli.workers_cmd import backlog_lines
 from fencepost.core.canonical import parse_input_json
 from fencepost.core.errors import FencepostError, InvalidInput, RecoverableFinalization, SchemaNotReady
@@ -294,9 +297,18 @@ def submit(
         if not key:
             raise InvalidInput("--key is required: an idempotency key makes a retried submit safe")
         host = load_host(host_app, store)
+
+        def finishing(received: int) -> None:  # the first Ctrl-C, on the signal watcher's thread (cli/signals.py)
+            sys.stderr.write("fencepost: finishing the run: a provider call in flight is waited for and recorded, "
+                             "as a worker's graceful stop does; press Ctrl-C again to abandon it (an invocation "
+                             "that is not idempotent may then need reconciliation)\n")
+
         try:
-            view = host.submit(action, parsed, actor=actor, authority=authority, idempotency_key=key,
-                               tenant=tenant, space=space, mode=Inline() if inline else Dispatch())
+            # An inline run's first Ctrl-C does not abandon a provider call that may answer a moment later (a
+            # new-user trial's invocation then needed an operator); the second raises KeyboardInterrupt.
+            with acting_on_signals(finishing, (signal.SIGINT,), interrupt_at=2) if inline else nullcontext():
+                view = host.submit(action, parsed, actor=actor, authority=authority, idempotency_key=key,
+                                   tenant=tenant, space=space, mode=Inline() if inline else Dispatch())
         except KeyboardInterrupt:
             if inline:  # the run stops here; say what is stored and who finishes it (a new user's trial)
                 _interrupted_inline(store, host, action=action, key=key, tenant=tenant, space=space)
@@ -310,9 +322,12 @@ def submit(
                 + ("its verdict is recorded" if error.verdict_durable
                    else "a worker serving this action recovers it once the caller lease expires"),
                 error.cause, invocation_id=error.invocation_id, verdict_durable=error.verdict_durable) from None
+        unserved = view.status is InvocationStatus.PENDING and not _served(store, view)
     emit(json, _view_json(view), lambda: _show_text(view))
-    if view.status is InvocationStatus.PENDING:
-        _warn_without_worker(store, view)
+    if unserved:
+        typer.echo(f"fencepost: no live `fencepost worker` serves {view.action_id} v{view.action_version} on this "
+                   "control database yet: the invocation stays pending until a worker started with --app for "
+                   "this action registers (fencepost workers lists them)", err=True)
     if inline and view.status in (InvocationStatus.FAILED, InvocationStatus.RECONCILIATION_REQUIRED):
         raise typer.Exit(1)
     # An inline run ends settled, parked or awaiting approval. Pending, or running unparked, is a replay of the
@@ -328,18 +343,14 @@ def submit(
         raise typer.Exit(1)
 
 
-def _warn_without_worker(store: Store, view: InvocationView) -> None:
-    """Say on stderr, at once rather than never, that no live ``fencepost worker`` in the registry serves the
-    pending invocation's action version (ADR 0019), as ``package install`` and ``workflow run`` do."""
-    kind = kind_of(view.action_id, view.action_version)
+def _served(store: Store, view: InvocationView) -> bool:
+    """Whether a live ``fencepost worker`` in the registry serves the invocation's action version (ADR 0019); True
+    when the registry cannot be read (advisory: it says nothing then), as ``package install`` and ``workflow run``
+    check before they wait."""
     try:
-        serving = read_census(store).serving(kind)
-    except FencepostError:  # advisory: a registry that cannot be read says nothing about the submission
-        return
-    if not serving:
-        typer.echo(f"fencepost: no live `fencepost worker` serves {view.action_id} v{view.action_version} on this "
-                   "control database yet: the invocation stays pending until a worker started with --app for "
-                   "this action registers (fencepost workers lists them)", err=True)
+        return bool(read_census(store).serving(kind_of(view.action_id, view.action_version)))
+    except FencepostError:
+        return True
 
 
 def _interrupted_inline(store: Store, host: Host, *, action: str, key: str, tenant: str, space: str) -> None:

@@ -25,7 +25,8 @@ WATCH_SECONDS = 0.02
 
 @contextmanager
 def acting_on_signals(act: Callable[[int], None],
-                      signals: Sequence[signal.Signals] = (signal.SIGINT,)) -> Iterator[None]:
+                      signals: Sequence[signal.Signals] = (signal.SIGINT,), *,
+                      interrupt_at: int | None = None) -> Iterator[None]:
     """While inside, each of ``signals`` only counts; a watcher thread calls ``act(n)`` for the n-th signal
     received (n = 1, 2, ...), in order, each once. The previous handlers come back on exit.
 
@@ -33,19 +34,24 @@ def acting_on_signals(act: Callable[[int], None],
         act: what a signal asks for, given how many have come so far; it runs on the watcher thread (it may take
             locks, set events, stop workers; an exception it raises is not caught).
         signals: the signals counted (default SIGINT).
+        interrupt_at: from this many signals on, the handler raises ``KeyboardInterrupt`` in the main thread
+            instead (what an unhandled Ctrl-C does), and ``act`` is not called for them: a second Ctrl-C that
+            abandons what the first asked to finish.
     """
     received = [0]
     done = threading.Event()
 
     def count(signum: int, frame: FrameType | None) -> None:
         received[0] += 1  # nothing else: no lock, no event, no I/O
+        if interrupt_at is not None and received[0] >= interrupt_at:
+            raise KeyboardInterrupt
 
     def watch() -> None:
         acted = 0
         while True:
             finished = done.wait(WATCH_SECONDS)
-            while acted < received[0]:  # also the ones counted just before the handlers were restored
-                acted += 1
+            while acted < received[0] and (interrupt_at is None or acted + 1 < interrupt_at):
+                acted += 1  # also the ones counted just before the handlers were restored
                 act(acted)
             if finished:
                 return
