@@ -85,8 +85,28 @@ def test_submit_inline_show_and_list_print_the_verdict(app_dir: Path) -> None:
     assert shown.returncode == 0 and json.loads(shown.stdout)["steps"][0]["status"] == "succeeded"
     listed = run_cli(["host", "list", "--json", "-d", url], cwd=app_dir)
     assert [v["id"] for v in json.loads(listed.stdout)["invocations"]] == [view["id"]]
+    assert json.loads(listed.stdout)["more"] is False
     text = run_cli(["host", "show", view["id"], "-d", url], cwd=app_dir)
     assert "succeeded" in text.stdout and "step echo" in text.stdout
+
+
+def test_list_says_when_more_match_than_its_limit_and_filters_by_action(app_dir: Path) -> None:
+    """A new-user trial: `host list` stopped at --limit without a word, and had no --action filter."""
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    for i in range(3):
+        assert run_cli(["host", "submit", "shop.echo", "--app", "shopapp:make", "--params", f'{{"order_id": "m{i}"}}',
+                        "--key", f"m{i}", "--inline", "-d", url], cwd=app_dir).returncode == 0
+    assert run_cli(["host", "submit", "shop.payout", "--app", "shopapp:make", "--params", '{"order_id": "p0"}',
+                    "--key", "p0", "-d", url], cwd=app_dir).returncode == 0
+    cut = run_cli(["host", "list", "--limit", "2", "-d", url], cwd=app_dir)
+    assert cut.returncode == 0 and "... more match: these are the newest 2" in cut.stdout, cut.stdout
+    as_json = json.loads(run_cli(["host", "list", "--limit", "2", "--json", "-d", url], cwd=app_dir).stdout)
+    assert len(as_json["invocations"]) == 2 and as_json["more"] is True
+    echoes = json.loads(run_cli(["host", "list", "--action", "shop.echo", "--json", "-d", url], cwd=app_dir).stdout)
+    assert {v["action_id"] for v in echoes["invocations"]} == {"shop.echo"} and len(echoes["invocations"]) == 3
+    assert echoes["more"] is False
+    whole = run_cli(["host", "list", "-d", url], cwd=app_dir)
+    assert "more match" not in whole.stdout and whole.stdout.count(" key ") == 4
 
 
 def test_a_conflicting_replay_exits_3_naming_the_field(app_dir: Path) -> None:
@@ -440,7 +460,7 @@ def test_params_naming_a_key_twice_are_refused_not_silently_the_last(app_dir: Pa
         assert refused.returncode == 2, refused.describe()
         assert f"{option} must be a JSON object: duplicate key" in refused.stderr, refused.stderr
     listed = run_cli(["host", "list", "-d", url, "--json"], cwd=app_dir)
-    assert listed.returncode == 0 and json.loads(listed.stdout) == {"invocations": []}, listed.describe()
+    assert listed.returncode == 0 and json.loads(listed.stdout) == {"invocations": [], "more": False}, listed.describe()
 
 
 def test_an_interrupted_inline_submit_names_the_invocation_and_who_finishes_it(app_dir: Path) -> None:

@@ -417,13 +417,15 @@ def _waiting(store: Store, view: InvocationView) -> dict[str, Any] | None:
 
 @app.command("list")
 def list_invocations(
-    status: Annotated[str | None, typer.Option(help="Only this status.")] = None,
+    status: Annotated[str | None, typer.Option(
+        help="Only this status: " + ", ".join(s.value for s in InvocationStatus) + ".")] = None,
+    action: Annotated[str | None, typer.Option("--action", help="Only this action id.")] = None,
     tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None,
     space: Annotated[str | None, typer.Option(help="Only this space.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many (1-10000).")] = 100,
     database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False,
 ) -> None:
-    """List invocations, newest first."""
+    """List invocations, newest first. When more match than --limit, the last line says so (--json: "more")."""
     with opened(database) as store, handled():
         try:
             wanted = None if status is None else InvocationStatus(status)
@@ -431,8 +433,11 @@ def list_invocations(
             raise InvalidInput(f"--status must be one of {', '.join(s.value for s in InvocationStatus)}") from None
         if not 1 <= limit <= 10_000:
             raise InvalidInput("--limit must be between 1 and 10000")
-        views = Host(store).list(tenant=tenant, space=space, status=wanted, limit=limit)
-    data = {"invocations": [_view_json(v) for v in views]}
+        # One more than asked: whether the list stopped at --limit (a new-user trial read a cut list as all).
+        views = Host(store).list(tenant=tenant, space=space, status=wanted, action_id=action, limit=limit + 1)
+    more = len(views) > limit
+    views = views[:limit]
+    data = {"invocations": [_view_json(v) for v in views], "more": more}
 
     def text() -> None:
         if not views:
@@ -448,6 +453,9 @@ def list_invocations(
                             f"{v.resolution['resolved_at']}: {v.resolution['note'][:200]}", markup=False)
             if v.error:
                 render.line(f"  error: {v.error[:200]}", markup=False)
+        if more:
+            render.line(f"... more match: these are the newest {limit}; narrow with --status, --action, --tenant or "
+                        "--space, or raise --limit", markup=False)
 
     emit(json, data, text)
 
