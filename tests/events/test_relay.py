@@ -378,3 +378,26 @@ def test_a_webhook_that_trickles_its_answer_fails_within_the_timeout(sqlite_stor
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_requeue_all_sends_every_dead_letter_again_after_an_outage(db: str, sqlite_store: Store) -> None:
+    """A new-user trial: a wrong routing key dead-lettered the whole backlog, and `events requeue` took one id at a
+    time. --all requeues every dead letter (each its own transaction) and reports a count; ids and --all together,
+    or neither, is a usage error."""
+    append(sqlite_store, 5)
+    relay = Relay(sqlite_store, CallableSink(lambda e, o: (_ for _ in ()).throw(RuntimeError("no route"))),
+                  RelayConfig(max_attempts=1, **FAST))
+    run_until_drained(relay, sqlite_store)
+    assert statuses(sqlite_store) == {"dead_lettered": 5}
+    runner = CliRunner()
+    both = runner.invoke(app, ["events", "requeue", "ev-00000", "--all", "--database", db])
+    neither = runner.invoke(app, ["events", "requeue", "--database", db])
+    assert both.exit_code == neither.exit_code == 2, (both.output, neither.output)
+    done = runner.invoke(app, ["events", "requeue", "--all", "--database", db])
+    assert done.exit_code == 0 and "requeued 5 dead letter(s): pending" in done.output, done.output
+    assert statuses(sqlite_store) == {"pending": 5}
+    again = runner.invoke(app, ["events", "requeue", "--all", "--database", db, "--json"])
+    assert again.exit_code == 0 and json.loads(again.stdout) == {"items": [], "refused": []}
+    seen: list[str] = []
+    Relay(sqlite_store, CallableSink(lambda e, o: seen.append(e.id)), RelayConfig(**FAST)).run_once()
+    assert sorted(seen) == [f"ev-0000{i}" for i in range(5)]

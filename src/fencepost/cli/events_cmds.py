@@ -21,8 +21,7 @@ from fencepost.events.sinks import AmqpSink, WebhookSink, redacted
 from fencepost.events.views import event_space_view, event_view
 from fencepost.events.views import outbox_row_view as row_view
 from fencepost.events.views import outbox_summary_view as summary_view
-from fencepost.store.host_records import EventOutboxRecord, EventRecord, EventSpace, Subject
-from fencepost.store.ports import UnitOfWork
+from fencepost.store.host_records import EventRecord, EventSpace, Subject
 from fencepost.store.url import DEFAULT_URL
 
 EVENTS_HELP = "\n\n".join([
@@ -219,30 +218,52 @@ def show(event_id: Annotated[str, typer.Argument(help="The event id.")], databas
 
 
 @app.command()
-def requeue(event_ids: Annotated[list[str], typer.Argument(help="Dead-lettered event ids.")],
+def requeue(event_ids: Annotated[list[str] | None, typer.Argument(help="Dead-lettered event ids.")] = None,
+            every: Annotated[bool, typer.Option("--all", help="Every dead letter there is (after a sink outage or "
+                                                             "a wrong routing was fixed).")] = False,
             database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
     """Send dead letters again: each becomes pending now with a fresh attempt budget.
 
-    Each id is its own transaction and is reported on its own (with --json: ``items`` requeued, ``refused``
-    with the reason): a row that is not dead-lettered, or a conformance probe space's event (never published),
-    is refused; an unknown id is refused as unknown. Exit 0 when every id was requeued; otherwise the exit code
-    of the first refusal (3: refused, 2: unknown), after all ids were tried.
+    Name the event ids, or give --all for every dead letter (a broker down or a wrong routing key for longer than
+    the attempt budget dead-letters the whole backlog). Each id is its own transaction and is reported on its own
+    (with --json: ``items`` requeued, ``refused`` with the reason); --all prints a count instead of a line per
+    event. A row that is not dead-lettered, or a conformance probe space's event (never published), is refused;
+    an unknown id is refused as unknown. Exit 0 when every id was requeued; otherwise the exit code of the first
+    refusal (3: refused, 2: unknown), after all ids were tried.
     """
+    if every == bool(event_ids):
+        raise typer.BadParameter("name the dead-lettered event ids, or give --all (not both)",
+                                 param_hint="EVENT_IDS")
     done: list[dict[str, Any]] = []
     refused: list[tuple[str, FencepostError]] = []
     with opened(database) as store, handled():
-        for event_id in event_ids:
-            def one(tx: UnitOfWork, event_id: str = event_id) -> EventOutboxRecord:
-                return tx.events.requeue_event(event_id)
-
+        def requeue_one(event_id: str) -> None:
             try:
-                done.append(row_view(store.transact(one)))
+                done.append(row_view(store.transact(lambda tx: tx.events.requeue_event(event_id))))
             except (NotFound, Conflict, InvalidInput) as error:  # reported with the others, below
                 refused.append((event_id, error))
+
+        if every:
+            tried: set[str] = set()
+            while True:  # a page at a time; a refused row stays dead-lettered and is not tried twice
+                page = [r.event_id for r in store.read(lambda tx: tx.events.list_event_outbox(
+                    status=EventOutboxStatus.DEAD_LETTERED, limit=1000)) if r.event_id not in tried]
+                if not page:
+                    break
+                for event_id in page:
+                    tried.add(event_id)
+                    requeue_one(event_id)
+        else:
+            for event_id in event_ids or []:
+                requeue_one(event_id)
+
+    def text() -> None:
+        lines = ([f"requeued {len(done)} dead letter(s): pending"] if every
+                 else [f"requeued {r['event_id']}: pending" for r in done])
+        render.console.print("\n".join(lines + [f"not requeued {i}: {e}" for i, e in refused]), markup=False)
+
     emit(json, {"items": done, "refused": [{"event_id": i, "error": str(e), "exit_code": exit_code(type(e))}
-                                          for i, e in refused]},
-         lambda: render.console.print("\n".join([f"requeued {r['event_id']}: pending" for r in done]
-                                                + [f"not requeued {i}: {e}" for i, e in refused]), markup=False))
+                                          for i, e in refused]}, text)
     if refused:
         raise typer.Exit(exit_code(type(refused[0][1])))
 
