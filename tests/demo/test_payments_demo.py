@@ -361,3 +361,15 @@ def test_the_next_steps_name_every_open_row_and_quote_the_database(monkeypatch: 
     [serve_ledger] = [line for line in lines if "python -m fencepost.demo.simpay --ledger" in line]
     pasted = shlex.split(serve_ledger[serve_ledger.index("`") + 1:serve_ledger.rindex("`")])
     assert pasted == ["python", "-m", "fencepost.demo.simpay", "--ledger", str(directory / "simpay-ledger.db")]
+
+
+@pytest.mark.parametrize("amount", [True, "10", 10.0])
+def test_the_demo_charges_only_an_integer_amount(amount: Any) -> None:
+    """A break-it trial: `"amount": true` was charged as 1 cent (pydantic's lax mode). Money is a JSON integer."""
+    from pydantic import ValidationError
+
+    from fencepost.demo.payments import ChargeParams
+
+    assert ChargeParams.model_validate({"order_id": "o-1", "amount": 10}).amount == 10
+    with pytest.raises(ValidationError):
+        ChargeParams.model_validate({"order_id": "o-1", "amount": amount})

@@ -24,7 +24,7 @@ import signal
 from datetime import timedelta
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fencepost.core.errors import InvalidInput
 from fencepost.demo.simpay import MODES
@@ -47,6 +47,10 @@ RECOVERY_MAX_ATTEMPTS = 5
 
 class ChargeParams(BaseModel):
     """A charge or a payout: which order, how much (in cents), and SimPay's failure mode for this request."""
+
+    # Strict: an amount of money is a JSON integer, never a `true` read as 1 cent or a "10" read as 10 (a break-it
+    # trial charged 1 cent for `"amount": true`). An application's own params model should be as strict.
+    model_config = ConfigDict(strict=True)
 
     order_id: str = Field(min_length=1, max_length=100)
     amount: int = Field(gt=0, le=10_000_000)
