@@ -137,6 +137,14 @@ def test_worker_app_serves_host_invocations(app_dir: Path) -> None:
     finally:
         worker.stop_cleanly()
         store.close()
+    # show names who held it and how the lease ended (a new-user trial: only the page had the lease timeline)
+    shown = json.loads(run_cli(["host", "show", invocation_id, "--json", "-d", url], cwd=app_dir).stdout)
+    [lease] = shown["lease_timeline"]
+    assert (lease["delivery"], lease["claim"], lease["ended"]) == (1, "claim", "delivered"), lease
+    assert lease["owner"]
+    text = run_cli(["host", "show", invocation_id, "-d", url], cwd=app_dir).stdout
+    assert f"lease #1 (claim) {lease['owner']}  claimed {lease['claimed_at']}" in text, text
+    assert ": delivered at " in text, text
 
 
 def test_a_bad_app_spec_is_refused_in_one_line(app_dir: Path) -> None:

@@ -34,6 +34,7 @@ from fencepost.host import Dispatch, Host, Inline, InvocationView
 from fencepost.host.handler import KIND_PREFIX, kind_of
 from fencepost.host.health import DEFAULT_STUCK_AFTER, read_host_health
 from fencepost.host.operator import invocation_events
+from fencepost.outbox.history import lease_history
 from fencepost.outbox.registry import WorkerCensus, read_census
 from fencepost.store.base import Store
 from fencepost.store.url import DEFAULT_URL
@@ -161,7 +162,8 @@ def _budget_line(reconciliation: dict[str, Any]) -> str:
 
 
 def _show_text(view: InvocationView, events: list[dict[str, Any]] | None = None,
-               reconciliations: list[dict[str, Any]] | None = None, waiting: dict[str, Any] | None = None) -> None:
+               reconciliations: list[dict[str, Any]] | None = None, waiting: dict[str, Any] | None = None,
+               timeline: list[dict[str, Any]] | None = None) -> None:
     print_ = render.line  # every line carries stored text: shown, never acted on (a break-it trial)
 
     print_(f"{view.id}  {escape(view.action_id)} v{view.action_version}  {render.styled(str(view.status))}"
@@ -226,6 +228,10 @@ def _show_text(view: InvocationView, events: list[dict[str, Any]] | None = None,
         about = f"  adapter invocation {record['adapter_invocation_id']}" if record["adapter_invocation_id"] else ""
         print_(f"  reconciliation record ({record['log']}) {record['kind']}{about}  {record['created_at']}",
                markup=False)
+    for d in timeline or []:  # who held it, and how each lease ended (the page's lease timeline)
+        print_(f"  lease #{d['delivery']} ({d['claim']}) {d['owner'] or '-'}  claimed {d['claimed_at']}, "
+               f"{d['heartbeats']} heartbeat(s), until {d['lease_until'] or '-'}: {d['ended']}"
+               + (f" at {d['ended_at']}" if d["ended_at"] else ""), markup=False)
 
 
 _SET_BY = {"host": "set by the host", "handler": "set by the handler, kept by the host",
@@ -379,14 +385,17 @@ def _interrupted_inline(store: Store, host: Host, *, action: str, key: str, tena
 def show(invocation_id: Annotated[str, typer.Argument(help="The invocation id.")],
          database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
     """Show one invocation: who submitted what (params, authority), its verdict and evidence, its attempt count,
-    its steps with the provider key to look each one up at the provider, and its lifecycle events."""
+    its steps with the provider key to look each one up at the provider, its lifecycle events and its lease
+    timeline (one line per delivery: who held it and how the lease ended)."""
     with opened(database) as store, handled():
         view = Host(store).get(invocation_id)
         events = _events(store, view)
         records = _reconciliations(store, view)
         waiting = _waiting(store, view)
-    emit(json, {**_view_json(view), "events": events, "reconciliations": records, "waiting": waiting},
-         lambda: _show_text(view, events, records, waiting))
+        timeline = lease_history(store.read(lambda tx: tx.outbox.lease_events(view.id)))
+    emit(json, {**_view_json(view), "events": events, "reconciliations": records, "waiting": waiting,
+                "lease_timeline": timeline},
+         lambda: _show_text(view, events, records, waiting, timeline))
 
 
 def _waiting(store: Store, view: InvocationView) -> dict[str, Any] | None:
