@@ -72,8 +72,10 @@ def test_submit_needs_the_key_and_the_token_and_a_replay_returns_the_same_invoca
     created = first.json()
     assert created["status"] == "pending" and created["idempotency_key"] == "k1"
     assert first.headers["location"] == f"{BASE}/invocations/{created['id']}"
+    assert first.headers["idempotent-replayed"] == "false"
     again = api.submit("k1")
     assert again.status_code == 202 and again.json()["id"] == created["id"]
+    assert again.headers["idempotent-replayed"] == "true"  # a client tells a replay from a new submission
     conflict = assert_problem(api.submit("k1", order="o-2"), 409, "idempotency-conflict")
     assert conflict["field"] == "parameters"
     assert_problem(api.submit("k2", order="o-3", action_id="shop.missing"), 422, "invalid-input")

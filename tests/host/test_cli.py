@@ -109,6 +109,21 @@ def test_list_says_when_more_match_than_its_limit_and_filters_by_action(app_dir:
     assert "more match" not in whole.stdout and whole.stdout.count(" key ") == 4
 
 
+def test_a_replay_says_it_ran_nothing_again(app_dir: Path) -> None:
+    """A new-user trial: a replayed submit printed exactly what a new one prints."""
+    url = f"sqlite:///{app_dir / 'fp.db'}"
+    args = ["host", "submit", "shop.echo", "--app", "shopapp:make", "--params", '{"order_id": "r-1"}', "--key", "r1",
+            "--inline", "-d", url]
+    first = run_cli([*args, "--json"], cwd=app_dir)
+    assert first.returncode == 0 and json.loads(first.stdout)["replayed"] is False, first.describe()
+    assert "submitted before" not in first.stderr
+    again = run_cli([*args, "--json"], cwd=app_dir)
+    view = json.loads(again.stdout)
+    assert again.returncode == 0 and view["replayed"] is True and view["status"] == "succeeded", again.describe()
+    assert f"--key r1 names invocation {view['id']}, submitted before: it is shown as it is and nothing ran again" \
+        in again.stderr, again.stderr
+
+
 def test_a_conflicting_replay_exits_3_naming_the_field(app_dir: Path) -> None:
     url = f"sqlite:///{app_dir / 'fp.db'}"
     base = ["host", "submit", "shop.echo", "--app", "shopapp:make", "--key", "k1", "-d", url]

@@ -103,6 +103,9 @@ def submit_invocation(body: m.SubmitInvocation, ctx: Ctx, response: Response,
                            version=body.version, mode=Dispatch())
     ctx.work_added()
     response.headers["Location"] = f"{PREFIX}/invocations/{view.id}"
+    # Whether the key named an invocation submitted before (returned as it is, nothing ran again): the same
+    # header Stripe's API sends, so a client tells a replay from a new submission (a new-user trial could not).
+    response.headers["Idempotent-Replayed"] = "true" if view.replayed else "false"
     return view.as_json()
 
 

@@ -329,7 +329,12 @@ def submit(
                    else "a worker serving this action recovers it once the caller lease expires"),
                 error.cause, invocation_id=error.invocation_id, verdict_durable=error.verdict_durable) from None
         unserved = view.status is InvocationStatus.PENDING and not _served(store, view)
-    emit(json, _view_json(view), lambda: _show_text(view))
+    emit(json, {**_view_json(view), "replayed": view.replayed}, lambda: _show_text(view))
+    unfinished_inline = inline and (view.status is InvocationStatus.PENDING
+                                    or (view.status is InvocationStatus.RUNNING and not view.parked))
+    if view.replayed and not unfinished_inline:  # that case has its own message below
+        typer.echo(f"fencepost: --key {key} names invocation {view.id}, submitted before: it is shown as it is and "
+                   "nothing ran again", err=True)
     if unserved:
         typer.echo(f"fencepost: no live `fencepost worker` serves {view.action_id} v{view.action_version} on this "
                    "control database yet: the invocation stays pending until a worker started with --app for "
@@ -339,8 +344,7 @@ def submit(
     # An inline run ends settled, parked or awaiting approval. Pending, or running unparked, is a replay of the
     # key's earlier invocation that is not finished: --inline ran nothing, and exit 0 read as a success to a
     # script (a break-it trial).
-    if inline and (view.status is InvocationStatus.PENDING
-                   or (view.status is InvocationStatus.RUNNING and not view.parked)):
+    if unfinished_inline:
         typer.echo(f"fencepost: --key {key} names invocation {view.id}, submitted earlier and still {view.status}: "
                    "--inline ran nothing here; "
                    + ("a worker serving this action runs it" if view.status is InvocationStatus.PENDING

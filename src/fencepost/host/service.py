@@ -188,6 +188,9 @@ class InvocationView:
     #: A state-bound invocation's binding, its ``StateTransitioned`` fact and the entity's recorded state now
     #: (ADR 0077; ``operator.state_json``), None when the action has no state binding.
     state: dict[str, Any] | None = None
+    #: Set by ``submit`` only: the key named an invocation submitted earlier, which is returned as it is and ran
+    #: nothing again (B2). Not part of ``as_json``: it describes the call, not the invocation.
+    replayed: bool = False
 
     @property
     def parked(self) -> bool:
@@ -448,8 +451,8 @@ class Host:
                 commit with it, or not at all; nothing is committed, retried or run here. Dispatched only.
         Returns:
             The invocation: ``pending`` when dispatched; its verdict after an inline run; the existing one on a
-            replay of the key with the same binding (nothing runs again, B2). With ``tx``, the record as that
-            unit sees it (written, not yet committed, when new).
+            replay of the key with the same binding (nothing runs again, B2; its ``replayed`` is True). With
+            ``tx``, the record as that unit sees it (written, not yet committed, when new).
         Raises:
             InvalidInput: unknown action, invalid params or arguments (an identifier holding a NUL character
             or a lone surrogate among them, on every backend); ``Inline()`` with ``tx`` (an inline run
@@ -546,7 +549,7 @@ class Host:
                 raise Conflict("the idempotency key is being written concurrently; submit again")
             check_replay(winner, action_version=action.version, actor=actor, authority=authority, params=plain,
                          key=self.config.params_digest_key)
-            return winner, None, read_view(tx, winner)
+            return winner, None, replace(read_view(tx, winner), replayed=True)
 
         if tx is not None:
             # The caller's unit: no retry (a busy retry would replay the caller's own writes, which only the
