@@ -55,10 +55,12 @@ def all_published(store: Store, total: int) -> Callable[[], bool]:
 
 @dataclass
 class Receiver:
-    """A tiny real HTTP receiver on 127.0.0.1: answers ``fail_first`` requests with 500, then 200."""
+    """A tiny real HTTP receiver on 127.0.0.1: answers ``fail_first`` requests with ``refuse_status`` (500), then
+    200."""
 
     fail_first: int = 0
     delay: float = 0.0
+    refuse_status: int = 500
     requests: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     url: str = ""
@@ -75,8 +77,8 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 @contextmanager
-def receiver(fail_first: int = 0, delay: float = 0.0) -> Iterator[Receiver]:
-    state = Receiver(fail_first=fail_first, delay=delay)
+def receiver(fail_first: int = 0, delay: float = 0.0, refuse_status: int = 500) -> Iterator[Receiver]:
+    state = Receiver(fail_first=fail_first, delay=delay, refuse_status=refuse_status)
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -86,7 +88,7 @@ def receiver(fail_first: int = 0, delay: float = 0.0) -> Iterator[Receiver]:
             with state.lock:
                 state.requests.append((dict(self.headers.items()), body))
                 refuse = len(state.requests) <= state.fail_first
-            self.send_response(500 if refuse else 200)
+            self.send_response(state.refuse_status if refuse else 200)
             self.send_header("Content-Length", "2")
             self.end_headers()
             self.wfile.write(b"no" if refuse else b"ok")

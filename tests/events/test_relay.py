@@ -401,3 +401,74 @@ def test_requeue_all_sends_every_dead_letter_again_after_an_outage(db: str, sqli
     seen: list[str] = []
     Relay(sqlite_store, CallableSink(lambda e, o: seen.append(e.id)), RelayConfig(**FAST)).run_once()
     assert sorted(seen) == [f"ev-0000{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize("unavailable", [True, False], ids=["sink-unavailable", "each-event-refused"])
+def test_an_outage_longer_than_the_budget_dead_letters_nothing_when_the_sink_says_it_is_unavailable(
+        sqlite_store: Store, unavailable: bool) -> None:
+    """ADR 0109 (a new-user trial dead-lettered a whole backlog with one wrong routing key; a broker restart longer
+    than the budget's backoff did the same). A sink down for 1 s against a budget of 2 attempts and a backoff capped
+    at 0.2 s: when the sink says it is unavailable, only the row that met it spends an attempt, the rest of the
+    batch goes back unattempted and the relay waits, so every event is published once the sink is back. The same
+    outage answered as per-event refusals (the control) spends every event's budget."""
+    append(sqlite_store, 20)
+    up_at = time.monotonic() + 1.0
+    calls: list[str] = []
+
+    def sink(event: EventRecord, outbox: EventOutboxRecord) -> None:
+        calls.append(event.id)
+        if time.monotonic() < up_at:
+            raise PublishFailed("broker unreachable", sink_unavailable=unavailable)
+
+    relay = Relay(sqlite_store, CallableSink(sink), RelayConfig(
+        max_attempts=2, batch_size=20, idle_seconds=0.01, backoff_base_seconds=0.05, backoff_max_seconds=0.2),
+        rng=random.Random(7))
+    thread = threading.Thread(target=relay.run, kwargs={"until": lambda: time.monotonic() > up_at + 3})
+    thread.start()
+    thread.join(30)
+    counts = statuses(sqlite_store)
+    if unavailable:
+        assert counts == {"published": 20}, counts
+        assert relay.stats.unavailable >= 3 and relay.stats.released > 0
+        assert len(calls) < 20 + 20, calls  # paced by the pause, not a call per event per cycle
+    else:
+        assert counts.get("dead_lettered", 0) == 20, counts  # the control: the old behaviour, every budget spent
+
+
+@pytest.mark.parametrize(("status", "unavailable"), [(503, True), (502, True), (504, True), (429, True),
+                                                     (500, False), (400, False), (404, False)])
+def test_a_webhook_answer_says_whether_the_sink_or_the_event_was_refused(
+        sqlite_store: Store, status: int, unavailable: bool) -> None:
+    """ADR 0109: statuses by which a receiver takes nothing now pause the relay; any other refusal is the event's."""
+    append(sqlite_store, 1)
+    event = sqlite_store.read(lambda tx: tx.events.get_event("ev-00000"))
+    row = sqlite_store.read(lambda tx: tx.events.get_event_outbox("ev-00000"))
+    assert event is not None and row is not None
+    with receiver(fail_first=1, refuse_status=status) as got:
+        sink = WebhookSink(got.url, timeout_seconds=5)
+        try:
+            with pytest.raises(PublishFailed) as refused:
+                sink.publish(event, row)
+            assert refused.value.sink_unavailable is unavailable and f"HTTP {status}" in str(refused.value)
+            sink.publish(event, row)  # the second answer is 200
+        finally:
+            sink.close()
+
+
+def test_a_webhook_nobody_listens_on_is_an_unavailable_sink(sqlite_store: Store) -> None:
+    append(sqlite_store, 1)
+    event = sqlite_store.read(lambda tx: tx.events.get_event("ev-00000"))
+    row = sqlite_store.read(lambda tx: tx.events.get_event_outbox("ev-00000"))
+    assert event is not None and row is not None
+    import socket as sockets
+
+    with sockets.socket() as probe:  # a port nothing listens on: bound, then closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    sink = WebhookSink(f"http://127.0.0.1:{port}/events", timeout_seconds=5)
+    try:
+        with pytest.raises(PublishFailed) as refused:
+            sink.publish(event, row)
+        assert refused.value.sink_unavailable is True and "ConnectError" in str(refused.value)
+    finally:
+        sink.close()

@@ -3,7 +3,10 @@
 
 One relay loop: claim a batch of due rows (fresh fenced leases), publish each, then mark it ``published`` under
 its token; a failure makes it ``retry_pending`` after an exponential backoff with jitter, and the attempt that
-spends the budget (``max_attempts``, default 10) dead-letters it with its last error. Any number of relays may
+spends the budget (``max_attempts``, default 10) dead-letters it with its last error. A sink that cannot take
+any event now (``PublishFailed.sink_unavailable``) costs the one row that met it an attempt: the rest of the batch
+goes back unattempted and the relay waits, with its own backoff, before claiming again, so an outage longer
+than the budget's backoff no longer dead-letters the whole backlog (ADR 0109). Any number of relays may
 run against one store: a claim never hands one row to two of them, and a relay whose lease was taken over
 writes nothing (the marks are fenced by the token). A row whose stored JSON cannot be read back, or whose envelope
 has no canonical JSON, is dead-lettered at once without being published, and the relay goes on (ADR 0101).
@@ -38,7 +41,18 @@ DEFAULT_MAX_ATTEMPTS = 10
 
 
 class PublishFailed(Exception):
-    """A sink refused or could not take an event; the message becomes the row's ``last_error``."""
+    """A sink refused or could not take an event; the message becomes the row's ``last_error``.
+
+    Args:
+        message: what happened (stored as the row's ``last_error``).
+        sink_unavailable: the sink could not take *any* event now (it cannot be reached, it answered that it is
+            unavailable, or it routes nowhere), rather than refusing this one: the relay then gives the rest of
+            its batch back unattempted and waits before it claims again (ADR 0109).
+    """
+
+    def __init__(self, message: str, *, sink_unavailable: bool = False) -> None:
+        super().__init__(message)
+        self.sink_unavailable = sink_unavailable
 
 
 class Publisher(Protocol):
@@ -150,6 +164,8 @@ class RelayStats:
     dead_lettered: int = 0
     lost: int = 0
     released: int = 0
+    #: Publishes the sink answered as unavailable (each paused the relay, ADR 0109).
+    unavailable: int = 0
 
 
 class Relay:
@@ -169,6 +185,8 @@ class Relay:
         self.stats = RelayStats()
         self._rng = rng or random.Random()
         self._stop = threading.Event()
+        self._outage = 0  # consecutive publishes the sink answered as unavailable (ADR 0109)
+        self._pause = 0.0  # seconds to wait before the next claim: the outage's backoff
 
     def stop(self) -> None:
         """Ask the loop to stop after the event being published now (from any thread; not from a signal handler
@@ -188,6 +206,9 @@ class Relay:
         while not self._stop.is_set() and not (until is not None and until()):
             if self.run_once() == 0:
                 self._stop.wait(self.config.idle_seconds)
+            pause, self._pause = self._pause, 0.0
+            if pause:
+                self._stop.wait(pause)  # the sink is unavailable: claim nothing until its backoff has passed
         return self.stats
 
     def run_once(self) -> int:
@@ -211,10 +232,16 @@ class Relay:
             if lease is None:
                 self.stats.lost += 1
                 continue  # its renewal failed: someone else holds it now
-            self._handle(item, lease)
+            if self._handle(item, lease):  # the sink is unavailable: what is left goes back unattempted
+                rest = [leases[c.lease.event_id] for c in claimed[index + 1:] if c.lease.event_id in leases]
+                if rest:
+                    self._release(rest)
+                break
         return len(claimed)
 
-    def _handle(self, item: ClaimedEvent, lease: EventLease) -> None:
+    def _handle(self, item: ClaimedEvent, lease: EventLease) -> bool:
+        """Publish one claimed row and mark it. Returns True when the sink answered that it is unavailable (the
+        row was marked as a failed attempt; the caller gives the rest of its batch back)."""
         cfg = self.config
         unsendable = unpublishable(item)
         if unsendable is not None:
@@ -222,12 +249,12 @@ class Relay:
             # dead letter keeps why; repaired by hand, `fencepost events requeue` sends it (ADR 0101).
             self._mark("dead_letter", lease, error=f"not published: {unsendable}; repair the stored row, then "
                                                    f"`fencepost events requeue {lease.event_id}`")
-            return
+            return False
         if lease.attempts > cfg.max_attempts:
             # Claimed again after its leases kept expiring (relays killed mid-publish): the budget is spent.
             self._mark("dead_letter", lease, error=item.outbox.last_error or
                        f"attempt budget ({cfg.max_attempts}) spent: earlier leases expired mid-publish")
-            return
+            return False
         try:
             self.publisher.publish(item.event, item.outbox)
         except Exception as error:
@@ -237,8 +264,21 @@ class Relay:
             else:
                 delay = backoff_seconds(lease.attempts, cfg, self._rng)
                 self._mark("failed", lease, error=message, retry_in=delay)
-            return
+            if isinstance(error, PublishFailed) and error.sink_unavailable:
+                # The row that met it spent an attempt (a payload the sink always answers so still ends dead-
+                # lettered, never stalls the queue); the others wait for the sink, not for their budgets.
+                self._outage += 1
+                self.stats.unavailable += 1
+                self._pause = backoff_seconds(self._outage, cfg, self._rng)
+                log.warning("sink unavailable: the rest of the batch was given back unattempted; next claim in "
+                            "%.2fs: %s", self._pause, message)
+                return True
+            return False
+        if self._outage:
+            log.info("sink available again after %d unavailable answer(s)", self._outage)
+            self._outage = 0
         self._mark("published", lease)
+        return False
 
     def _mark(self, what: str, lease: EventLease, *, error: str = "", retry_in: float = 0.0) -> None:
         error = storable_text(error)  # as the store keeps it (a NUL, a lone surrogate escaped), and so logged

@@ -25,6 +25,9 @@ if TYPE_CHECKING:  # pika is imported when an AMQP sink connects, so that the ot
 EVENT_ID_HEADER = "Fencepost-Event-Id"
 #: The body signature, in the scheme of the completion endpoint (docs/api.md): ``t=<unix s>,v1=<hex HMAC>``.
 SIGNATURE_HEADER = "Fencepost-Signature"
+#: Answers by which a receiver says it takes nothing now, whatever the event: too many requests, a gateway with
+#: no upstream, unavailable, a gateway timeout (ADR 0109). Any other status is this event's refusal.
+UNAVAILABLE_STATUSES = frozenset({429, 502, 503, 504})
 
 
 def sign_body(secret: str, timestamp: int, body: bytes) -> str:
@@ -90,11 +93,16 @@ class WebhookSink:
                         raise PublishFailed(f"webhook did not finish answering within {self._timeout:g} s")
                 status = response.status_code
         except httpx.HTTPError as error:
-            raise PublishFailed(f"webhook transport error: {type(error).__name__}: {error}") from error
+            # Not connected at all (refused, unresolvable, no answer to the connect): nothing was sent, and no other
+            # event would get through either (ADR 0109).
+            unreachable = isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout))
+            raise PublishFailed(f"webhook transport error: {type(error).__name__}: {error}",
+                                sink_unavailable=unreachable) from error
         if time.monotonic() > deadline:
             raise PublishFailed(f"webhook did not finish answering within {self._timeout:g} s")
         if not 200 <= status < 300:
-            raise PublishFailed(f"webhook answered HTTP {status}: {received.decode('utf-8', 'replace')}")
+            raise PublishFailed(f"webhook answered HTTP {status}: {received.decode('utf-8', 'replace')}",
+                                sink_unavailable=status in UNAVAILABLE_STATUSES)
 
     def close(self) -> None:
         if self._own:
@@ -192,8 +200,9 @@ class AmqpSink:
                     channel.basic_publish(self.exchange, key, body, properties, mandatory=True)
                     return
                 except pika.exceptions.UnroutableError as error:
+                    # No queue is bound for the key: every event routed so would come back the same (ADR 0109).
                     raise PublishFailed(f"broker returned the message as unroutable (exchange {self.exchange!r}, "
-                                        f"routing key {key!r})") from error
+                                        f"routing key {key!r})", sink_unavailable=True) from error
                 except pika.exceptions.NackError as error:
                     raise PublishFailed("broker nacked the message") from error
                 except (pika.exceptions.AMQPError, OSError) as error:
@@ -202,7 +211,7 @@ class AmqpSink:
                     # a second failure is the row's failure, retried later with backoff.
                     if attempt == 2 or isinstance(error, pika.exceptions.ChannelClosedByBroker):
                         raise PublishFailed(f"AMQP error at {redacted(self.url)}: {type(error).__name__}: "
-                                            f"{error}") from error
+                                            f"{error}", sink_unavailable=True) from error
 
     def close(self) -> None:
         """Close the connection (safe to call twice)."""

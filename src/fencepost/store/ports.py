@@ -893,7 +893,8 @@ class EventsPort(Protocol):
         ...
 
     def release_event(self, lease: EventLease) -> bool:
-        """Give a claimed, unpublished row back at once (graceful stop): available now, its attempt returned.
+        """Give a claimed, unpublished row back at once (a graceful stop, a sink that is unavailable): its attempt
+        returned and its availability kept, so it keeps its place in the queue (ADR 0109).
 
         Returns:
             True when written; False, writing nothing, when ``lease`` is stale.

@@ -179,11 +179,14 @@ class EventRelayContract(StoreContract):
     def test_release_gives_the_row_back_now_with_its_attempt(self, store: Store, backend: ContractHarness) -> None:
         _append(store, "ev_1")
         (claimed,) = _claim(store, backend)
+        backend.advance(backend.short_lease)
+        _append(store, "ev_2")  # newer than ev_1, older than its release
+        backend.advance(backend.short_lease)
         assert store.transact(lambda tx: tx.events.release_event(claimed.lease))
         row = _row(store, "ev_1")
         assert (row.status, row.attempts, row.lease_owner) == (EventOutboxStatus.PENDING, 0, None)
-        (again,) = _claim(store, backend)
-        assert again.lease.attempts == 1
+        (again,) = _claim(store, backend, limit=1)  # it kept its place: claimed before the newer row (ADR 0109)
+        assert (again.lease.event_id, again.lease.attempts) == ("ev_1", 1)
 
     def test_summary_counts_and_oldest_backlog(self, store: Store, backend: ContractHarness) -> None:
         empty = store.read(lambda tx: tx.events.summarize_event_outbox())

@@ -108,11 +108,13 @@ WHERE event_id = :event_id AND lease_token = :token AND status = 'processing'
 RETURNING event_id;
 
 -- name: release_event_outbox
--- Graceful stop before publishing: back at once, and the claim's attempt is given back (nothing was tried).
+-- Before publishing (a graceful stop, a sink that is unavailable): back at once, the claim's attempt given back
+-- (nothing was tried), and its availability kept, so that it keeps its place in the queue: it was due when claimed,
+-- and a row given back behind newer ones would be overtaken by them (ADR 0109).
 UPDATE host_event_outbox
 SET status = CASE WHEN attempts <= 1 THEN 'pending' ELSE 'retry_pending' END,
     attempts = CASE WHEN attempts >= 1 THEN attempts - 1 ELSE 0 END,
-    lease_owner = NULL, lease_token = NULL, lease_until = NULL, available_at = :now, updated_at = :now
+    lease_owner = NULL, lease_token = NULL, lease_until = NULL, updated_at = :now
 WHERE event_id = :event_id AND lease_token = :token AND status = 'processing'
 RETURNING event_id;
 
