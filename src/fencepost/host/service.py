@@ -189,8 +189,8 @@ class InvocationView:
     #: (ADR 0077; ``operator.state_json``), None when the action has no state binding.
     state: dict[str, Any] | None = None
     #: Set by ``submit`` only: the key named an invocation submitted earlier, which is returned as it is and ran
-    #: nothing again (B2). Not part of ``as_json``: it describes the call, not the invocation.
-    replayed: bool = False
+    #: nothing again (B2). Not part of ``as_json`` nor of equality: it describes the call, not the invocation.
+    replayed: bool = dataclasses.field(default=False, compare=False)
 
     @property
     def parked(self) -> bool:
