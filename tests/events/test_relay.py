@@ -196,6 +196,26 @@ def test_rabbitmq_unroutable_is_a_failure_not_a_publication(sqlite_store: Store)
     row = sqlite_store.read(lambda tx: tx.events.get_event_outbox("ev-00000"))
     assert row is not None and row.status == EventOutboxStatus.DEAD_LETTERED
     assert row.last_error is not None and "unroutable" in row.last_error
+    assert relay.stats.unavailable == 0  # the broker answered: the event's refusal, never a pause for all (ADR 0109)
+
+
+def test_a_broker_nobody_listens_on_is_an_unreachable_sink(sqlite_store: Store) -> None:
+    append(sqlite_store, 1)
+    event = sqlite_store.read(lambda tx: tx.events.get_event("ev-00000"))
+    row = sqlite_store.read(lambda tx: tx.events.get_event_outbox("ev-00000"))
+    assert event is not None and row is not None
+    import socket as sockets
+
+    with sockets.socket() as probe:  # a port nothing listens on: bound, then closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    sink = AmqpSink(f"amqp://guest:guest@127.0.0.1:{port}/%2F", exchange="", timeout_seconds=2)
+    try:
+        with pytest.raises(PublishFailed) as refused:
+            sink.publish(event, row)
+        assert refused.value.sink_unavailable is True
+    finally:
+        sink.close()
 
 
 def test_many_relays_on_postgres_publish_each_row_once(pg_backend: StoreBackend) -> None:
@@ -403,14 +423,13 @@ def test_requeue_all_sends_every_dead_letter_again_after_an_outage(db: str, sqli
     assert sorted(seen) == [f"ev-0000{i}" for i in range(5)]
 
 
-@pytest.mark.parametrize("unavailable", [True, False], ids=["sink-unavailable", "each-event-refused"])
-def test_an_outage_longer_than_the_budget_dead_letters_nothing_when_the_sink_says_it_is_unavailable(
+@pytest.mark.parametrize("unavailable", [True, False], ids=["sink-unreachable", "each-event-refused"])
+def test_an_outage_longer_than_the_budget_dead_letters_nothing_when_the_sink_cannot_be_reached(
         sqlite_store: Store, unavailable: bool) -> None:
-    """ADR 0109 (a new-user trial dead-lettered a whole backlog with one wrong routing key; a broker restart longer
-    than the budget's backoff did the same). A sink down for 1 s against a budget of 2 attempts and a backoff capped
-    at 0.2 s: when the sink says it is unavailable, only the row that met it spends an attempt, the rest of the
-    batch goes back unattempted and the relay waits, so every event is published once the sink is back. The same
-    outage answered as per-event refusals (the control) spends every event's budget."""
+    """ADR 0109 (a broker restart longer than the budget's backoff dead-lettered the whole backlog). A sink that
+    cannot be reached for 1 s, against a budget of 2 attempts and a backoff capped at 0.2 s: the batch goes back
+    with its attempts and the relay waits, so every event is published, each on its first counted attempt, once the
+    sink is back. The same outage answered as per-event refusals (the control) spends every event's budget."""
     append(sqlite_store, 20)
     up_at = time.monotonic() + 1.0
     calls: list[str] = []
@@ -418,7 +437,7 @@ def test_an_outage_longer_than_the_budget_dead_letters_nothing_when_the_sink_say
     def sink(event: EventRecord, outbox: EventOutboxRecord) -> None:
         calls.append(event.id)
         if time.monotonic() < up_at:
-            raise PublishFailed("broker unreachable", sink_unavailable=unavailable)
+            raise PublishFailed("connection refused", sink_unavailable=unavailable)
 
     relay = Relay(sqlite_store, CallableSink(sink), RelayConfig(
         max_attempts=2, batch_size=20, idle_seconds=0.01, backoff_base_seconds=0.05, backoff_max_seconds=0.2),
@@ -429,17 +448,38 @@ def test_an_outage_longer_than_the_budget_dead_letters_nothing_when_the_sink_say
     counts = statuses(sqlite_store)
     if unavailable:
         assert counts == {"published": 20}, counts
-        assert relay.stats.unavailable >= 3 and relay.stats.released > 0
+        rows = sqlite_store.read(lambda tx: tx.events.list_event_outbox(limit=100))
+        assert {r.attempts for r in rows} == {1}, [(r.event_id, r.attempts) for r in rows]  # the outage spent none
+        assert relay.stats.unavailable >= 3 and relay.stats.deferred >= 20 and relay.stats.released == 0
         assert len(calls) < 20 + 20, calls  # paced by the pause, not a call per event per cycle
     else:
-        assert counts.get("dead_lettered", 0) == 20, counts  # the control: the old behaviour, every budget spent
+        assert counts.get("dead_lettered", 0) == 20, counts  # the control: every budget spent
 
 
-@pytest.mark.parametrize(("status", "unavailable"), [(503, True), (502, True), (504, True), (429, True),
-                                                     (500, False), (400, False), (404, False)])
-def test_a_webhook_answer_says_whether_the_sink_or_the_event_was_refused(
-        sqlite_store: Store, status: int, unavailable: bool) -> None:
-    """ADR 0109: statuses by which a receiver takes nothing now pause the relay; any other refusal is the event's."""
+def test_events_a_sink_refuses_never_hold_back_the_others(sqlite_store: Store) -> None:
+    """A trial of ADR 0109's first form: a few events answered 503 (or unroutable, with routing by destination)
+    paused the relay for all, and a steady stream never caught up. An answer is the event's refusal: the others
+    are published in the same pass, the refused ones retried and in time dead-lettered."""
+    append(sqlite_store, 6, prefix="refused")
+    append(sqlite_store, 20, prefix="fine", start=100)
+
+    def sink(event: EventRecord, outbox: EventOutboxRecord) -> None:
+        if event.id.startswith("refused"):
+            raise PublishFailed("webhook answered HTTP 503: busy")
+
+    relay = Relay(sqlite_store, CallableSink(sink), RelayConfig(max_attempts=2, batch_size=50, **FAST))
+    assert relay.run_once() == 26
+    counts = statuses(sqlite_store)
+    assert counts == {"published": 20, "retry_pending": 6}, counts  # one pass: the 20 went out at once
+    run_until_drained(relay, sqlite_store)
+    assert statuses(sqlite_store) == {"published": 20, "dead_lettered": 6}
+    assert relay.stats.unavailable == 0
+
+
+@pytest.mark.parametrize("status", [503, 502, 504, 429, 500, 400, 404])
+def test_a_webhook_answer_is_the_events_refusal_whatever_its_status(sqlite_store: Store, status: int) -> None:
+    """ADR 0109: a receiver that answered was reached; only a connection that could not be made pauses the relay
+    (a 503 for a few events must not hold back the others)."""
     append(sqlite_store, 1)
     event = sqlite_store.read(lambda tx: tx.events.get_event("ev-00000"))
     row = sqlite_store.read(lambda tx: tx.events.get_event_outbox("ev-00000"))
@@ -449,7 +489,7 @@ def test_a_webhook_answer_says_whether_the_sink_or_the_event_was_refused(
         try:
             with pytest.raises(PublishFailed) as refused:
                 sink.publish(event, row)
-            assert refused.value.sink_unavailable is unavailable and f"HTTP {status}" in str(refused.value)
+            assert refused.value.sink_unavailable is False and f"HTTP {status}" in str(refused.value)
             sink.publish(event, row)  # the second answer is 200
         finally:
             sink.close()

@@ -129,7 +129,8 @@ def relay(
             if close is not None:
                 close()
     typer.echo(f"fencepost relay stopped: published {stats.published}, failed {stats.failed}, "
-               f"dead-lettered {stats.dead_lettered}, released {stats.released}, lost {stats.lost}", err=True)
+               f"dead-lettered {stats.dead_lettered}, released {stats.released}, lost {stats.lost}, "
+               f"sink unreachable {stats.unavailable} time(s)", err=True)
 
 
 def _rows_text(rows: list[dict[str, Any]], summary: dict[str, Any] | None, status_word: str = "") -> None:

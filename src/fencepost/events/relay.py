@@ -3,10 +3,10 @@
 
 One relay loop: claim a batch of due rows (fresh fenced leases), publish each, then mark it ``published`` under
 its token; a failure makes it ``retry_pending`` after an exponential backoff with jitter, and the attempt that
-spends the budget (``max_attempts``, default 10) dead-letters it with its last error. A sink that cannot take
-any event now (``PublishFailed.sink_unavailable``) costs the one row that met it an attempt: the rest of the batch
-goes back unattempted and the relay waits, with its own backoff, before claiming again, so an outage longer
-than the budget's backoff no longer dead-letters the whole backlog (ADR 0109). Any number of relays may
+spends the budget (``max_attempts``, default 10) dead-letters it with its last error. A sink that cannot be
+connected to (``PublishFailed.sink_unavailable``) spends no attempt: the batch goes back as it was and the relay
+waits, with its own backoff, before claiming again, so an outage of the sink no longer dead-letters the backlog
+(ADR 0109). Any number of relays may
 run against one store: a claim never hands one row to two of them, and a relay whose lease was taken over
 writes nothing (the marks are fenced by the token). A row whose stored JSON cannot be read back, or whose envelope
 has no canonical JSON, is dead-lettered at once without being published, and the relay goes on (ADR 0101).
@@ -45,9 +45,11 @@ class PublishFailed(Exception):
 
     Args:
         message: what happened (stored as the row's ``last_error``).
-        sink_unavailable: the sink could not take *any* event now (it cannot be reached, it answered that it is
-            unavailable, or it routes nowhere), rather than refusing this one: the relay then gives the rest of
-            its batch back unattempted and waits before it claims again (ADR 0109).
+        sink_unavailable: nothing reached the sink: it could not be connected to (refused, unresolvable, no
+            answer to the connect; a broker connection or channel that cannot be opened), so no event would get
+            through now, this one included. The relay then gives this row and the rest of its batch back with
+            their attempts and waits before it claims again (ADR 0109). An answer the sink gave (any status, a
+            nack, an unroutable return) is the event's refusal.
     """
 
     def __init__(self, message: str, *, sink_unavailable: bool = False) -> None:
@@ -164,8 +166,10 @@ class RelayStats:
     dead_lettered: int = 0
     lost: int = 0
     released: int = 0
-    #: Publishes the sink answered as unavailable (each paused the relay, ADR 0109).
+    #: Publishes that could not reach the sink (each paused the relay, ADR 0109).
     unavailable: int = 0
+    #: Rows given back unattempted because the sink could not be reached (not counted in ``released``).
+    deferred: int = 0
 
 
 class Relay:
@@ -232,16 +236,15 @@ class Relay:
             if lease is None:
                 self.stats.lost += 1
                 continue  # its renewal failed: someone else holds it now
-            if self._handle(item, lease):  # the sink is unavailable: what is left goes back unattempted
-                rest = [leases[c.lease.event_id] for c in claimed[index + 1:] if c.lease.event_id in leases]
-                if rest:
-                    self._release(rest)
+            if self._handle(item, lease):  # the sink could not be reached: the batch goes back as it was
+                self._release([leases[c.lease.event_id] for c in claimed[index:] if c.lease.event_id in leases],
+                              deferred=True)
                 break
         return len(claimed)
 
     def _handle(self, item: ClaimedEvent, lease: EventLease) -> bool:
-        """Publish one claimed row and mark it. Returns True when the sink answered that it is unavailable (the
-        row was marked as a failed attempt; the caller gives the rest of its batch back)."""
+        """Publish one claimed row and mark it. Returns True, marking nothing, when the sink could not be reached:
+        the caller gives this row and the rest of its batch back."""
         cfg = self.config
         unsendable = unpublishable(item)
         if unsendable is not None:
@@ -259,23 +262,24 @@ class Relay:
             self.publisher.publish(item.event, item.outbox)
         except Exception as error:
             message = f"{type(error).__name__}: {error}" if not isinstance(error, PublishFailed) else str(error)
+            if isinstance(error, PublishFailed) and error.sink_unavailable:
+                # Nothing reached the sink, for this event or any other: no attempt is spent, the batch waits for
+                # the sink rather than for its budgets. A sink that answered (whatever it said) refused this event
+                # alone, so such an answer never holds the others back (a trial: 503s for a few events did).
+                self._outage += 1
+                self.stats.unavailable += 1
+                self._pause = backoff_seconds(self._outage, cfg, self._rng)
+                log.warning("sink unreachable: the batch was given back with its attempts; next claim in %.2fs: %s",
+                            self._pause, message)
+                return True
             if lease.attempts >= cfg.max_attempts:
                 self._mark("dead_letter", lease, error=message)
             else:
                 delay = backoff_seconds(lease.attempts, cfg, self._rng)
                 self._mark("failed", lease, error=message, retry_in=delay)
-            if isinstance(error, PublishFailed) and error.sink_unavailable:
-                # The row that met it spent an attempt (a payload the sink always answers so still ends dead-
-                # lettered, never stalls the queue); the others wait for the sink, not for their budgets.
-                self._outage += 1
-                self.stats.unavailable += 1
-                self._pause = backoff_seconds(self._outage, cfg, self._rng)
-                log.warning("sink unavailable: the rest of the batch was given back unattempted; next claim in "
-                            "%.2fs: %s", self._pause, message)
-                return True
             return False
         if self._outage:
-            log.info("sink available again after %d unavailable answer(s)", self._outage)
+            log.info("sink reachable again after %d failed connection(s)", self._outage)
             self._outage = 0
         self._mark("published", lease)
         return False
@@ -317,8 +321,14 @@ class Relay:
             else:
                 leases[event_id] = renewed
 
-    def _release(self, leases: list[EventLease]) -> None:
+    def _release(self, leases: list[EventLease], *, deferred: bool = False) -> None:
+        """Give ``leases`` back unattempted: on stop (``released``), or when the sink could not be reached
+        (``deferred``)."""
         def fn(tx: UnitOfWork) -> int:
             return sum(1 for lease in leases if tx.events.release_event(lease))
 
-        self.stats.released += self.store.transact(fn)
+        given = self.store.transact(fn)
+        if deferred:
+            self.stats.deferred += given
+        else:
+            self.stats.released += given

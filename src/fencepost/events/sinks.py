@@ -25,9 +25,6 @@ if TYPE_CHECKING:  # pika is imported when an AMQP sink connects, so that the ot
 EVENT_ID_HEADER = "Fencepost-Event-Id"
 #: The body signature, in the scheme of the completion endpoint (docs/api.md): ``t=<unix s>,v1=<hex HMAC>``.
 SIGNATURE_HEADER = "Fencepost-Signature"
-#: Answers by which a receiver says it takes nothing now, whatever the event: too many requests, a gateway with
-#: no upstream, unavailable, a gateway timeout (ADR 0109). Any other status is this event's refusal.
-UNAVAILABLE_STATUSES = frozenset({429, 502, 503, 504})
 
 
 def sign_body(secret: str, timestamp: int, body: bytes) -> str:
@@ -101,8 +98,7 @@ class WebhookSink:
         if time.monotonic() > deadline:
             raise PublishFailed(f"webhook did not finish answering within {self._timeout:g} s")
         if not 200 <= status < 300:
-            raise PublishFailed(f"webhook answered HTTP {status}: {received.decode('utf-8', 'replace')}",
-                                sink_unavailable=status in UNAVAILABLE_STATUSES)
+            raise PublishFailed(f"webhook answered HTTP {status}: {received.decode('utf-8', 'replace')}")
 
     def close(self) -> None:
         if self._own:
@@ -200,9 +196,9 @@ class AmqpSink:
                     channel.basic_publish(self.exchange, key, body, properties, mandatory=True)
                     return
                 except pika.exceptions.UnroutableError as error:
-                    # No queue is bound for the key: every event routed so would come back the same (ADR 0109).
+                    # The event's: with routing by destination, other destinations may route (ADR 0109).
                     raise PublishFailed(f"broker returned the message as unroutable (exchange {self.exchange!r}, "
-                                        f"routing key {key!r})", sink_unavailable=True) from error
+                                        f"routing key {key!r})") from error
                 except pika.exceptions.NackError as error:
                     raise PublishFailed("broker nacked the message") from error
                 except (pika.exceptions.AMQPError, OSError) as error:
