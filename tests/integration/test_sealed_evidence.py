@@ -8,7 +8,9 @@ its own finding. Keys rotate by id: old Receipts keep verifying under the key th
 from __future__ import annotations
 
 import json
+import os
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +23,11 @@ from fencepost.evidence.receipts import EVIDENCE_DOMAIN, verify_receipt
 from fencepost.evidence.sealing import (
     ENV_KEY_FILE,
     ENV_KEYS,
+    JUST_CREATED_SECONDS,
     SealKeys,
     load_seal_keys,
     rotate_key_file,
+    write_key_file,
 )
 from fencepost.rehearsal.audit import audit
 from fencepost.rehearsal.handler import check_seal_keys
@@ -225,6 +229,29 @@ def test_a_second_machine_without_the_keys_is_refused_before_it_seals(rig: Rig, 
     assert len(lines) == 1 and repr(sealed_with) in lines[0] and "removed" in lines[0], result.stderr
     assert "Traceback" not in result.stderr
     assert not second_machine.exists()
+    runs = len(rig.service.list_runs())
+    rehearsed = _cli("rehearse", str(copy_example(tmp_path / "again")), "--database", f"sqlite:///{rig.db_path}",
+                     "--work-dir", str(tmp_path / "work"), env={ENV_KEY_FILE: str(second_machine)})
+    assert rehearsed.returncode == 2 and repr(sealed_with) in rehearsed.stderr, rehearsed.stderr
+    assert len(rig.service.list_runs()) == runs and not second_machine.exists()  # refused before the Run was made
+
+
+def test_a_key_file_made_moments_ago_by_a_process_starting_beside_this_one_is_refused_too(
+        rig: Rig, tmp_path: Path) -> None:
+    """A verification trial: workers started together on a fresh machine; one created the key file and was
+    refused, another read that file (so had not created it) and started with a key nobody else has. A key file
+    younger than JUST_CREATED_SECONDS is taken as just made, whoever made it; only its creator removes it. An
+    older one is configured: a warning, not a refusal."""
+    rig.rehearse(copy_example(rig.tmp / "inventory"), attempts=1)
+    sibling_made = tmp_path / "sibling" / "seal-keys.json"
+    write_key_file(sibling_made, json.dumps({"active": "kother", "keys": {"kother": "ef" * 32}}), replace=False)
+    keys = SealKeys.from_file(sibling_made, create=False)
+    with pytest.raises(InvalidInput, match="made moments ago, by a process starting beside this one"):
+        check_seal_keys(rig.store, keys)
+    assert sibling_made.exists()  # not this process's file to remove
+    old = time.time() - JUST_CREATED_SECONDS - 5
+    os.utime(sibling_made, (old, old))
+    check_seal_keys(rig.store, keys)  # configured long ago: only a warning
 
 
 def test_keys_that_lack_the_latest_seal_key_are_warned_about_not_refused(

@@ -227,9 +227,9 @@ def requeue(event_ids: Annotated[list[str] | None, typer.Argument(help="Dead-let
 
     Name the event ids, or give --all for every dead letter (a broker down or a wrong routing key for longer than
     the attempt budget dead-letters the whole backlog). Each id is its own transaction and is reported on its own
-    (with --json: ``items`` requeued, ``refused`` with the reason); --all prints a count instead of a line per
-    event. A row that is not dead-lettered, or a conformance probe space's event (never published), is refused;
-    an unknown id is refused as unknown. Exit 0 when every id was requeued; otherwise the exit code of the first
+    (with --json: "items" requeued, "refused" with the reason); --all prints a count instead of a line per event.
+    A row that is not dead-lettered, or a conformance probe space's event (never published), is refused; an
+    unknown id is refused as unknown. Exit 0 when every id was requeued; otherwise the exit code of the first
     refusal (3: refused, 2: unknown), after all ids were tried.
     """
     if every == bool(event_ids):

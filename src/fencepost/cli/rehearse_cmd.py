@@ -102,11 +102,12 @@ def rehearse(
         config.validate()  # every input is checked before the Run is written: bad input leaves no rows
         limits = sandbox_limits(sandbox_max_bytes, sandbox_max_memory)
         require_work_dir(work_dir)
+        # Before the Run is written: a machine without the store's seal keys is refused leaving nothing behind.
+        w = build_worker(store, work_dir, config, limits=limits)
         run = service.create_run_from_spec(spec)
         run_view = views.run_view(run)
         if not json:
             render.run(run_view)
-        w = build_worker(store, work_dir, config, limits=limits)
         w.serve_only([])  # this worker serves this rehearsal's Attempts only, never other queued work
         install_heap_limit(config.concurrency, limits)  # no log line: rehearse prints for people
         # ... nor the in-process worker's: without a handler, Python's last resort would print each WARNING

@@ -26,6 +26,7 @@ import logging
 import os
 import secrets
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,9 +179,28 @@ def _create_key_file(path: Path) -> None:
                     extra={"event": "seal_key_file_created", "path": str(path), "key_id": key_id})
 
 
+#: A key file younger than this (seconds) was made by a process starting now, not configured by an operator.
+JUST_CREATED_SECONDS = 60.0
+
+
 def created_here(keys: SealKeys) -> bool:
     """Whether ``keys`` come from a key file this process created (it had none: a new random key)."""
     return str(Path(keys.source).absolute()) in _created if keys.source != ENV_KEYS else False
+
+
+def just_created(keys: SealKeys, *, now: float | None = None) -> bool:
+    """Whether ``keys`` come from a key file made in the last ``JUST_CREATED_SECONDS``: by this process, or by one
+    starting beside it (processes started together on a machine with no key file: only one creates it, the
+    others read it). A variable's keys are configured, never just created."""
+    if keys.source == ENV_KEYS:
+        return False
+    if created_here(keys):
+        return True
+    try:
+        modified = Path(keys.source).stat().st_mtime
+    except OSError:  # removed meanwhile by its creator, refused: so was this one's key
+        return True
+    return (time.time() if now is None else now) - modified < JUST_CREATED_SECONDS
 
 
 def remove_created(keys: SealKeys) -> bool:

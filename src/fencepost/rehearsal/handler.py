@@ -20,7 +20,7 @@ from fencepost.catalog.manifest import PackageSpec, package_from_run
 from fencepost.core.errors import InvalidInput, LeaseLost
 from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus
 from fencepost.evidence.receipts import seal
-from fencepost.evidence.sealing import SealKeys, created_here, load_seal_keys, remove_created
+from fencepost.evidence.sealing import SealKeys, just_created, load_seal_keys, remove_created
 from fencepost.outbox.context import CommandContext, Interrupt, StopRequested, TimeLimitExceeded
 from fencepost.outbox.handlers import DeliveryBudget
 from fencepost.outbox.history import lease_history
@@ -100,11 +100,12 @@ def check_seal_keys(store: Store, keys: SealKeys | None = None) -> None:
     """Before a process seals Receipts on ``store``: whether its seal keys include the one the control database's
     last sealed Receipt names (ADR 0064; a new-user trial scaled out to a second machine without the key file).
 
-    A process that has just created its key file (it found none) while that Receipt names another key is a
-    machine that was not given the keys: what it sealed would verify nowhere else and block those rehearsals'
-    gates. It is refused, and the file it created is removed, so that its next start does not take that key for
-    a configured one. A process whose configured keys lack that key only gets a warning: the key may have been
-    retired on purpose, and what it seals verifies wherever its own keys are.
+    A process whose key file was just created (it found none, or one made moments ago by a process starting beside
+    it: ``just_created``) while that Receipt names another key is a machine that was not given the keys: what it
+    sealed would verify nowhere else and block those rehearsals' gates. It is refused, and the file is removed by
+    the process that created it, so that its next start does not take that key for a configured one. A process
+    whose configured keys lack that key only gets a warning: the key may have been retired on purpose, and what
+    it seals verifies wherever its own keys are.
 
     Args:
         keys: the process's seal keys (``load_seal_keys()`` when None).
@@ -115,14 +116,17 @@ def check_seal_keys(store: Store, keys: SealKeys | None = None) -> None:
     latest = store.read(lambda tx: tx.rehearsal.latest_seal_key_id())
     if latest is None or latest in keys.keys:
         return
-    if created_here(keys):
-        remove_created(keys)
+    if just_created(keys):
+        removed = remove_created(keys)  # only its creator removes it; a sibling that read it is refused too
         raise InvalidInput(
             f"this machine had no seal keys, so a new key file was made at {keys.source}; but the Receipts of "
             f"this control database are sealed with key {latest!r}, which it lacks, so what it sealed would "
-            "verify nowhere else. The new file was removed. Give this machine the same keys as the others (copy "
-            "their key file and set FENCEPOST_SEAL_KEY_FILE, or set FENCEPOST_SEAL_KEYS) and start again "
-            "(docs/operations.md, Sealed evidence and its keys)")
+            "verify nowhere else. "
+            + ("The new file was removed. " if removed else "It was made moments ago, by a process starting "
+               "beside this one, which removes it. ")
+            + "Give this machine the same keys as the others (copy their key file and set "
+            "FENCEPOST_SEAL_KEY_FILE, or set FENCEPOST_SEAL_KEYS) and start again (docs/operations.md, Sealed "
+            "evidence and its keys)")
     log.warning("seal keys lack the key of the latest sealed Receipt", extra={
         "event": "seal_key_missing", "key_id": latest, "source": keys.source, "active": keys.active,
         "detail": "Receipts it seals use its own active key; Receipts sealed with the missing key are "

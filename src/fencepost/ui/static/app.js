@@ -748,7 +748,7 @@
           h("div", { className: "stack" }, h("label", { htmlFor: fid + "-outcome" }, "Outcome"),
             // Nothing preselected: recording an effect that did not happen must take a choice, never a default.
             h("select", { id: fid + "-outcome", name: "outcome", required: true },
-              h("option", { value: "", disabled: true, selected: true }, "choose what the provider's records show"),
+              h("option", { value: "", disabled: true, selected: true }, "choose an outcome"),
               h("option", { value: "succeeded" }, "succeeded: the effect happened"),
               h("option", { value: "failed" }, "failed: it did not happen"))),
           h("div", { className: "stack" }, h("label", { htmlFor: fid + "-operator" }, "Operator"),
