@@ -220,14 +220,15 @@ def show(event_id: Annotated[str, typer.Argument(help="The event id.")], databas
 
 @app.command()
 def requeue(event_ids: Annotated[list[str] | None, typer.Argument(help="Dead-lettered event ids.")] = None,
-            every: Annotated[bool, typer.Option("--all", help="Every dead letter there is (after a sink outage or "
-                                                             "a wrong routing was fixed).")] = False,
+            every: Annotated[bool, typer.Option("--all", help="Every dead letter there is (once what made the "
+                                                             "sink refuse them is fixed).")] = False,
             database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
     """Send dead letters again: each becomes pending now with a fresh attempt budget.
 
-    Name the event ids, or give --all for every dead letter (a broker down or a wrong routing key for longer than
-    the attempt budget dead-letters the whole backlog). Each id is its own transaction and is reported on its own
-    (with --json: "items" requeued, "refused" with the reason); --all prints a count instead of a line per event.
+    Name the event ids, or give --all for every dead letter (a sink that answered with a refusal for every event,
+    such as a routing key with no queue bound, dead-letters the whole backlog once its budget is spent). Each id
+    is its own transaction and is reported on its own (with --json: "items" requeued, "refused" with the reason);
+    --all prints a count instead of a line per event.
     A row that is not dead-lettered, or a conformance probe space's event (never published), is refused; an
     unknown id is refused as unknown. Exit 0 when every id was requeued; otherwise the exit code of the first
     refusal (3: refused, 2: unknown), after all ids were tried.

@@ -159,7 +159,7 @@ class AmqpSink:
 
         Returns:
             The problem in one sentence, or None when the sink looks usable or the broker cannot be reached now
-            (a relay retries an unreachable broker per row, with backoff).
+            (a relay then pauses for an unreachable broker, spending no attempt: ADR 0109).
         """
         import pika.exceptions
 
@@ -204,7 +204,7 @@ class AmqpSink:
                 except (pika.exceptions.AMQPError, OSError) as error:
                     self.close()
                     # A connection closed while idle (heartbeat missed, broker restart) is retried once at once;
-                    # a second failure is the row's failure, retried later with backoff.
+                    # a second failure means the broker cannot be reached: the relay pauses (ADR 0109).
                     if attempt == 2 or isinstance(error, pika.exceptions.ChannelClosedByBroker):
                         raise PublishFailed(f"AMQP error at {redacted(self.url)}: {type(error).__name__}: "
                                             f"{error}", sink_unavailable=True) from error
