@@ -6,10 +6,10 @@ its token; a failure makes it ``retry_pending`` after an exponential backoff wit
 spends the budget (``max_attempts``, default 10) dead-letters it with its last error. A sink that cannot be
 connected to (``PublishFailed.sink_unavailable``) spends no attempt: the batch goes back as it was and the relay
 waits, with its own backoff, before claiming again, so an outage of the sink no longer dead-letters the backlog
-(ADR 0109). Any number of relays may
-run against one store: a claim never hands one row to two of them, and a relay whose lease was taken over
-writes nothing (the marks are fenced by the token). A row whose stored JSON cannot be read back, or whose envelope
-has no canonical JSON, is dead-lettered at once without being published, and the relay goes on (ADR 0101).
+(ADR 0109). Any number of relays may run against one store: a claim never hands one row to two of them, and a
+relay whose lease was taken over writes nothing (the marks are fenced by the token). A row whose stored JSON
+cannot be read back, or whose envelope has no canonical JSON, is dead-lettered at once without being published,
+and the relay goes on (ADR 0101).
 
 Delivery is **at least once**. A relay killed between the sink's acceptance and the mark publishes that event
 again after its lease expires, so every delivery carries the event id (``Fencepost-Event-Id`` on a webhook,
@@ -189,7 +189,7 @@ class Relay:
         self.stats = RelayStats()
         self._rng = rng or random.Random()
         self._stop = threading.Event()
-        self._outage = 0  # consecutive publishes the sink answered as unavailable (ADR 0109)
+        self._outage = 0  # consecutive publishes that could not reach the sink (ADR 0109)
         self._pause = 0.0  # seconds to wait before the next claim: the outage's backoff
 
     def stop(self) -> None:
@@ -212,7 +212,7 @@ class Relay:
                 self._stop.wait(self.config.idle_seconds)
             pause, self._pause = self._pause, 0.0
             if pause:
-                self._stop.wait(pause)  # the sink is unavailable: claim nothing until its backoff has passed
+                self._stop.wait(pause)  # the sink cannot be reached: claim nothing until its backoff passed
         return self.stats
 
     def run_once(self) -> int:
