@@ -175,8 +175,8 @@ def _create_key_file(path: Path) -> None:
         _created.add(str(path.absolute()))
         # INFO: a first `fencepost rehearse` on one machine is the common case, not a fault; a worker logs it.
         log.info("created a new seal key file: every process that seals or verifies Receipts on this control "
-                    "database needs the same keys (docs/operations.md, Sealed evidence and its keys)",
-                    extra={"event": "seal_key_file_created", "path": str(path), "key_id": key_id})
+                 "database needs the same keys (docs/operations.md, Sealed evidence and its keys)",
+                 extra={"event": "seal_key_file_created", "path": str(path), "key_id": key_id})
 
 
 #: A key file younger than this (seconds) was made by a process starting now, not configured by an operator.

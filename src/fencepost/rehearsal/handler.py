@@ -110,7 +110,7 @@ def check_seal_keys(store: Store, keys: SealKeys | None = None) -> None:
     Args:
         keys: the process's seal keys (``load_seal_keys()`` when None).
     Raises:
-        InvalidInput: the key file was created by this process and the store's Receipts use another key.
+        InvalidInput: the key file was just made (``just_created``) and the store's Receipts use another key.
     """
     keys = load_seal_keys() if keys is None else keys
     latest = store.read(lambda tx: tx.rehearsal.latest_seal_key_id())
