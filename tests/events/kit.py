@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -145,3 +146,68 @@ def drain(queue: str) -> Counter[str]:
         seen[properties.message_id] += 1
     connection.close()
     return seen
+
+
+@dataclass
+class FreezingProxy:
+    """A real TCP proxy on 127.0.0.1 in front of RabbitMQ that can go silent: once ``freeze`` is called it keeps
+    every connection open and forwards nothing more in either direction (a hung broker, or a path that drops
+    packets without a reset)."""
+
+    url: str = ""
+    frozen: threading.Event = field(default_factory=threading.Event)
+
+    def freeze(self) -> None:
+        self.frozen.set()
+
+    def thaw(self) -> None:
+        self.frozen.clear()
+
+
+@contextmanager
+def freezing_amqp_proxy() -> Iterator[FreezingProxy]:
+    """Forward 127.0.0.1:<port> to the broker at ``AMQP_URL`` until frozen (``FreezingProxy``)."""
+    import socket
+
+    state = FreezingProxy()
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    state.url = f"amqp://guest:guest@127.0.0.1:{listener.getsockname()[1]}/%2F"
+    stop = threading.Event()
+    sockets: list[socket.socket] = []
+
+    def pump(source: socket.socket, target: socket.socket) -> None:
+        try:
+            while not stop.is_set():
+                data = source.recv(65536)
+                if not data:
+                    return
+                while state.frozen.is_set() and not stop.is_set():  # hold the bytes: never send, never close
+                    time.sleep(0.05)
+                target.sendall(data)
+        except OSError:
+            return
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                client, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", 5672))
+            sockets.extend([client, upstream])
+            for source, target in ((client, upstream), (upstream, client)):
+                threading.Thread(target=pump, args=(source, target), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        stop.set()
+        listener.close()
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.close()

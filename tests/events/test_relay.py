@@ -31,7 +31,17 @@ from fencepost.store.host_records import EventOutboxRecord, EventRecord
 from fencepost.store.open import open_store
 from helpers.store_backends import StoreBackend
 
-from .kit import AMQP_URL, all_published, amqp_exchange, append, drain, receiver, statuses, wait_until
+from .kit import (
+    AMQP_URL,
+    all_published,
+    amqp_exchange,
+    append,
+    drain,
+    freezing_amqp_proxy,
+    receiver,
+    statuses,
+    wait_until,
+)
 
 FAST = dict(idle_seconds=0.02, backoff_base_seconds=0.01, backoff_max_seconds=0.05)
 
@@ -497,3 +507,48 @@ def test_a_sink_nobody_listens_on_is_unreachable(sqlite_store: Store, scheme: st
         assert refused.value.sink_unavailable is True, str(refused.value)
     finally:
         sink.close()
+
+
+def test_a_broker_that_goes_silent_fails_the_publish_within_the_timeout(sqlite_store: Store) -> None:
+    """ADR 0110: a broker that keeps the connection open and answers nothing (here a proxy that stops forwarding)
+    no longer holds a publish, and the relay's claimed rows, forever: the wait for the confirm ends after the
+    sink's timeout as an unreachable sink (no attempt spent), and the next publish reconnects."""
+    append(sqlite_store, 3)
+    rows = [sqlite_store.read(lambda tx, i=i: (tx.events.get_event(f"ev-{i:05d}"),
+                                               tx.events.get_event_outbox(f"ev-{i:05d}"))) for i in range(3)]
+    with amqp_exchange() as (exchange, queue), freezing_amqp_proxy() as proxy:
+        assert queue is not None
+        sink = AmqpSink(proxy.url, exchange=exchange, timeout_seconds=1.5)
+        try:
+            event, row = rows[0]
+            assert event is not None and row is not None
+            sink.publish(event, row)  # through the proxy while it forwards
+            proxy.freeze()
+            event, row = rows[1]
+            assert event is not None and row is not None
+            outcome: list[BaseException | None] = []
+
+            def publish_silent() -> None:
+                try:
+                    sink.publish(event, row)
+                    outcome.append(None)
+                except BaseException as error:  # handed to the test thread
+                    outcome.append(error)
+
+            started = time.monotonic()
+            waiting = threading.Thread(target=publish_silent, daemon=True)
+            waiting.start()
+            waiting.join(timeout=10)
+            waited = time.monotonic() - started
+            assert not waiting.is_alive(), "the publish still waits for a confirm the broker never sends"
+            assert len(outcome) == 1 and isinstance(outcome[0], PublishFailed), outcome
+            assert outcome[0].sink_unavailable is True and "did not confirm within 1.5 s" in str(outcome[0])
+            assert 1.4 <= waited < 5.0, waited
+            proxy.thaw()
+            event, row = rows[2]
+            assert event is not None and row is not None
+            sink.publish(event, row)  # a new connection
+        finally:
+            sink.close()
+        received = drain(queue)
+    assert received["ev-00000"] == 1 and received["ev-00002"] == 1

@@ -114,6 +114,35 @@ def redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+class _ConfirmDeadline:
+    """Ends a publish's wait for its confirm after ``seconds`` (ADR 0110).
+
+    pika's blocking ``basic_publish`` waits for the broker's confirm with no bound of its own: a broker that keeps
+    the TCP connection open and answers nothing (hung, or a network path that drops packets silently) would hold
+    the relay, and the rows it claimed, forever. This timer runs on the connection's own I/O loop, which pika keeps
+    turning while it waits, and ends the connection the way pika's own heartbeat checker does when the broker has
+    gone quiet (``Connection._terminate_stream``, pika 1.x): the wait then raises ``StreamLostError``.
+    """
+
+    def __init__(self, connection: Any, seconds: float) -> None:
+        import pika.exceptions
+
+        self.expired = False
+        self._impl = connection._impl  # the blocking connection's underlying SelectConnection
+        error = pika.exceptions.StreamLostError(f"no confirm from the broker within {seconds:g} s")
+
+        def expire() -> None:
+            self.expired = True
+            if self._impl.is_open:
+                self._impl._terminate_stream(error)
+
+        self._handle = self._impl.ioloop.call_later(seconds, expire)
+
+    def cancel(self) -> None:
+        """Stop the timer (the publish returned or failed by itself)."""
+        self._impl.ioloop.remove_timeout(self._handle)
+
+
 class AmqpSink:
     """Publishes each envelope to a RabbitMQ exchange with publisher confirms: ``publish`` returns only after the
     broker confirmed the message (persistent, ``mandatory``: an unroutable message is a failure, not a loss).
@@ -124,7 +153,8 @@ class AmqpSink:
 
     Args:
         url: ``amqp://user:pass@host:port/vhost``. exchange: an existing exchange ("" is the default exchange,
-            which routes to the queue named by the routing key). timeout_seconds: connect and confirm bound.
+            which routes to the queue named by the routing key). timeout_seconds: the bound on connecting and on
+            each publish's wait for its confirm (past it the broker counts as unreachable: ADR 0110).
     """
 
     def __init__(self, url: str, *, exchange: str = "", routing_key: str | None = None,
@@ -181,7 +211,8 @@ class AmqpSink:
 
     def publish(self, event: EventRecord, outbox: EventOutboxRecord) -> None:
         """Publish and wait for the broker's confirm; raises ``PublishFailed`` on a nack, an unroutable message,
-        or a connection error (after one reconnect, for a connection the broker closed while idle)."""
+        or a connection error (after one reconnect, for a connection the broker closed while idle); with
+        ``sink_unavailable`` when the broker cannot be reached or sent no confirm within ``timeout_seconds``."""
         import pika
         import pika.exceptions
 
@@ -191,8 +222,10 @@ class AmqpSink:
         key = self.routing_key if self.routing_key is not None else outbox.destination
         with self._lock:
             for attempt in (1, 2):
+                deadline: _ConfirmDeadline | None = None
                 try:
                     channel = self._connect()
+                    deadline = _ConfirmDeadline(self._connection, self._timeout)
                     channel.basic_publish(self.exchange, key, body, properties, mandatory=True)
                     return
                 except pika.exceptions.UnroutableError as error:
@@ -203,11 +236,19 @@ class AmqpSink:
                     raise PublishFailed("broker nacked the message") from error
                 except (pika.exceptions.AMQPError, OSError) as error:
                     self.close()
+                    if deadline is not None and deadline.expired:
+                        # No answer at all, not even to heartbeats: the broker cannot be reached (ADR 0110). Not
+                        # retried: a silent broker would hold a second attempt just as long.
+                        raise PublishFailed(f"AMQP broker at {redacted(self.url)} did not confirm within "
+                                            f"{self._timeout:g} s", sink_unavailable=True) from error
                     # A connection closed while idle (heartbeat missed, broker restart) is retried once at once;
                     # a second failure means the broker cannot be reached: the relay pauses (ADR 0109).
                     if attempt == 2 or isinstance(error, pika.exceptions.ChannelClosedByBroker):
                         raise PublishFailed(f"AMQP error at {redacted(self.url)}: {type(error).__name__}: "
                                             f"{error}", sink_unavailable=True) from error
+                finally:
+                    if deadline is not None:
+                        deadline.cancel()
 
     def close(self) -> None:
         """Close the connection (safe to call twice)."""
