@@ -388,6 +388,8 @@ def test_host_status_prints_the_counts_and_exits_by_the_store_only(app_dir: Path
     assert queued.returncode == 0, queued.describe()
     waiting = run_cli(["host", "status", "-d", url], cwd=app_dir)
     assert "host.invoke:shop.echo@1: 1 pending" in waiting.stdout, waiting.stdout
+    # "pending" is the command's state; the invocation a stopped worker gave back stays running (host list)
+    assert "invocations waiting for a worker, by action" in waiting.stdout, waiting.stdout
     assert "no live worker claims this kind" in waiting.stdout and "start `fencepost worker" in waiting.stdout
     assert "nothing needs attention" not in waiting.stdout
     empty = open_store(f"sqlite:///{app_dir / 'empty.db'}", create=True)  # a database never migrated

@@ -599,7 +599,8 @@ def status(
             table.add_row(label, str(data[name]))
         render.console.print(table)
         if health.backlog and health.backlog.kinds:
-            render.console.print("pending invocations by action:")
+            render.console.print("invocations waiting for a worker, by action (new, or given back by a stopped "
+                                     "worker: those stay running in host list):")
             for line in backlog_lines(health.backlog):
                 render.console.print(line)
         counted = any(data[name] for name in labels if name != "probe_dead_letters")
