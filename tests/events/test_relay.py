@@ -544,6 +544,14 @@ def test_a_broker_that_goes_silent_fails_the_publish_within_the_timeout(sqlite_s
             assert len(outcome) == 1 and isinstance(outcome[0], PublishFailed), outcome
             assert outcome[0].sink_unavailable is True and "did not confirm within 1.5 s" in str(outcome[0])
             assert 1.4 <= waited < 5.0, waited
+            # still silent: a new connection's handshake is bounded by the same timeout
+            started = time.monotonic()
+            with pytest.raises(PublishFailed) as handshake:
+                sink.publish(event, row)
+            assert handshake.value.sink_unavailable is True and time.monotonic() - started < 5.0
+            starting = AmqpSink(proxy.url, exchange=exchange, timeout_seconds=1.5)
+            assert starting.startup_problem() is None  # not reached now: the relay starts and pauses
+            starting.close()
             proxy.thaw()
             event, row = rows[2]
             assert event is not None and row is not None

@@ -175,6 +175,7 @@ class AmqpSink:
         self.close()
         params = pika.URLParameters(self.url)
         params.socket_timeout = self._timeout
+        params.stack_timeout = self._timeout  # the whole handshake: a broker that accepts and then says nothing
         params.blocked_connection_timeout = self._timeout
         params.connection_attempts = 1
         self._connection = pika.BlockingConnection(params)
@@ -192,6 +193,7 @@ class AmqpSink:
             (a relay then pauses for an unreachable broker, spending no attempt: ADR 0109).
         """
         import pika.exceptions
+        from pika.adapters.utils.connection_workflow import AMQPConnectorException
 
         try:
             channel = self._connect()
@@ -205,8 +207,8 @@ class AmqpSink:
             if error.reply_code == 404:
                 return f"the exchange {self.exchange!r} does not exist at the broker: declare it first"
             return f"the broker refused the exchange {self.exchange!r}: {error.reply_text}"
-        except pika.exceptions.AMQPError:
-            self.close()
+        except (pika.exceptions.AMQPError, AMQPConnectorException, OSError):
+            self.close()  # not reached now (refused, or no handshake within the timeout): the relay will pause
         return None
 
     def publish(self, event: EventRecord, outbox: EventOutboxRecord) -> None:
@@ -215,6 +217,7 @@ class AmqpSink:
         ``sink_unavailable`` when the broker cannot be reached or sent no confirm within ``timeout_seconds``."""
         import pika
         import pika.exceptions
+        from pika.adapters.utils.connection_workflow import AMQPConnectorException
 
         body = envelope_bytes(event, outbox)
         properties = pika.BasicProperties(message_id=event.id, type=event.type, content_type="application/json",
@@ -234,7 +237,7 @@ class AmqpSink:
                                         f"routing key {key!r})") from error
                 except pika.exceptions.NackError as error:
                     raise PublishFailed("broker nacked the message") from error
-                except (pika.exceptions.AMQPError, OSError) as error:
+                except (pika.exceptions.AMQPError, AMQPConnectorException, OSError) as error:
                     self.close()
                     if deadline is not None and deadline.expired:
                         # No answer at all, not even to heartbeats: the broker cannot be reached (ADR 0110). Not
@@ -242,7 +245,9 @@ class AmqpSink:
                         raise PublishFailed(f"AMQP broker at {redacted(self.url)} did not confirm within "
                                             f"{self._timeout:g} s", sink_unavailable=True) from error
                     # A connection closed while idle (heartbeat missed, broker restart) is retried once at once;
-                    # a second failure means the broker cannot be reached: the relay pauses (ADR 0109).
+                    # a second failure means the broker cannot be reached: the relay pauses (ADR 0109). A handshake
+                    # the broker never answers ends after the timeout as pika's AMQPConnectorException, which is
+                    # not an AMQPError: it is the same unreachable broker.
                     if attempt == 2 or isinstance(error, pika.exceptions.ChannelClosedByBroker):
                         raise PublishFailed(f"AMQP error at {redacted(self.url)}: {type(error).__name__}: "
                                             f"{error}", sink_unavailable=True) from error
