@@ -257,3 +257,19 @@ def test_a_burst_of_sigterms_stops_the_worker_and_never_hangs_it(migrated: Env) 
         for _ in range(8):
             worker.send(signal.SIGTERM)
         assert worker.wait_exit(timeout=15) in (0, 130), worker.describe()
+
+
+def test_rehearse_on_a_broken_work_directory_records_no_verdict_and_says_why(migrated: Env) -> None:
+    """A failure of the machine (here the work directory's ``sandboxes`` is a file, as good as a full disk) is
+    not the package's verdict: nothing is recorded, the Attempt stays queued, and rehearse says why it did not
+    run (a trial's full disk sealed the Attempt FAILED and blocked the gate)."""
+    migrated.work_dir.mkdir(parents=True, exist_ok=True)
+    (migrated.work_dir / "sandboxes").write_text("not a directory")
+    package = small_package(migrated.root / "small")
+    result = migrated.cli("rehearse", str(package), "--work-dir", str(migrated.work_dir), "--timeout", "4",
+                          "--lease-seconds", "2", "--attempts", "1")
+    assert result.returncode == 1, result.describe()
+    assert "not run: the worker could not create a sandbox" in result.stdout, result.describe()
+    assert "its last delivery was not run: the worker could not create a sandbox" in result.stderr, result.describe()
+    attempt_id = next(r["id"] for r in migrated.db.rows("SELECT id FROM rehearsal_attempts"))
+    no_verdict(migrated, attempt_id)

@@ -10,6 +10,7 @@ import time
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from fencepost.catalog.manifest import load_package
 from fencepost.cli import render
@@ -37,10 +38,27 @@ from fencepost.store.url import DEFAULT_URL
 STATE_WIDTH = len("NOT_APPLICABLE")
 
 
-def _watch(service: RehearsalService, attempt_id: str, timeout: float, stop: threading.Event) -> Any:
+class _Abandonments(logging.Handler):
+    """Keeps what the in-process worker abandoned to its lease and why (``command_abandoned``: the store stopped
+    answering, or the machine failed: a full disk, a work directory that cannot be written). Nothing else of
+    the worker's log is shown: rehearse prints for people."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.reasons: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "event", None) == "command_abandoned":
+            self.reasons.append(str(getattr(record, "error", record.getMessage())))
+
+
+def _watch(service: RehearsalService, attempt_id: str, timeout: float, stop: threading.Event,
+           abandoned: _Abandonments | None = None) -> Any:
     """Print each scenario as it finishes; return the terminal Attempt view (or the last seen on timeout or
-    ``stop``). A failed Attempt's cause is printed when no scenario's failure explains it."""
+    ``stop``). A failed Attempt's cause is printed when no scenario's failure explains it, and so is each
+    delivery the worker abandoned to its lease (no verdict: it is retried when the lease expires)."""
     shown: set[tuple[int, int]] = set()
+    told = len(abandoned.reasons) if abandoned is not None else 0
     delivery_seen = 0
     deadline = time.monotonic() + timeout
     while True:
@@ -67,6 +85,10 @@ def _watch(service: RehearsalService, attempt_id: str, timeout: float, stop: thr
                 failure = ((r.get("evidence") or {}).get("error") or {}).get("message")
                 if failure:
                     render.console.print(f"        {failure}")
+        while abandoned is not None and told < len(abandoned.reasons):
+            render.console.print(f"  [yellow]not run[/yellow]: {escape(render.printable(abandoned.reasons[told]))}; "
+                                 "nothing was recorded, and a worker retries it once its lease expires")
+            told += 1
         if attempt.status.terminal:
             explained = any(((r.get("evidence") or {}).get("error") or {}).get("message") for r in view["receipts"])
             if attempt.error and not explained:
@@ -112,7 +134,7 @@ def rehearse(
         install_heap_limit(config.concurrency, limits)  # no log line: rehearse prints for people
         # ... nor the in-process worker's: without a handler, Python's last resort would print each WARNING
         # record's bare message on stderr ("scenario finished" per failed scenario, which the text above shows).
-        quiet = logging.NullHandler()
+        quiet = _Abandonments()
         logging.getLogger("fencepost").addHandler(quiet)
         thread = threading.Thread(target=w.run, name="fencepost-worker", daemon=True)
         thread.start()
@@ -139,7 +161,7 @@ def rehearse(
                         w.wake()
                         if not json:
                             render.console.print(f"attempt #{attempt.seq} {attempt.id} enqueued")
-                        view = (_watch(service, attempt.id, timeout, interrupted) if not json
+                        view = (_watch(service, attempt.id, timeout, interrupted, quiet) if not json
                                 else _quiet_wait(service, attempt.id, timeout, interrupted))
                         finished.append(view)
                         if interrupted.is_set():
@@ -147,6 +169,8 @@ def rehearse(
                         if view["status"] not in ("SUCCEEDED", "FAILED", "ABORTED"):
                             unfinished = (f"attempt {attempt.id} did not finish within {timeout:g} s (still "
                                           f"{view['status']}); it stays queued for `fencepost worker`")
+                            if quiet.reasons:
+                                unfinished += f"; its last delivery was not run: {render.printable(quiet.reasons[-1])}"
                             break
                 finally:
                     w.request_stop(0.0)  # nothing of ours is left running: nothing to wait for

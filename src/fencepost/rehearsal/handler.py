@@ -21,7 +21,7 @@ from fencepost.core.errors import InvalidInput, LeaseLost
 from fencepost.core.statuses import AttemptStatus, CommandStatus, ReceiptStatus
 from fencepost.evidence.receipts import seal
 from fencepost.evidence.sealing import SealKeys, just_created, load_seal_keys, remove_created
-from fencepost.outbox.context import CommandContext, Interrupt, StopRequested, TimeLimitExceeded
+from fencepost.outbox.context import CommandContext, EnvironmentFailed, Interrupt, StopRequested, TimeLimitExceeded
 from fencepost.outbox.handlers import DeliveryBudget
 from fencepost.outbox.history import lease_history
 from fencepost.outbox.worker import Sweep
@@ -190,9 +190,11 @@ class AttemptHandler:
             sandbox = Sandbox(attempt_dir / f"d{delivery}-{secrets.token_hex(4)}", package.functions,
                               ctx.should_interrupt, self.limits)
         except OSError as error:
-            # A misconfigured worker (its work dir is not a usable directory) fails the Attempt visibly, as
-            # a handler error, without a server path in the message.
-            raise RuntimeError(f"the worker could not create a sandbox: {error.strerror}") from None
+            # The worker's machine, not the package: a full disk, an I/O error, a work directory that stopped
+            # being usable after start-up (`fencepost worker` checks it then). No verdict is invented; the lease
+            # is left to expire and another worker takes the Attempt over (docs/operations.md, Bounds). A
+            # trial's full disk sealed the Attempt FAILED and blocked the gate.
+            raise EnvironmentFailed(f"the worker could not create a sandbox: {error.strerror}") from None
         try:
             self._scenarios(ctx, attempt_id, package, sandbox)
         finally:
@@ -249,16 +251,19 @@ class AttemptHandler:
                 evidence["limit"] = limit
             evidence.update(env.extras)
             text, fp = seal(evidence, self.seal_keys)
+            if status is ReceiptStatus.FAILED:
+                self._fail(ctx, attempt_id, position, text, fp, f"scenario {code} failed: {error}")
+            elif position == last:
+                self._succeed(ctx, attempt_id, position, text, fp)
+            else:
+                self._advance(ctx, attempt_id, position, text, fp)
+            # Logged once its Receipt is stored: a trial read "SUCCEEDED" in the log for a Receipt that a store
+            # which had stopped answering never kept (its row stayed RUNNING).
             log.log(logging.INFO if error is None else logging.WARNING, "scenario finished", extra={
                 "event": "scenario_finished", "attempt_id": attempt_id, "scenario": code, "position": position,
                 "status": str(status), "delivery": delivery, **({"error": error} if error is not None else {})})
-            if status is ReceiptStatus.FAILED:
-                self._fail(ctx, attempt_id, position, text, fp, f"scenario {code} failed: {error}")
+            if status is ReceiptStatus.FAILED or position == last:
                 return
-            if position == last:
-                self._succeed(ctx, attempt_id, position, text, fp)
-                return
-            self._advance(ctx, attempt_id, position, text, fp)
 
     def _advance(self, ctx: CommandContext, attempt_id: str, position: int, text: str, fp: str) -> None:
         def unit(tx: FencedUnit) -> None:

@@ -17,10 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from fencepost.core.canonical import canonical_bytes
+from fencepost.outbox.context import EnvironmentFailed
 
 
 class TargetRefused(Exception):
-    """The target refused the delivery (key reused with another payload, unwritable directory)."""
+    """The target refused the delivery: its key was used before with another payload."""
+
+
+class TargetUnavailable(EnvironmentFailed):
+    """The target's directory could not be written (a full disk, an I/O error, permissions): a failure of the
+    machine, not of the package, so no verdict is recorded and the lease is left to expire (docs/operations.md,
+    Bounds)."""
 
 
 class LocalFileTarget:
@@ -37,7 +44,7 @@ class LocalFileTarget:
         Returns:
             The target receipt: ``{"target", "receipt_id", "delivered_at", "payload_sha256", "replayed"}``.
         Raises:
-            TargetRefused: key reused with another payload, or the directory cannot be written.
+            TargetRefused: key reused with another payload. TargetUnavailable: the directory cannot be written.
         """
         body = canonical_bytes(payload)
         payload_sha = hashlib.sha256(body).hexdigest()
@@ -64,7 +71,7 @@ class LocalFileTarget:
                     tmp.unlink(missing_ok=True)
             stored = json.loads(final.read_text(encoding="utf-8"))
         except OSError as error:
-            raise TargetRefused(f"target directory is not writable: {error.strerror}") from None
+            raise TargetUnavailable(f"target directory is not writable: {error.strerror}") from None
         receipt: dict[str, Any] = dict(stored["receipt"])
         if receipt["payload_sha256"] != payload_sha:
             raise TargetRefused("idempotency key already used with a different payload")
