@@ -134,6 +134,7 @@ def test_decline_carries_the_provider_error_text() -> None:
     result, _ = run(reply(402, js({"error": {"message": "card declined", "code": "card_declined"}})))
     assert isinstance(result, PermanentFailure)
     assert "402" in result.reason and "card declined" in result.reason
+    assert result.sent is True  # the provider answered: authoritative, even for a re-send
 
 
 def test_accepted_carries_the_reference_and_the_body() -> None:
@@ -235,7 +236,8 @@ def test_an_expired_deadline_sends_nothing_and_fails() -> None:
         result = a.execute(AdapterCall("ai_1", "charge", {"amount": 1}, deadline=time.monotonic() - 0.001))
     assert isinstance(result, PermanentFailure)
     assert "deadline" in result.reason and result.reason.startswith("no request sent")
-    assert interpret_reply(result).verdict == StepVerdict.FAILED
+    assert result.sent is False  # reached nothing: never denies an earlier attempt's call (ADR 0113)
+    assert interpret_reply(result).verdict == StepVerdict.FAILED and interpret_reply(result).sent is False
     assert server.received == []
 
 
@@ -251,14 +253,14 @@ def test_the_deadline_bounds_the_read_timeout() -> None:
 def test_an_unknown_operation_sends_nothing_and_fails() -> None:
     with loopback_server(reply(200, js({}))) as server, adapter(server.url) as a:
         result = a.execute(call("capture"))
-    assert isinstance(result, PermanentFailure)
+    assert isinstance(result, PermanentFailure) and result.sent is False
     assert server.received == []
 
 
 def test_input_that_is_not_json_sends_nothing_and_fails() -> None:
     with loopback_server(reply(200, js({}))) as server, adapter(server.url) as a:
         result = a.execute(AdapterCall("ai_1", "charge", {"amount": float("nan")}))
-    assert isinstance(result, PermanentFailure)
+    assert isinstance(result, PermanentFailure) and result.sent is False
     assert result.reason.startswith("no request sent")
     assert server.received == []
 
@@ -266,7 +268,7 @@ def test_input_that_is_not_json_sends_nothing_and_fails() -> None:
 def test_a_base_url_that_is_not_http_sends_nothing_and_fails() -> None:
     with adapter("ftp://127.0.0.1:21") as a:
         result = a.execute(call())
-    assert isinstance(result, PermanentFailure), result
+    assert isinstance(result, PermanentFailure) and result.sent is False, result
     assert result.reason.startswith("no request sent")
 
 

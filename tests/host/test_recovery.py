@@ -12,7 +12,7 @@ import pytest
 from pydantic import Field
 
 from fencepost.core.statuses import AdapterStatus, InvocationStatus
-from fencepost.host import Ambiguous, Host, RetryPolicy, TransientFailure
+from fencepost.host import Ambiguous, Host, PermanentFailure, RetryPolicy, TransientFailure
 from fencepost.host.action import StepInputContext
 from fencepost.host.handler import kind_of
 from fencepost.store.base import Store
@@ -236,3 +236,25 @@ def test_a_failure_before_any_call_without_a_step_in_flight_is_failed(
     run_worker(host, backend)
     done = host.get(invocation_id)
     assert done.status is InvocationStatus.FAILED and done.steps == () and adapter.calls == []
+
+
+@pytest.mark.parametrize("sent", [False, True])
+def test_a_re_send_that_reached_nothing_does_not_deny_the_earlier_call(
+        store: Store, backend: StoreBackend, ledger: Ledger, sent: bool) -> None:
+    """ADR 0113: an idempotent charge died mid-call (``running``); its recovery's re-send could not reach the
+    provider at all (``PermanentFailure(sent=False)``: a workflow target file missing on the recovering machine).
+    That says nothing of the first call, which may have applied: the step is unknown, never "failed, nothing was
+    applied" (a break-it trial: the task was committed on the target). The control: a provider that answered with a
+    decline (``sent`` left True) settles the step ``failed`` as before."""
+    host, adapter, _spy, invocation_id = interrupted(store, backend, ledger, "running", idempotent=True)
+    adapter.script.append(PermanentFailure("target t: database file does not exist", sent=sent))
+    calls = len(adapter.calls)
+    run_worker(host, backend)
+    done = host.get(invocation_id)
+    assert len(adapter.calls) == calls + 1  # the re-send, not retried
+    if sent:
+        assert done.status is InvocationStatus.FAILED and done.steps[0].status is AdapterStatus.FAILED, done.error
+        return
+    assert done.status is InvocationStatus.RECONCILIATION_REQUIRED, done.error
+    assert done.steps[0].status is AdapterStatus.AMBIGUOUS
+    assert "may have reached the provider" in (done.steps[0].error or "")

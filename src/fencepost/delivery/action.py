@@ -285,7 +285,9 @@ class TargetAdapter:
                 if call.operation == "fingerprint":
                     return self._verify(conn, data)
                 return PermanentFailure(f"unknown delivery operation {call.operation!r}")
-        except (TargetMissing, NotApplied) as error:
+        except TargetMissing as error:  # the target was not reached: nothing sent now (ADR 0113)
+            return PermanentFailure(str(error), sent=False)
+        except NotApplied as error:
             return PermanentFailure(str(error))
         except TargetBusy as error:
             return TransientFailure(str(error), retry_after=None)

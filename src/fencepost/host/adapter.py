@@ -79,9 +79,16 @@ class Accepted:
 
 @dataclass(frozen=True)
 class PermanentFailure:
-    """The provider definitely did nothing and will not for this request (a decline): no retry."""
+    """The provider definitely did nothing and will not for this request (a decline): no retry.
+
+    ``sent=False`` says the request never reached the provider this time (the target could not be opened, nothing
+    was sent): definite for a step's first call, but it says nothing of a call an earlier attempt sent. For a step
+    an earlier attempt left ``running``, the host therefore settles it ``ambiguous`` (ADR 0113), as it does when a
+    re-send's retries are spent on transient failures (ADR 0076). Leave it True when the provider answered.
+    """
 
     reason: str
+    sent: bool = True
     outcome: ClassVar[Outcome] = Outcome.PERMANENT_FAILURE
 
 

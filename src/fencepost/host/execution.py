@@ -791,6 +791,11 @@ class Execution:
                 outcome = classify_error(error, deadline_fired=deadline is not None and time.monotonic() >= deadline)
             outcome = self._redacted_reason(invocation, step, adapter, adapter_id, outcome)
             crashpoint(f"host.step:{step.name}:after-provider-call")
+            if earlier_unknown and outcome.verdict is StepVerdict.FAILED and not outcome.sent:
+                # ADR 0113: this re-send reached nothing, so it cannot deny what the earlier call did (a recovery
+                # that could not open the target recorded "nothing was applied" for a task committed there)
+                return StepOutcome(StepVerdict.AMBIGUOUS, reason=f"{outcome.reason}; {EARLIER_MAY_APPLY}",
+                                   outcome=outcome.outcome), attempts
             if outcome.verdict is not StepVerdict.RETRY:
                 return outcome, attempts
             if call_number < step.retry.max_attempts:

@@ -162,24 +162,27 @@ class HttpAdapter:
 
         Args:
             call: the step's call; ``call.deadline`` (``time.monotonic()`` seconds) bounds every timeout, and a
-                call whose deadline has already passed sends nothing and answers ``PermanentFailure``.
+                call whose deadline has already passed sends nothing and answers ``PermanentFailure`` (with
+                ``sent=False``, as every refusal before the request left: ADR 0113).
         Returns:
             One of the typed replies of ``fencepost.host.adapter``.
         """
         operation = self.operations.get(call.operation)
         if operation is None:
-            return PermanentFailure(f"no request sent: {self.vendor} has no HTTP operation {call.operation!r}")
+            return PermanentFailure(f"no request sent: {self.vendor} has no HTTP operation {call.operation!r}",
+                                    sent=False)
         timeout = self._timeout(call.deadline)
         if timeout is None:
-            return PermanentFailure(f"no request sent: the step's deadline passed before calling {self.vendor}")
+            return PermanentFailure(f"no request sent: the step's deadline passed before calling {self.vendor}",
+                                    sent=False)
         try:
             request = self._request(operation, call, timeout)
         except Exception as error:
-            return PermanentFailure(f"no request sent: the request could not be built ({_describe(error)})")
+            return PermanentFailure(f"no request sent: the request could not be built ({_describe(error)})", sent=False)
         try:
             response = self._client.send(request, stream=True)
         except httpx.UnsupportedProtocol as error:  # a misconfigured base URL: no retry can help
-            return PermanentFailure(f"no request sent to {self.vendor}: {_describe(error)}")
+            return PermanentFailure(f"no request sent to {self.vendor}: {_describe(error)}", sent=False)
         except _NOTHING_SENT as error:
             return TransientFailure(f"nothing sent to {self.vendor}: {_describe(error)}")
         except RuntimeError as error:  # a closed client refuses before sending anything

@@ -62,6 +62,7 @@ class StepOutcome:
         output: the provider's output for ``SUCCEEDED`` and ``ACCEPTED`` (a copy, JSON-compatible as given).
         external_reference: the handoff's reference for ``ACCEPTED``.
         retry_after: seconds the provider asked to wait before a retry, for ``RETRY``.
+        sent: False for a ``FAILED`` whose request never reached the provider (``PermanentFailure(sent=False)``).
     """
 
     verdict: StepVerdict
@@ -70,6 +71,7 @@ class StepOutcome:
     output: dict[str, Any] | None = None
     external_reference: str | None = None
     retry_after: float | None = None
+    sent: bool = True
 
 
 def _unknown(reason: str, outcome: str | None = None) -> StepOutcome:
@@ -146,7 +148,8 @@ def interpret_reply(reply: object) -> StepOutcome:
         return _unknown(reason or ("the provider timed out" if outcome == Outcome.TIMEOUT
                                    else "the provider's outcome is ambiguous"), outcome)
     if outcome == Outcome.PERMANENT_FAILURE:
-        return StepOutcome(StepVerdict.FAILED, reason=reason or "permanent failure", outcome=outcome)
+        return StepOutcome(StepVerdict.FAILED, reason=reason or "permanent failure", outcome=outcome,
+                           sent=fields.get("sent") is not False)
     if outcome == Outcome.TRANSIENT_FAILURE:
         retry_after = fields.get("retry_after")
         wait = (float(retry_after) if isinstance(retry_after, (int, float)) and not isinstance(retry_after, bool)

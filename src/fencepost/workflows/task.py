@@ -236,7 +236,9 @@ class TaskAdapter:
                 register_host_functions(conn, resolve(package.functions))
                 deny_escapes(conn)
                 return self._run(conn, call.adapter_invocation_id, params, package, sql, deadline)
-        except (TargetMissing, InvalidInput) as error:
+        except TargetMissing as error:  # the target was not reached: nothing sent now (ADR 0113)
+            return PermanentFailure(str(error), sent=False)
+        except InvalidInput as error:
             return PermanentFailure(f"{error}; nothing was applied")
         except TargetBusy as error:
             return TransientFailure(str(error))
