@@ -7,7 +7,6 @@ into ``fencepost.core.errors`` at this boundary.
 
 from __future__ import annotations
 
-import itertools
 import random
 import threading
 import time
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from fencepost.core.clock import Clock, SystemClock
 from fencepost.core.errors import InvalidInput, SchemaNotReady, StoreUnavailable
 from fencepost.core.statuses import CommandStatus
+from fencepost.store.claim_rotation import ClaimRotation
 from fencepost.store.ports import FencedUnit, UnitOfWork
 from fencepost.store.records import Lease
 
@@ -89,9 +89,9 @@ class Store(ABC):
     def __init__(self, clock: Clock | None = None, busy_wait_seconds: float = 30.0) -> None:
         self.clock: Clock = clock or SystemClock()
         self.busy_wait_seconds = busy_wait_seconds
-        #: Where the next claim starts among the sorted kinds (fair claims, issue 10 item 4): one count per
-        #: store, shared by its threads (``next`` on a count is atomic in CPython).
-        self.claim_rotation = itertools.count()
+        #: Where the next claim starts among the sorted kinds (fair claims, issue 10 item 4): one per store,
+        #: shared by its threads.
+        self.claim_rotation = ClaimRotation()
 
     # ── units of work ──
     @abstractmethod

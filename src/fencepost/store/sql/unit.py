@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from fencepost.core.errors import LeaseLost
+from fencepost.store.claim_rotation import ClaimRotation
 from fencepost.store.records import Lease
 from fencepost.store.sql.admission import SqlAdmission
 from fencepost.store.sql.audit import SqlAudit
@@ -41,7 +42,7 @@ class SqlUnitOfWork:
     """
 
     def __init__(self, executor: Executor, queries: Mapping[str, Query],
-                 claim_rotation: Iterator[int] | None = None) -> None:
+                 claim_rotation: ClaimRotation | None = None) -> None:
         self.executor = executor
         self.queries = queries
         self.backend = executor.backend
