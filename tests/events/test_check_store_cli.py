@@ -49,6 +49,18 @@ def test_tenant_isolation_passes_on_fencepost(tmp_path: Path) -> None:
     assert "tenant-isolation: passed: 2 passed, 0 failed, 0 skipped" in done.stdout
 
 
+def test_audit_is_sound_after_either_suite(tmp_path: Path) -> None:
+    # A new-user trial: audit exited 1 after tenant-isolation, on the probe parents' missing verdict events and
+    # a probe row left running. A probe is a well-formed history; audit must not mislead an auditor about it.
+    url = _database(tmp_path)
+    for suite in ("tenant-isolation", "events"):
+        done = run_cli(["check-store", suite, "--database", url, "--tenant", "probe"])
+        assert done.returncode == 0, done.stdout + done.stderr
+        audited = run_cli(["audit", "--database", url])
+        assert audited.returncode == 0, f"after {suite}: " + audited.stdout + audited.stderr
+        assert audited.stdout.startswith("audit: sound")
+
+
 def test_help_explains_the_probe_tenant_and_relays() -> None:
     done = run_cli(["check-store", "--help"])
     assert done.returncode == 0

@@ -79,7 +79,7 @@ def events(tenant: TenantOpt, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt
 def tenant_isolation(tenant: TenantOpt, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False) -> None:
     """The adapter-row tenant isolation checks (adapter-read-scope, adapter-write-scope): reads and writes
     naming another tenant, space or invocation must find and change nothing. Probe invocations are left
-    failed ("tenant isolation probe; never executed")."""
+    failed ("tenant isolation probe; never executed") with their verdict events, so audit stays sound."""
     with opened(database) as store:
         _warn(json, ISOLATION_WARNING)
         with handled():

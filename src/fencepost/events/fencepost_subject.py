@@ -14,7 +14,8 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from fencepost.core.statuses import CommandStatus, InvocationMode, InvocationStatus
+from fencepost.core.statuses import AdapterStatus, CommandStatus, InvocationMode, InvocationStatus
+from fencepost.host.lifecycle import STEP_FAILED, VERDICT_EVENTS, invocation_event, step_event
 from fencepost.store.base import Store
 from fencepost.store.host_records import (
     AdapterRecord,
@@ -22,9 +23,11 @@ from fencepost.store.host_records import (
     AdapterWrite,
     EventRecord,
     InvocationVerdict,
+    LeaseHeld,
     NewEvent,
     NewInvocation,
     Subject,
+    UpdateAdapterRow,
 )
 from fencepost.store.ports import UnitOfWork
 from fencepost.store.records import Lease
@@ -134,6 +137,9 @@ class FencepostEventStore:
 #: The command kind of the isolation probes' parent invocations: a ``host.invoke`` kind (only those may be held
 #: at delivery 0, ADR 0022) that no action defines, so that no worker ever claims one.
 PROBE_KIND = "host.invoke:event-append-probe.isolation@1"
+#: The error a retired probe parent's verdict, and each of its rows, are failed with.
+PROBE_VERDICT = "tenant isolation probe; never executed"
+PROBE_ERROR = "isolation probe"
 
 
 class FencepostAdapterRows:
@@ -142,8 +148,9 @@ class FencepostAdapterRows:
     Args:
         store: a migrated fencepost store.
 
-    ``retire()`` fails every probe parent this object created (its verdict written and its command finished
-    under its lease), so that no probe stays ``running``.
+    ``retire()`` fails every probe parent this object created, as the host fails an invocation (its rows
+    failed, its verdict and their events written, its command finished, under its lease), so that no probe
+    stays ``running`` and ``fencepost audit`` finds every probe's history sound (ADR 0112).
     """
 
     def __init__(self, store: Store) -> None:
@@ -182,11 +189,32 @@ class FencepostAdapterRows:
         return self.store.read(lambda tx: tx.host.get_adapter_invocation_in_scope(adapter_invocation_id, scope))
 
     def retire(self) -> None:
-        """Fail every probe parent created so far and finish its command, under its lease."""
+        """Fail every probe parent created so far as the host fails an invocation, under its lease: each
+        adapter row still running is failed, each of its rows gets its ``AdapterInvocationFailed`` event, the
+        parent its ``failed`` verdict with the ``ActionInvocationFailed`` event, and its command is finished
+        FAILED, all in one transaction (ADR 0112). ``fencepost audit`` then finds nothing to report."""
         for invocation_id, lease in self.parents:
             def fn(tx: UnitOfWork, invocation_id: str = invocation_id, lease: Lease = lease) -> None:
+                invocation = tx.host.get_invocation(invocation_id)
+                if invocation is None:  # created by this object, so only a store that lost it gets here
+                    raise ValueError(f"probe invocation {invocation_id} is missing")
+                scope = AdapterScope(invocation.tenant_id, invocation.space_id, invocation.id)
+                for row in tx.host.list_adapter_invocations(invocation_id):
+                    # A row left running under a failed verdict is an evidence gap (host-spec K8): the read
+                    # check never settles its row, and a check stopped midway may leave any row running.
+                    if row.status is AdapterStatus.RUNNING:
+                        tx.host.write_adapter_invocation(AdapterWrite(scope, UpdateAdapterRow(
+                            row.id, AdapterStatus.FAILED, error=PROBE_ERROR), LeaseHeld(lease)))
+                    # append_event, not with_outbox: probe spaces are never published (host-spec U30), so a
+                    # publication row would only sit pending. The event ids are stable: a retry appends none.
+                    tx.events.append_event(step_event(invocation, row.id, STEP_FAILED,
+                                                      {"step": row.step_name, "reason": PROBE_ERROR}))
                 tx.host.update_leased_invocation(invocation_id, lease, InvocationVerdict(
-                    InvocationStatus.FAILED, error="tenant isolation probe; never executed"))
+                    InvocationStatus.FAILED, error=PROBE_VERDICT))
+                # The verdict's event, in the verdict's transaction, as every host verdict has (audit's
+                # invocation_verdict_event).
+                tx.events.append_event(invocation_event(invocation, VERDICT_EVENTS[InvocationStatus.FAILED],
+                                                        {"error": PROBE_VERDICT}))
                 tx.outbox.finish(lease, CommandStatus.FAILED, "tenant isolation probe")
             self.store.transact(fn, name="check-store.isolation-retire")
         self.parents.clear()
