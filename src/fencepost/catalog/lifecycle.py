@@ -129,7 +129,11 @@ class CatalogService:
                 return PublishResult("existing", existing, None)
             gate = self.release_gate(tx, spec.content_digest)
             if (gate is None or not gate.passed) and not allow_ungated:
-                why = "no rehearsal of this exact content exists" if gate is None else "; ".join(gate.blocking)
+                # Name the rehearsal checked: an older one of this content may have passed, and a user who
+                # made a newer one (``rehearsal create``) cannot otherwise tell why that pass does not count.
+                why = ("no rehearsal of this exact content exists" if gate is None else
+                       f"rehearsal {gate.run_id} does not pass (the newest rehearsal of this content is the one "
+                       f"that counts): {'; '.join(gate.blocking)}")
                 raise not_allowed("release_gate", f"release gate does not pass for {spec.name} {spec.version}: "
                                                   f"{why} (rehearse it, or publish with --allow-ungated)")
             if gate is not None and gate.passed and not gate.compared and not (allow_single_attempt or allow_ungated):
