@@ -273,3 +273,49 @@ def test_rehearse_on_a_broken_work_directory_records_no_verdict_and_says_why(mig
     assert "its last delivery was not run: the worker could not create a sandbox" in result.stderr, result.describe()
     attempt_id = next(r["id"] for r in migrated.db.rows("SELECT id FROM rehearsal_attempts"))
     no_verdict(migrated, attempt_id)
+
+
+def _catches_sigint(pid: int) -> bool:
+    """Whether process ``pid`` has a handler for SIGINT now (``SigCgt`` in /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    return False
+
+
+def test_a_sigint_during_start_up_of_a_background_worker_stops_it_once_it_runs(migrated: Env) -> None:
+    """A shell script's background job starts with SIGINT ignored. The worker takes SIGINT over once it runs,
+    so one that came while it started was lost, and the worker ran on for good (two trials, with the issue's own
+    `fencepost worker & ... kill -INT`). It is now counted from the first moment and acted on when the worker
+    runs: a graceful stop, exit 0. The start is made long by an application module that takes 2 s to import."""
+    import subprocess
+
+    from helpers.processes import FENCEPOST
+
+    (migrated.root / "slowstart.py").write_text(
+        "import time\n\nfrom fencepost.host import Host\n\ntime.sleep(2)\n\n\n"
+        "def make(store):\n    return Host(store)\n")
+    log = migrated.root / "background-worker.log"
+    args = ["worker", "-d", migrated.url, "--work-dir", str(migrated.work_dir), "--log-format", "json",
+            "--app", "slowstart:make"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([*FENCEPOST, *args], cwd=migrated.root, env=subprocess_env(), stdout=out,
+                                stderr=subprocess.STDOUT,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 1.0  # the signal comes while the application module still imports
+        while time.monotonic() < deadline and not _catches_sigint(proc.pid):
+            time.sleep(0.005)
+        time.sleep(0.1)
+        assert "worker_started" not in log.read_text()
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the SIGINT that came during start-up was lost: {log.read_text()}") from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert code == 0, text
+    assert "worker_started" in text and "worker_stopped" in text, text

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 
+from fencepost.cli import stdio
+
 #: How often the watcher looks at the count (seconds): the delay between a signal and its action.
 WATCH_SECONDS = 0.02
 
@@ -57,6 +59,8 @@ def acting_on_signals(act: Callable[[int], None],
                 return
 
     previous = {s: signal.signal(s, count) for s in signals}
+    if signal.SIGINT in signals:  # SIGINTs that came while the process started, ignored then (a background job)
+        received[0] += stdio.interrupts.take_ignored()
     watcher = threading.Thread(target=watch, name="fencepost-signals", daemon=True)
     watcher.start()
     try:

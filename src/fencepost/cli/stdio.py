@@ -118,16 +118,34 @@ class InterruptWatch:
         self.interrupted = False
         #: Set by a command that said itself what the interrupt left (``host submit --inline``).
         self.explained = False
+        #: SIGINTs received while SIGINT was ignored when the process started (``take_ignored``).
+        self._ignored = 0
 
     def install(self) -> None:
-        """Take SIGINT over from Python's default handler; an ignored SIGINT (a background job) stays ignored."""
-        if (threading.current_thread() is threading.main_thread()
-                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+        """Take SIGINT over from Python's default handler. An ignored SIGINT (a background job of a shell
+        script) stays without effect, but each one is counted: a command that takes SIGINT over later (the
+        worker, ``rehearse``, ``serve``) acts on those that came while it started (``take_ignored``). A
+        background worker's SIGINT was otherwise lost when it came during start-up, and the worker ran on
+        (a trial)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        current = signal.getsignal(signal.SIGINT)
+        if current is signal.default_int_handler:
             signal.signal(signal.SIGINT, self._on_sigint)
+        elif current is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, self._count_ignored)
+
+    def take_ignored(self) -> int:
+        """The SIGINTs counted while ignored, since the last call (the count is reset)."""
+        taken, self._ignored = self._ignored, 0
+        return taken
 
     def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
         self.interrupted = True
         raise KeyboardInterrupt
+
+    def _count_ignored(self, signum: int, frame: FrameType | None) -> None:
+        self._ignored += 1  # nothing else: the signal stays without effect for commands that do not take it
 
 
 #: The process's one watch, installed by the entry point.

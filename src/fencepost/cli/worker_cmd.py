@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from fencepost.cli import logs
+from fencepost.cli import logs, stdio
 from fencepost.cli.common import (
     DEFAULT_SANDBOX_MAX_BYTES,
     DEFAULT_SANDBOX_MAX_MEMORY,
@@ -150,6 +150,9 @@ class StopSignals:
     def install(self) -> StopSignals:
         signal.signal(signal.SIGTERM, self._count)
         signal.signal(signal.SIGINT, self._count)
+        # A SIGINT that came while the process started (a background job, where it was ignored until now) is
+        # acted on as one that comes now.
+        self.count += stdio.interrupts.take_ignored()
         return self
 
     def _count(self, signum: int, frame: FrameType | None) -> None:
