@@ -86,6 +86,8 @@ def test_cancel_finalizes_the_not_started_steps_at_once(world: World) -> None:
     assert client.post(f"/v1/workflow-runs/{run_id}/cancel", json={"reason": "x"}).status_code == 401
     blank = client.post(f"/v1/workflow-runs/{run_id}/cancel", headers=AUTH, json={"reason": "   "})
     assert blank.status_code == 422 and "a cancel reason is 1 to 1000 characters" in blank.text, blank.text
+    nul = client.post(f"/v1/workflow-runs/{run_id}/cancel", headers=AUTH, json={"reason": "r\u0000x"})
+    assert nul.status_code == 422 and "reason holds a NUL character" in nul.text, nul.text  # SQLite stored it
     done = client.post(f"/v1/workflow-runs/{run_id}/cancel", headers=AUTH, json={"reason": "maintenance"})
     assert done.status_code == 200, done.text
     body = done.json()

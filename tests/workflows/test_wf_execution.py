@@ -161,6 +161,23 @@ def test_cancel_stores_the_intent_first_and_the_run_settles_cancelled(control: S
     assert request_cancel(control, run_id, reason="late", actor="ops").outcome == "settled"
 
 
+@pytest.mark.parametrize(("reason", "actor", "refused"), [
+    ("r\x00x", "ops", "reason holds a NUL character"),
+    ("stop", "o\x00ps", "actor holds a NUL character"),
+    ("r\ud800x", "ops", "reason holds a lone surrogate")])
+def test_a_cancel_reason_or_actor_no_backend_stores_is_refused_on_every_backend(
+        control: Store, tmp_path: Path, reason: str, actor: str, refused: str) -> None:
+    # SQLite stored a NUL in a reason and PostgreSQL answered a schema conflict (409) for it (a trial): both
+    # refuse it as bad input now, before anything is written.
+    kit = install(control, tmp_path, DIAMOND)
+    run_id = kit.admit()
+    with pytest.raises(InvalidInput, match=refused):
+        WorkflowService(control).cancel(run_id, reason=reason, actor=actor)
+    found = control.read(lambda tx: tx.progress.get_run(run_id))
+    assert found is not None and found.cancel_requested_at is None
+    assert control.read(lambda tx: tx.progress.run_mutations(run_id)) == []
+
+
 def test_the_default_target_is_the_one_the_version_was_delivered_to_successfully(control: Store,
                                                                                  tmp_path: Path) -> None:
     kit = install(control, tmp_path, DIAMOND)

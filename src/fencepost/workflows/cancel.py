@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fencepost.core.canonical import canonical_json
+from fencepost.core.canonical import canonical_json, require_storable_text
 from fencepost.core.errors import InvalidInput, NotFound
 from fencepost.core.ids import derived_id
 from fencepost.core.statuses import RunMutationKind, WorkflowEventType, WorkflowRunStatus
@@ -37,7 +37,8 @@ def request_cancel(store: Store, run_id: str, *, reason: str, actor: str) -> Can
     """Store the cancel intent of ``run_id`` (module docstring).
 
     Args:
-        reason: 1..1000 characters, kept on the Run and in the ledger. actor: 1..200 characters.
+        reason: 1..1000 characters, kept on the Run and in the ledger. actor: 1..200 characters. Neither may
+            hold a NUL character or a lone surrogate.
     Raises:
         InvalidInput: a bad reason or actor. NotFound: no such Run.
     """
@@ -45,6 +46,9 @@ def request_cancel(store: Store, run_id: str, *, reason: str, actor: str) -> Can
         raise InvalidInput("a cancel reason is 1 to 1000 characters")
     if not actor or len(actor) > 200:
         raise InvalidInput("an actor is 1 to 200 characters")
+    # SQLite kept a NUL in a reason and PostgreSQL answered a schema conflict (409); a lone surrogate failed in
+    # the driver (a trial): both are bad input on every backend, refused before anything is written.
+    require_storable_text(reason=reason, actor=actor)
 
     def unit(tx: UnitOfWork) -> CancelResult:
         tx.progress.lock_run(run_id)
