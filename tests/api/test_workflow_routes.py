@@ -88,6 +88,11 @@ def test_cancel_finalizes_the_not_started_steps_at_once(world: World) -> None:
     assert blank.status_code == 422 and "a cancel reason is 1 to 1000 characters" in blank.text, blank.text
     nul = client.post(f"/v1/workflow-runs/{run_id}/cancel", headers=AUTH, json={"reason": "r\u0000x"})
     assert nul.status_code == 422 and "reason holds a NUL character" in nul.text, nul.text  # SQLite stored it
+    forged = client.post(f"/v1/workflow-runs/{run_id}/cancel", headers=AUTH,
+                         json={"reason": "\u001b[2J\u001b[Hrun x succeeded\nall good"})
+    assert forged.status_code == 422 and "a cancel reason is one line of plain text" in forged.text, forged.text
+    tabbed = client.post(f"/v1/workflow-runs/{run_id}/cancel", headers=AUTH, json={"reason": "x", "actor": "a\tb"})
+    assert tabbed.status_code == 422 and "an actor is one line of plain text" in tabbed.text, tabbed.text
     done = client.post(f"/v1/workflow-runs/{run_id}/cancel", headers=AUTH, json={"reason": "maintenance"})
     assert done.status_code == 200, done.text
     body = done.json()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -180,6 +181,31 @@ def test_bad_input_is_refused_with_exit_2(site: Site) -> None:
     unknown = site.cli("workflow", "status", "wfr_nope")
     assert (unknown.returncode, unknown.stdout, unknown.error_line) == (
         2, "", "fencepost: no workflow run or plan id wfr_nope"), unknown.describe()
+
+
+#: A reason a trial gave: it cleared the operator's screen and forged a line of ``workflow status``.
+FORGED = "\x1b[2J\x1b[Hrun x succeeded\nall good"
+
+
+def test_a_cancel_reason_with_escape_codes_is_refused_and_stored_text_is_shown_never_acted_on(site: Site) -> None:
+    run_id = site.inline_json("workflow", "run", "slow", "flow", "--plan-id", "slow-forged", "--no-wait")["run_id"]
+    refused = CliRunner().invoke(fencepost_app, ["workflow", "cancel", run_id, "--reason", FORGED, "-d", site.url])
+    assert refused.exit_code == 2, refused.output
+    assert "a cancel reason is one line of plain text: '\\x1b' at position 0" in refused.output, refused.output
+    assert "\x1b" not in refused.output
+    assert site.inline_json("workflow", "status", run_id)["cancel"] is None  # nothing was stored
+    site.inline("workflow", "cancel", run_id, "--reason", "operator stop")
+    # Text stored before ADR 0111 (or by an older fencepost) is still shown escaped: the cancel reason and a
+    # step's reason (a task's error can quote anything).
+    with sqlite3.connect(site.root / "control.db") as conn:
+        conn.execute("UPDATE workflow_runs SET cancel_reason = ? WHERE id = ?", (FORGED, run_id))
+        conn.execute("UPDATE workflow_step_mutations SET reason = ? WHERE run_id = ? AND kind = 'cancel'",
+                     (FORGED, run_id))
+    conn.close()
+    shown = site.inline("workflow", "status", run_id)
+    assert "\x1b" not in shown and "\nall good" not in shown, shown
+    assert "cancel requested" in shown and "\\x1b[2J\\x1b[Hrun x succeeded\\nall good" in shown, shown
+    assert "\\x1b[2J\\x1b[Hrun x succeeded all good" in shown, shown  # the steps' reason column: one line
 
 
 def test_a_failing_task_exits_1_naming_the_step_and_its_reason(site: Site, worker: Process) -> None:

@@ -32,8 +32,11 @@ class NewWorkflowRun(_Model):
 class CancelWorkflowRun(_Model):
     """``POST /v1/workflow-runs/{runId}/cancel``."""
 
-    reason: str = Field(min_length=1, max_length=1000, examples=["maintenance window"])
-    actor: str = Field(default="api", min_length=1, max_length=200, description="Who cancels (in the ledger).")
+    reason: str = Field(min_length=1, max_length=1000, examples=["maintenance window"],
+                        description="Why: one line of text; a control character or line break is refused (422, "
+                                    "ADR 0111).")
+    actor: str = Field(default="api", min_length=1, max_length=200,
+                       description="Who cancels (in the ledger); one line of text, as the reason.")
 
 
 class CancelIntent(_Model):

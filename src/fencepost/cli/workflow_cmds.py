@@ -23,7 +23,16 @@ from fencepost.cli import render
 from fencepost.cli.common import DatabaseOpt, JsonOpt, emit, handled, opened
 from fencepost.cli.exit_codes import FOLLOW_TIMEOUT_EXIT, INTERRUPTED_EXIT, RUN_VERDICT_EXIT
 from fencepost.cli.signals import acting_on_signals
-from fencepost.cli.workflow_follow import Followed, follow, headline, one_line, step_reason, steps_table, verdict_line
+from fencepost.cli.workflow_follow import (
+    Followed,
+    follow,
+    headline,
+    one_line,
+    shown,
+    step_reason,
+    steps_table,
+    verdict_line,
+)
 from fencepost.core.canonical import parse_input_json, parse_json
 from fencepost.core.errors import InvalidInput, InvalidPlan
 from fencepost.core.statuses import WorkflowRunStatus
@@ -145,11 +154,13 @@ def show(ident: Annotated[str, typer.Argument(help="Plan id or workflow run id."
             "admitted_at": iso(admission.admitted_at), **rows}
 
     def text() -> None:
-        typer.echo(f"run {admission.run_id} of {admission.package_name}/{admission.workflow_id} "
-                   f"(plan {admission.plan_id}, admitted {iso(admission.admitted_at)})")
+        # printable: the names come from a stored plan, shown and never acted on by the terminal
+        typer.echo(render.printable(f"run {admission.run_id} of {admission.package_name}/{admission.workflow_id} "
+                                    f"(plan {admission.plan_id}, admitted {iso(admission.admitted_at)})"))
         for step in rows["workflow_step_runs"]:
             needs = ", ".join(parse_json(step["needs"])) or "-"
-            typer.echo(f"  {step['step_key']:<20} {step['status']:<8} task {step['task_id']:<20} needs {needs}")
+            typer.echo(render.printable(f"  {step['step_key']:<20} {step['status']:<8} task {step['task_id']:<20} "
+                                        f"needs {needs}"))
 
     emit(json, view, text)
 
@@ -202,8 +213,8 @@ def _print_verdict(view: dict[str, Any]) -> None:
     for step in view["steps"]:
         if step["status"] in ("failed", "timed_out", "lost") or (step["status"] == "skipped"
                                                                   and view["status"] == "failed"):
-            render.console.print(f"  {escape(step['status'])} step {escape(step['key'])} (task "
-                                 f"{escape(step['task'])}): {escape(one_line(step_reason(step)) or '-')}",
+            render.console.print(f"  {shown(step['status'])} step {shown(step['key'])} (task "
+                                 f"{shown(step['task'])}): {escape(one_line(step_reason(step)) or '-')}",
                                  soft_wrap=True)
 
 
@@ -260,7 +271,7 @@ def run(package: Annotated[str | None, typer.Argument(help="Installed package na
             target_name = view["target"]["name"] if view.get("target") else "-"
             render.console.print(
                 f"{admitted.outcome}: run [bold]{admitted.run_id}[/bold] ({len(view['steps'])} steps) of "
-                f"{escape(str(view['package']))}/{escape(view['workflow_id'])} on {escape(target_name)}"
+                f"{shown(view['package'])}/{shown(view['workflow_id'])} on {shown(target_name)}"
                 + ("" if no_wait else "; following (Ctrl-C stops following, the Run goes on)"), soft_wrap=True)
         if no_wait:
             emit(json, {"outcome": admitted.outcome, "run_id": admitted.run_id, "followed": "no",
@@ -300,12 +311,12 @@ def status(run_id: RunIdArg,
 
 def _print_run(view: dict[str, Any]) -> None:
     render.console.print(headline(view), soft_wrap=True)
-    render.console.print(f"  plan {escape(view['plan_id'])}, created {render.when(view['created_at'])}, settled "
+    render.console.print(f"  plan {shown(view['plan_id'])}, created {render.when(view['created_at'])}, settled "
                          f"{render.when(view['settled_at'])}, fence {view['fence']}, {view['events']} events",
                          soft_wrap=True)
     if view.get("cancel"):
         render.console.print(f"  cancel requested {render.when(view['cancel']['requested_at'])}: "
-                             f"{escape(str(view['cancel']['reason']))}", soft_wrap=True)
+                             f"{shown(view['cancel']['reason'])}", soft_wrap=True)
     render.console.print(steps_table(view))
 
 
@@ -326,7 +337,7 @@ def list_runs(database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False,
             cancel = "  cancel requested" if r["cancel"] else ""
             pad = " " * max(0, 10 - len(r["status"]))
             workflow = f"{r['package'] or '?'}/{r['workflow_id']}"
-            render.console.print(f"{r['run_id']}  {escape(workflow):<28} {render.styled(r['status'])}{pad} "
+            render.console.print(f"{r['run_id']}  {shown(workflow):<28} {render.styled(r['status'])}{pad} "
                                  f"created {render.when(r['created_at'])}  settled {render.when(r['settled_at'])}"
                                  f"{cancel}", soft_wrap=True)
 
@@ -335,8 +346,8 @@ def list_runs(database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False,
 
 @app.command()
 def cancel(run_id: RunIdArg,
-           reason: Annotated[str, typer.Option("--reason", help="Why (1-1000 characters; kept on the Run and in its "
-                                                                "ledger).")],
+           reason: Annotated[str, typer.Option("--reason", help="Why: one line of 1-1000 characters, no control "
+                                                                "characters (kept on the Run and in its ledger).")],
            database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = False,
            actor: Annotated[str, typer.Option(help="Who cancels (kept in the Run's ledger).")] = "cli") -> None:
     """Cancel a workflow Run: store the intent, then finalize what is not executing.
@@ -344,7 +355,8 @@ def cancel(run_id: RunIdArg,
     The intent is stored first (one transaction); then one advance of the Run cancels at once every step that
     has not started. A step whose task is already running finishes (or reaches its deadline) and the Run
     settles after it, as `cancelled` (or by that step's verdict). A Run already settled is left as it is.
-    Exit 0 (requested, or already requested or settled), 2 bad reason or no such run."""
+    Exit 0 (requested, or already requested or settled), 2 bad reason (blank, too long, or holding a control
+    character or line break) or no such run."""
     with opened(database) as store, handled():
         data = WorkflowService(store).cancel(run_id, reason=reason, actor=actor)
     after, outcome = data["run"], data["outcome"]
@@ -358,14 +370,14 @@ def cancel(run_id: RunIdArg,
             return
         said = "cancel requested" if outcome == "requested" else "cancel was already requested"
         kept = (after["cancel"] or {}).get("reason")
-        render.console.print(f"{said}: run {run_id} ({escape(str(kept))})", soft_wrap=True)
+        render.console.print(f"{said}: run {shown(run_id)} ({shown(kept)})", soft_wrap=True)
         if outcome == "existing" and kept != reason:
             render.console.print("  the first request's reason is kept; this one was not recorded", soft_wrap=True)
         render.console.print(f"  cancelled now: {', '.join(cancelled_now) or 'none'}", soft_wrap=True)
         for step in still:
             ends = (f"until it finishes or reaches its deadline {render.when(step['deadline_at'])}"
                     if step["status"] == "running" else "until an operator resolves its task")
-            render.console.print(f"  still {step['status']}: {escape(step['key'])} ({ends})", soft_wrap=True)
+            render.console.print(f"  still {step['status']}: {shown(step['key'])} ({ends})", soft_wrap=True)
         if after["terminal"]:
             render.console.print(f"run {run_id} is {render.styled(after['status'])}", soft_wrap=True)
         else:

@@ -59,9 +59,17 @@ def styled(status: str) -> str:
     return f"[{style}]{status}[/{style}]" if style else status
 
 
+def shown(text: object) -> str:
+    """Stored text (a cancel reason, a task's error, a name) as rich markup that prints it literally:
+    ``render.printable`` (an escape code or a newline is shown as ``\\x1b``, ``\\n``, never acted on: a reason
+    redrew the screen and forged a line of ``workflow status``, a trial), then markup-escaped."""
+    return escape(render.printable(str(text)))
+
+
 def one_line(text: str | None, width: int = 160) -> str:
-    """``text`` on one line, at most ``width`` characters (an error can be a multi-line SQL message)."""
-    flat = " ".join((text or "").split())
+    """``text`` on one line, at most ``width`` characters (an error can be a multi-line SQL message), with the
+    characters a terminal would act on written as escapes (``render.printable``); not markup-escaped."""
+    flat = render.printable(" ".join((text or "").split()))
     return flat if len(flat) <= width else flat[:width - 3] + "..."
 
 
@@ -69,7 +77,7 @@ def step_line(step: dict[str, Any]) -> str:
     """``  load            failed     attempt 1  <reason>``: one step as one plain line (rich markup escaped)."""
     attempts = f"attempt {step['attempts']}" if step["attempts"] else ""
     reason = one_line(step.get("reason"))
-    return escape(f"  {step['key']:<20} {step['status']:<10} {attempts:<10} {reason}".rstrip())
+    return shown(f"  {step['key']:<20} {step['status']:<10} {attempts:<10} {reason}".rstrip())
 
 
 def steps_table(view: dict[str, Any]) -> Table:
@@ -78,7 +86,7 @@ def steps_table(view: dict[str, Any]) -> Table:
     for column in ("step", "task", "needs", "status", "attempts", "reason"):
         table.add_column(column, overflow="fold")
     for step in view["steps"]:
-        table.add_row(escape(step["key"]), escape(step["task"]), escape(", ".join(step["needs"]) or "-"),
+        table.add_row(shown(step["key"]), shown(step["task"]), shown(", ".join(step["needs"]) or "-"),
                       step_status(step), str(step["attempts"]), escape(one_line(step_reason(step), 100)))
     return table
 
@@ -86,10 +94,10 @@ def steps_table(view: dict[str, Any]) -> Table:
 def step_status(step: dict[str, Any]) -> str:
     """A step's status (rich markup); a ``running`` step whose task no worker has claimed yet reads
     ``running (queued)``: it passed the start barrier, but nothing executes it until a worker claims the task."""
-    shown = styled(step["status"])
+    status = styled(step["status"])
     if step["status"] == "running" and step.get("invocation_status") == "pending":
-        return f"{shown} (queued)"
-    return shown
+        return f"{status} (queued)"
+    return status
 
 
 def step_reason(step: dict[str, Any]) -> str | None:
@@ -108,15 +116,15 @@ def headline(view: dict[str, Any]) -> str:
     target = view["target"]["name"] if view.get("target") else "no target"
     done = sum(n for status, n in view["counts"].items() if status not in ("waiting", "ready", "running", "lost"))
     cancel = ", cancel requested" if view.get("cancel") else ""
-    return (f"run [bold]{escape(view['run_id'])}[/bold]  {escape(str(view['package']))}/"
-            f"{escape(view['workflow_id'])} on {escape(target)}  {render.styled(view['status'])}\n"
+    return (f"run [bold]{shown(view['run_id'])}[/bold]  {shown(view['package'])}/"
+            f"{shown(view['workflow_id'])} on {shown(target)}  {render.styled(view['status'])}\n"
             f"  {done}/{len(view['steps'])} steps terminal{cancel}")
 
 
 def verdict_line(view: dict[str, Any]) -> str:
     """``run wfr_... succeeded: 3 succeeded`` (the counts of the non-zero step statuses; rich markup)."""
-    shown = ", ".join(f"{n} {status}" for status, n in view["counts"].items() if n)
-    return f"run {escape(view['run_id'])} {render.styled(view['status'])}: {shown}"
+    counts = ", ".join(f"{n} {status}" for status, n in view["counts"].items() if n)
+    return f"run {shown(view['run_id'])} {render.styled(view['status'])}: {counts}"
 
 
 def follow(store: Store, run_id: str, *, timeout: float | None, stop: threading.Event, quiet: bool,

@@ -11,6 +11,7 @@ is terminal.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 
 from fencepost.core.canonical import canonical_json, require_storable_text
@@ -33,12 +34,23 @@ class CancelResult:
     reason: str | None
 
 
+def _line_break_or_control(text: str) -> int | None:
+    """The position of the first C0 or C1 control character (an escape, a newline, a tab, DEL) or line or
+    paragraph separator in ``text``, or None. A reason printed as given redrew an operator's terminal and forged
+    a line of ``workflow status`` (a trial), so such text is refused at input (ADR 0111)."""
+    for i, ch in enumerate(text):
+        if unicodedata.category(ch) in ("Cc", "Zl", "Zp"):
+            return i
+    return None
+
+
 def request_cancel(store: Store, run_id: str, *, reason: str, actor: str) -> CancelResult:
     """Store the cancel intent of ``run_id`` (module docstring).
 
     Args:
-        reason: 1..1000 characters, kept on the Run and in the ledger. actor: 1..200 characters. Neither may
-            hold a NUL character or a lone surrogate.
+        reason: 1..1000 characters, kept on the Run and in the ledger. actor: 1..200 characters. Each is one
+            line of text: no lone surrogate, no control character (NUL, escape, newline, tab, DEL, C1) and no
+            line or paragraph separator (ADR 0111).
     Raises:
         InvalidInput: a bad reason or actor. NotFound: no such Run.
     """
@@ -49,6 +61,10 @@ def request_cancel(store: Store, run_id: str, *, reason: str, actor: str) -> Can
     # SQLite kept a NUL in a reason and PostgreSQL answered a schema conflict (409); a lone surrogate failed in
     # the driver (a trial): both are bad input on every backend, refused before anything is written.
     require_storable_text(reason=reason, actor=actor)
+    for name, text in (("a cancel reason", reason), ("an actor", actor)):
+        if (at := _line_break_or_control(text)) is not None:
+            raise InvalidInput(f"{name} is one line of plain text: {text[at]!r} at position {at} is a control "
+                               "character or line break (terminal escape codes, newlines and tabs are refused)")
 
     def unit(tx: UnitOfWork) -> CancelResult:
         tx.progress.lock_run(run_id)
