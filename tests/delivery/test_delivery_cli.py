@@ -140,3 +140,27 @@ def test_a_failed_delivery_names_redeliver_and_redeliver_runs_it_anew(tmp_path: 
     assert "a failed delivery is not run again" not in fixed.output
     assert [r[2] for r in ledger(missing)] == list(THREE)
     store.close()
+
+
+def test_install_to_several_named_targets_delivers_to_each_of_them(tmp_path: Path) -> None:
+    # `--target a --target b --target c` delivered to c alone and said "1 delivery submitted" (a trial).
+    url = f"sqlite:///{tmp_path / 'control.db'}"
+    store = open_store(url, create=True)
+    store.migrate()
+    release(store, write_package(tmp_path, "shop", "1.0.0", THREE), tmp_path / "work")
+    runner = CliRunner()
+    for name in ("c", "a", "b"):
+        added = runner.invoke(cli, ["target", "add", name, f"sqlite://{target_file(tmp_path, name)}", "-d", url])
+        assert added.exit_code == 0, added.output
+    typo = runner.invoke(cli, ["package", "install", "shop", "--target", "a", "--target", "nobody", "-d", url])
+    assert typo.exit_code == 2 and "no target nobody" in typo.output, typo.output
+    text = runner.invoke(cli, ["package", "install", "shop", "--target", "c", "--target", "a", "--target", "b",
+                               "--target", "a", "-d", url])
+    assert text.exit_code == 0 and "3 deliveries submitted" in text.output, text.output
+    again = runner.invoke(cli, ["package", "install", "shop", "--target", "b", "--target", "c", "--target", "a",
+                                "-d", url, "--json"])
+    assert again.exit_code == 0, again.output
+    assert [d["target"] for d in json.loads(again.output)["deliveries"]] == ["a", "b", "c"]  # the same three
+    both = runner.invoke(cli, ["package", "install", "shop", "--target", "a", "--targets", "env=prod", "-d", url])
+    assert both.exit_code == 2 and "or a label selector" in both.output, both.output
+    store.close()

@@ -90,7 +90,8 @@ def withdraw(name: NameArg, version: Annotated[str, typer.Argument(help="Version
     emit(json, publication_view(pub), lambda: typer.echo(f"withdrawn: {name} {version}"))
 
 
-TargetOpt = Annotated[str | None, typer.Option("--target", help="Deliver the installation to this target.")]
+TargetOpt = Annotated[list[str] | None, typer.Option(
+    "--target", metavar="NAME", help="Deliver the installation to this target (repeatable: to each of them).")]
 TargetsOpt = Annotated[list[str] | None, typer.Option(
     "--targets", metavar="KEY=VALUE", help="Deliver to every live target carrying this label (repeatable: all).")]
 
@@ -109,24 +110,24 @@ def install(name: NameArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = 
                                                                         "fixing them).")] = False) -> None:
     """Install (activate) the head publication, or a given version, of a package.
 
-    With --target NAME (or --targets key=value for a fleet) the installation is also delivered: one
-    fencepost.deliver invocation per target, run by `fencepost worker`; the same command again returns the
-    existing invocations; --redeliver starts a new one where the newest failed. Exit 0: installed and
+    With --target NAME (repeatable) or --targets key=value (a fleet by label) the installation is also
+    delivered: one fencepost.deliver invocation per target, run by `fencepost worker`; the same command again
+    returns the existing invocations; --redeliver starts a new one where the newest failed. Exit 0: installed and
     submitted (with --wait: every delivery succeeded); 1: with --wait, a delivery failed, needs reconciliation
     or had no verdict in time; 2: bad input, no such target; 6: a guard refuses (quarantine, disposition, no
     rehearsal evidence)."""
     with opened(database) as store, handled():
-        delivering = target is not None or bool(targets)
+        delivering = bool(target) or bool(targets)
         service = DeliveryService(store)
         selector = parse_labels(targets) if targets else None
         if delivering:  # a typo in a target or label is refused before the installation moves
-            service.choose_targets(target=target, selector=selector)
+            service.choose_targets(target=target or None, selector=selector)
         inst = CatalogService(store, release_gate=release_gate).install(name, version)
         if not delivering:
             emit(json, installation_view(inst), lambda: typer.echo(
                 f"installed {name}: installation {inst.id} at {inst.publication_id} (lock {inst.lock_digest[:23]}...)"))
             return
-        submitted = _submit(service, name, target=target, selector=selector, redeliver=redeliver,
+        submitted = _submit(service, name, target=target or None, selector=selector, redeliver=redeliver,
                             concurrency=concurrency, quiet=json)
         ids = [(t.name, v.id) for t, v in submitted.deliveries]
         if not json:
@@ -167,7 +168,7 @@ def warn_without_worker(store: Store, submitted: Submitted) -> None:
                              "registers within a second of starting)")
 
 
-def _submit(service: DeliveryService, name: str, *, target: str | None, selector: dict[str, str] | None,
+def _submit(service: DeliveryService, name: str, *, target: list[str] | None, selector: dict[str, str] | None,
             redeliver: bool, concurrency: int, quiet: bool) -> Submitted:
     """``DeliveryService.submit`` with a ``submitting`` bar on a terminal (``concurrency`` in flight at once)."""
     if quiet or not render.console.is_terminal:

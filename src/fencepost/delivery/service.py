@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -100,13 +100,15 @@ class DeliveryService:
         self.store = store
         self.host = host or delivery_host(store)
 
-    def submit(self, package: str, *, target: str | None = None, selector: Mapping[str, str] | None = None,
+    def submit(self, package: str, *, target: str | Sequence[str] | None = None,
+               selector: Mapping[str, str] | None = None,
                actor: str = "cli", redeliver: bool = False, concurrency: int = SUBMIT_CONCURRENCY,
                on_submitted: Callable[[TargetRecord, InvocationView], None] | None = None) -> Submitted:
         """Submit one dispatched ``fencepost.deliver`` invocation per target for the installed version.
 
         Args:
-            target: one target by name; or ``selector``: every live target carrying those labels.
+            target: one target by name, or several (each once, in name order); or ``selector``: every live
+                target carrying those labels.
             redeliver: deliver again to a target whose newest delivery of this version ``failed`` (after the
                 target was fixed): a new invocation under the next key of the chain (``_current_key``).
             concurrency: submissions in flight at once (1..64; each is one ``host.submit`` transaction).
@@ -198,10 +200,11 @@ class DeliveryService:
             newest[(str(view.params.get("package")), v_target(view))] = view
         return newest
 
-    def choose_targets(self, *, target: str | None = None,
+    def choose_targets(self, *, target: str | Sequence[str] | None = None,
                        selector: Mapping[str, str] | None = None) -> list[TargetRecord]:
-        """The live targets a ``--target`` / ``--targets`` option names, read before anything is changed, so a
-        typo is refused before ``package install`` moves the installation (``submit`` checks them again).
+        """The live targets ``--target`` (one name, or several) or ``--targets`` names, read before anything is
+        changed, so a typo is refused before ``package install`` moves the installation (``submit`` checks them
+        again).
 
         Returns:
             the targets in name order.
@@ -262,14 +265,29 @@ class DeliveryService:
                  "targets": delivered.get(name, 0)} for name, found in sorted(versions.items())]
 
 
-def _choose(tx: UnitOfWork, target: str | None, selector: Mapping[str, str] | None) -> list[TargetRecord]:
+def _choose(tx: UnitOfWork, target: str | Sequence[str] | None,
+            selector: Mapping[str, str] | None) -> list[TargetRecord]:
+    """The live targets named by ``target`` (one name or several: each once, in name order) or carrying the
+    labels of ``selector``.
+
+    Raises:
+        InvalidInput: neither or both given, or an empty list of names. NotFound: the first name with no live
+            target, or no target carries the labels.
+    """
     if (target is None) == (selector is None):
-        raise InvalidInput("give one target (--target NAME) or a label selector (--targets key=value)")
+        raise InvalidInput("give target names (--target NAME, repeatable) or a label selector (--targets key=value)")
     if target is not None:
-        found = tx.delivery.get_live_target(target)
-        if found is None:
-            raise NotFound(f"no target {target}")
-        return [found]
+        # Several names are several targets: `--target a --target b` used to keep only the last (a trial).
+        names = sorted({target} if isinstance(target, str) else set(target))
+        if not names:
+            raise InvalidInput("give at least one target name")
+        chosen: list[TargetRecord] = []
+        for name in names:
+            found = tx.delivery.get_live_target(name)
+            if found is None:
+                raise NotFound(f"no target {name}")
+            chosen.append(found)
+        return chosen
     chosen = [t for t in tx.delivery.list_live_targets() if matches(t, selector or {})]
     if not chosen:
         shown = ",".join(f"{k}={v}" for k, v in (selector or {}).items())
