@@ -208,6 +208,17 @@ def test_a_cancel_reason_with_escape_codes_is_refused_and_stored_text_is_shown_n
     assert "\\x1b[2J\\x1b[Hrun x succeeded all good" in shown, shown  # the steps' reason column: one line
 
 
+def test_a_file_that_is_no_plan_is_told_so_before_any_word_on_its_fields(site: Site) -> None:
+    # `{"bad": 1}` was told "the plan names no target (no target_id)" (a trial).
+    bad = site.root / "not-a-plan.json"
+    bad.write_text('{"bad": 1}', encoding="utf-8")
+    for args in (["run", "--plan", str(bad)], ["admit", str(bad)]):
+        result = CliRunner().invoke(fencepost_app, ["workflow", *args, "-d", site.url])
+        assert result.exit_code == 2, (args, result.output)
+        assert 'this is not a workflow plan: its "format" field is missing' in result.output, (args, result.output)
+        assert '"format": 1' in result.output and "names no target" not in result.output, (args, result.output)
+
+
 def test_a_failing_task_exits_1_naming_the_step_and_its_reason(site: Site, worker: Process) -> None:
     failed = site.cli("workflow", "run", "bad", "flow", "--plan-id", "bad-1")
     assert failed.returncode == 1, failed.describe()

@@ -135,15 +135,20 @@ def normalize_plan(raw: Any) -> NormalizedPlan:
 
     Idempotent: ``normalize_plan(normalize_plan(x).data)`` equals ``normalize_plan(x)``.
     """
+    # What a plan is comes before what its fields hold: `{"bad": 1}` was told it "names no target" (a trial).
+    what = (f'a workflow plan is the JSON object `fencepost workflow plan` writes, with "format": {PLAN_FORMAT} '
+            f"and the keys {sorted(PLAN_KEYS - {'format'})}")
     if not isinstance(raw, dict):
-        raise InvalidPlan("a plan is a JSON object")
+        raise InvalidPlan(f"this is not a workflow plan: it is not a JSON object ({what})")
+    if "format" not in raw:
+        raise InvalidPlan(f'this is not a workflow plan: its "format" field is missing ({what})')
+    if raw["format"] != PLAN_FORMAT or isinstance(raw["format"], bool):
+        raise InvalidPlan(f"plan format must be {PLAN_FORMAT}")
     keys = set(raw) - OPTIONAL_KEYS
     if keys != PLAN_KEYS:
         missing, extra = sorted(PLAN_KEYS - keys), sorted(keys - PLAN_KEYS)
         raise InvalidPlan(f"plan keys must be exactly {sorted(PLAN_KEYS)} (+ digest, target_id)"
                           + (f"; missing {missing}" if missing else "") + (f"; unknown {extra}" if extra else ""))
-    if raw["format"] != PLAN_FORMAT or isinstance(raw["format"], bool):
-        raise InvalidPlan(f"plan format must be {PLAN_FORMAT}")
     try:
         canonical_json(raw).encode("utf-8")
     except TypeError as error:

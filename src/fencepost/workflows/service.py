@@ -77,8 +77,10 @@ class WorkflowService:
         ``target`` start guard); a caller that means to run it is told so before anything is written.
 
         Raises:
+            InvalidPlan: not a plan, or a broken one (``normalize_plan``), before any word on its target.
             InvalidInput: the plan names no target. Whatever ``admit`` raises.
         """
+        normalize_plan(plan)  # a file that is no plan at all is told so, not that it names no target (a trial)
         require_target(plan)
         return self.admit(plan)
 
