@@ -72,6 +72,19 @@ def test_a_failed_step_skips_its_dependents_and_fails_the_run(control: Store, tm
     assert sorted(kit.log()) == ["a", "c"]
 
 
+def test_a_step_whose_target_file_is_gone_fails_saying_so_once(control: Store, tmp_path: Path) -> None:
+    kit = install(control, tmp_path, DIAMOND)
+    run_id = kit.admit()
+    kit.target_path.unlink()
+    kit.drain(run_id)
+    assert statuses(control, run_id)["a"] is StepRunStatus.FAILED
+    (step,) = [s for s in WorkflowService(control).run(run_id)["steps"] if s["key"] == "a"]
+    # the reason said "...; nothing was applied; nothing was applied" (a trial): the target's own message
+    # already ends with it
+    assert "database file" in step["reason"] and "does not exist" in step["reason"], step
+    assert step["reason"].count("nothing was applied") == 1, step
+
+
 def test_an_endless_task_is_interrupted_at_its_deadline_and_times_the_run_out(control: Store,
                                                                                 tmp_path: Path) -> None:
     shape = Steps(steps={"a": ("ta", ()), "slow": ("endless", ("a",))},
