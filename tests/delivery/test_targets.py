@@ -100,3 +100,13 @@ def test_target_cli(backend: StoreBackend, tmp_path: Path) -> None:
     assert run("target", "remove", "tenant-a").exit_code == 0
     missing = run("target", "show", "tenant-a")
     assert missing.exit_code == 2 and "no target tenant-a" in missing.output
+
+
+def test_the_readme_says_targets_are_sqlite_files_where_it_first_adds_one() -> None:
+    # A new user read the README's `target add` and tried a postgresql:// target, which exits 2 (a trial):
+    # the README says so next to the first target it adds, as docs/delivery.md does.
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    first = readme.index("fencepost target add")
+    said = " ".join(readme[first:first + 1500].split())
+    assert "Delivery targets are SQLite database files for now" in said, said
+    assert "PostgreSQL targets are a planned follow-up" in said, said
