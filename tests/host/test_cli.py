@@ -308,6 +308,8 @@ def test_list_never_cuts_an_id_or_a_verdict_in_a_narrow_terminal(app_dir: Path) 
     assert invocation_id in listed.stdout and "failed" in listed.stdout, listed.stdout
     # the attempts, the key and the error are not dropped for want of width (a table would drop them)
     assert "key kn" in listed.stdout and "attempts 0" in listed.stdout and "  error: " in listed.stdout, listed.stdout
+    # an inline run is its caller's (no worker claim): never a bare "attempts 0" that reads as "never ran"
+    assert "attempts 0 (run inline)" in " ".join(listed.stdout.split()), listed.stdout
 
 
 def test_an_unrecorded_inline_outcome_exits_5_naming_the_invocation(app_dir: Path) -> None:

@@ -29,7 +29,7 @@ from fencepost.cli.signals import acting_on_signals
 from fencepost.cli.workers_cmd import backlog_lines
 from fencepost.core.canonical import parse_input_json
 from fencepost.core.errors import FencepostError, InvalidInput, RecoverableFinalization, SchemaNotReady
-from fencepost.core.statuses import CommandStatus, CompletionDisposition, InvocationStatus
+from fencepost.core.statuses import CommandStatus, CompletionDisposition, InvocationMode, InvocationStatus
 from fencepost.host import Dispatch, Host, Inline, InvocationView
 from fencepost.host.handler import KIND_PREFIX, kind_of
 from fencepost.host.health import DEFAULT_STUCK_AFTER, read_host_health
@@ -161,13 +161,22 @@ def _budget_line(reconciliation: dict[str, Any]) -> str:
             f"the handler again)")
 
 
+def attempts_text(view: InvocationView) -> str:
+    """``attempts N``: the worker claims (``attempt_count``). An inline run is its caller's, under a lease of
+    delivery 0 (ADR 0022), so it reads ``attempts 0 (run inline)`` rather than a bare 0 an auditor would take for
+    "never ran" (a new-user trial)."""
+    if view.attempt_count == 0 and view.mode is InvocationMode.INLINE and view.status is not InvocationStatus.PENDING:
+        return "attempts 0 (run inline)"
+    return f"attempts {view.attempt_count}"
+
+
 def _show_text(view: InvocationView, events: list[dict[str, Any]] | None = None,
                reconciliations: list[dict[str, Any]] | None = None, waiting: dict[str, Any] | None = None,
                timeline: list[dict[str, Any]] | None = None) -> None:
     print_ = render.line  # every line carries stored text: shown, never acted on (a break-it trial)
 
     print_(f"{view.id}  {escape(view.action_id)} v{view.action_version}  {render.styled(str(view.status))}"
-           f"  attempts {view.attempt_count}  key {escape(view.idempotency_key)}")
+           f"  {attempts_text(view)}  key {escape(view.idempotency_key)}")
     print_(f"  submitted by {view.actor}" + (f" under {view.authority}" if view.authority else "")
            + f", {view.mode}, {view.created_at.isoformat()}", markup=False)
     if waiting is not None and "unheld_seconds" in waiting:
@@ -460,7 +469,7 @@ def list_invocations(
         # wrap in a narrow terminal where a table would drop its last columns (the attempts, the key, the error).
         for v in views:
             render.line(f"{v.id}  {escape(v.action_id)} v{v.action_version}  {render.styled(str(v.status))}"
-                        f"  attempts {v.attempt_count}  key {escape(v.idempotency_key)}")
+                        f"  {attempts_text(v)}  key {escape(v.idempotency_key)}")
             if v.resolution is not None:  # the error below is the settled verdict's, kept as history
                 render.line(f"  resolved {v.resolution['outcome']} by {v.resolution['operator']} at "
                             f"{v.resolution['resolved_at']}: {v.resolution['note'][:200]}", markup=False)
