@@ -170,3 +170,36 @@ def test_a_migration_resolved_applied_is_marked_applied_by_the_next_delivery(tmp
             tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
                                                   "AND name NOT LIKE 'fencepost%' ORDER BY name")]
             assert tables == ["books", "ledger_entries", "more_entries"]
+
+
+def test_a_delivery_resolved_succeeded_is_finished_by_a_redelivery(tmp_path: Path) -> None:
+    """Resolved ``succeeded`` at an own-transaction migration, the delivery stopped there: the migrations after it
+    and ``verify`` never ran, and ``install`` answered the resolved invocation, with ``--redeliver`` too (a
+    break-it trial: no way to finish the delivery). ``--redeliver`` now starts the delivery that runs them; the
+    resolved ``started`` row is marked applied without running its script again (ADR 0103)."""
+    require_backend("sqlite-wal")
+    import sqlite3
+
+    three = {**UNFENCED, "0003_after": "CREATE TABLE after_entries (id INTEGER);\n"}
+    with crash_db("sqlite-wal", tmp_path) as db:
+        invocation_id, path = prepare(db, three)
+        service = DeliveryService(db.store)
+        workers = Workers(db)
+        try:
+            _interrupted_after_the_intent(workers, service, invocation_id)
+            with sqlite3.connect(path) as conn:  # the operator finds the script applied (here: finishes it)
+                conn.executescript(three["0002_own_tx"])
+            service.host.resolve(invocation_id, "succeeded", operator="ops:trial",
+                                 note="ledger_entries exists: 0002_own_tx applied")
+            (_, same), = service.submit("shop", target="tenant-a").deliveries
+            assert same.id == invocation_id  # a plain install still answers the settled delivery
+            (_, again), = service.submit("shop", target="tenant-a", redeliver=True).deliveries
+            assert again.id != invocation_id
+            wait_until(lambda: service.host.get(again.id).status.terminal, 60, what="the redelivery to settle")
+        finally:
+            workers.kill_all()
+        view = service.host.get(again.id)
+        assert view.status is InvocationStatus.SUCCEEDED, (view.status, view.error)
+        with sqlite3.connect(path) as conn:
+            rows = conn.execute("SELECT migration, state FROM fencepost_delivery ORDER BY migration").fetchall()
+            assert rows == [("0001_base", "applied"), ("0002_own_tx", "applied"), ("0003_after", "applied")]

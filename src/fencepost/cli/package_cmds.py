@@ -107,15 +107,17 @@ def install(name: NameArg, database: DatabaseOpt = DEFAULT_URL, json: JsonOpt = 
                                                                          "submission).")] = SUBMIT_CONCURRENCY,
             redeliver: Annotated[bool, typer.Option("--redeliver", help="Deliver again to targets whose newest "
                                                                         "delivery of this version failed (after "
-                                                                        "fixing them).")] = False) -> None:
+                                                                        "fixing them), or was resolved by an "
+                                                                        "operator (to run the steps after the "
+                                                                        "resolved one).")] = False) -> None:
     """Install (activate) the head publication, or a given version, of a package.
 
     With --target NAME (repeatable) or --targets key=value (a fleet by label) the installation is also
     delivered: one fencepost.deliver invocation per target, run by `fencepost worker`; the same command again
-    returns the existing invocations; --redeliver starts a new one where the newest failed. Exit 0: installed and
-    submitted (with --wait: every delivery succeeded); 1: with --wait, a delivery failed, needs reconciliation
-    or had no verdict in time; 2: bad input, no such target; 6: a guard refuses (quarantine, disposition, no
-    rehearsal evidence)."""
+    returns the existing invocations; --redeliver starts a new one where the newest failed or was resolved by an
+    operator. Exit 0: installed and submitted (with --wait: every delivery succeeded); 1: with --wait, a delivery
+    failed, needs reconciliation or had no verdict in time; 2: bad input, no such target; 6: a guard refuses
+    (quarantine, disposition, no rehearsal evidence)."""
     with opened(database) as store, handled():
         delivering = bool(target) or bool(targets)
         service = DeliveryService(store)

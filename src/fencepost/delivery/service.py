@@ -35,12 +35,18 @@ def _current_key(tx: UnitOfWork, package: str, version: str, target: TargetRecor
                  redeliver: bool) -> str:
     """The key of the delivery a command means: the first key, or, after a ``failed`` one that was delivered
     again, ``<key>:after:<failed invocation id>`` (a chain; each link is fixed by the one before, so repeating a
-    redeliver command returns the same invocation). ``redeliver`` starts a new link after a ``failed`` newest."""
+    redeliver command returns the same invocation). ``redeliver`` starts a new link after a ``failed`` newest,
+    or after one an operator resolved: a delivery resolved ``succeeded`` stopped at the migration it was about,
+    and only a new one runs the steps after it (the resolved ``started`` row then counts as applied, ADR 0103;
+    a break-it trial found no way to finish such a delivery)."""
     key = idempotency_key(package, version, target)
     while True:
         found = tx.host.find_invocation(tenant_id="default", space_id="default", action_id=ACTION_ID,
                                         idempotency_key=key)
-        if found is None or found.status is not InvocationStatus.FAILED:
+        if found is None:
+            return key
+        resolved = found.status is InvocationStatus.SUCCEEDED and tx.host.get_resolution(found.id) is not None
+        if found.status is not InvocationStatus.FAILED and not resolved:
             return key
         following = f"{idempotency_key(package, version, target)}:after:{found.id}"
         if not redeliver and tx.host.find_invocation(tenant_id="default", space_id="default", action_id=ACTION_ID,
@@ -110,7 +116,8 @@ class DeliveryService:
             target: one target by name, or several (each once, in name order); or ``selector``: every live
                 target carrying those labels.
             redeliver: deliver again to a target whose newest delivery of this version ``failed`` (after the
-                target was fixed): a new invocation under the next key of the chain (``_current_key``).
+                target was fixed), or was resolved by an operator: a new invocation under the next key of the
+                chain (``_current_key``).
             concurrency: submissions in flight at once (1..64; each is one ``host.submit`` transaction).
             on_submitted: called (from a submitting thread) with each target and its invocation as it is
                 submitted, for a progress display.
