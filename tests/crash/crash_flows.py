@@ -25,7 +25,8 @@ import os
 import pickle
 import signal
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -54,7 +55,7 @@ from crash_harness import (
 
 from fencepost.core.statuses import AttemptStatus
 from fencepost.rehearsal.handler import KIND
-from helpers.store_backends import BackendUnreachable, selected_backends
+from helpers.store_backends import BackendUnreachable, StoreBackend, selected_backends, store_backend
 
 W = TypeVar("W")
 EXAMPLE_PACKAGE = Path(__file__).resolve().parents[2] / "examples" / "inventory"
@@ -385,6 +386,17 @@ def require_backend(name: str) -> None:
     """Skip when ``FENCEPOST_TEST_BACKENDS`` excludes ``name`` (as the rest of the suite does)."""
     if name not in selected_backends():
         pytest.skip(f"{name} excluded by FENCEPOST_TEST_BACKENDS")
+
+
+@contextmanager
+def selected_backend(name: str, tmp_path: Path) -> Iterator[StoreBackend]:
+    """The store backend ``name`` for one test: skipped when not selected, failed when it cannot be reached."""
+    require_backend(name)
+    try:
+        with store_backend(name, tmp_path) as backend:
+            yield backend
+    except BackendUnreachable as error:
+        pytest.fail(str(error), pytrace=False)
 
 
 class References:

@@ -105,6 +105,16 @@ def _interrupted_after_the_intent(workers: Workers, service: DeliveryService, in
     assert service.host.get(invocation_id).status is InvocationStatus.RECONCILIATION_REQUIRED
 
 
+def _finished_by_hand_and_resolved_succeeded(service: DeliveryService, invocation_id: str, path: Path) -> None:
+    """The operator runs 0002_own_tx by hand, as it was meant to run, and resolves the delivery ``succeeded``."""
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        conn.executescript(UNFENCED["0002_own_tx"])
+    service.host.resolve(invocation_id, "succeeded", operator="ops:trial",
+                         note="ran 0002_own_tx by hand: ledger_entries exists")
+
+
 def test_a_resolved_interrupted_unfenced_migration_is_delivered_again(tmp_path: Path) -> None:
     """After the operator resolves the interrupted delivery ``failed`` (the evidence shows the script never ran),
     a redelivery replaces the ``started`` row and runs the script once (ADR 0103). It stayed refused with
@@ -151,10 +161,7 @@ def test_a_migration_resolved_applied_is_marked_applied_by_the_next_delivery(tmp
         workers = Workers(db)
         try:
             _interrupted_after_the_intent(workers, service, invocation_id)
-            with sqlite3.connect(path) as conn:  # the operator runs the script by hand, as it was meant to run
-                conn.executescript(UNFENCED["0002_own_tx"])
-            service.host.resolve(invocation_id, "succeeded", operator="ops:trial",
-                                 note="ran 0002_own_tx by hand: ledger_entries exists")
+            _finished_by_hand_and_resolved_succeeded(service, invocation_id, path)
             newer = {**UNFENCED, "0003_more": "CREATE TABLE more_entries (id INTEGER);\n"}
             release(db.store, write_package(db.root, "shop", "1.1.0", newer), db.root / "upgrade-work",
                     ungated=True)
@@ -187,10 +194,7 @@ def test_a_delivery_resolved_succeeded_is_finished_by_a_redelivery(tmp_path: Pat
         workers = Workers(db)
         try:
             _interrupted_after_the_intent(workers, service, invocation_id)
-            with sqlite3.connect(path) as conn:  # the operator finds the script applied (here: finishes it)
-                conn.executescript(three["0002_own_tx"])
-            service.host.resolve(invocation_id, "succeeded", operator="ops:trial",
-                                 note="ledger_entries exists: 0002_own_tx applied")
+            _finished_by_hand_and_resolved_succeeded(service, invocation_id, path)
             (_, same), = service.submit("shop", target="tenant-a").deliveries
             assert same.id == invocation_id  # a plain install still answers the settled delivery
             (_, again), = service.submit("shop", target="tenant-a", redeliver=True).deliveries

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psycopg.errors
 import pytest
-from crash_flows import EXAMPLE_PACKAGE, require_backend
+from crash_flows import EXAMPLE_PACKAGE, selected_backend
 from crash_harness import claim_count, receipt_codes_of, terminal_events, unsound
 
 from fencepost.core.errors import FencepostError, StoreUnavailable
@@ -39,7 +39,7 @@ from fencepost.rehearsal.service import RehearsalService
 from fencepost.store import Store
 from fencepost.store.faults import FaultInjectingStore
 from fencepost.store.sql.queries import load_dialect
-from helpers.store_backends import BackendUnreachable, StoreBackend, store_backend
+from helpers.store_backends import StoreBackend
 
 
 @dataclass(frozen=True)
@@ -107,13 +107,8 @@ def _params() -> list[object]:
 
 @pytest.fixture(params=_params())
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreBackend]:
-    name = str(request.param)
-    require_backend(name)
-    try:
-        with store_backend(name, tmp_path) as b:
-            yield b
-    except BackendUnreachable as error:
-        pytest.fail(str(error), pytrace=False)
+    with selected_backend(str(request.param), tmp_path) as b:
+        yield b
 
 
 def worker(store: Store, work_dir: Path, lease_seconds: float, worker_id: str, heartbeat: bool = True) -> Worker:

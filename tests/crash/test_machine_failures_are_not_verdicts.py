@@ -14,26 +14,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from crash_flows import EXAMPLE_PACKAGE, require_backend
+from crash_flows import EXAMPLE_PACKAGE, selected_backend
 
 from fencepost.core.statuses import AttemptStatus, CommandStatus
 from fencepost.outbox import HandlerRegistry, Worker, WorkerConfig
 from fencepost.rehearsal.handler import KIND, AttemptHandler
 from fencepost.rehearsal.service import RehearsalService
 from fencepost.store import Store
-from helpers.store_backends import BackendUnreachable, StoreBackend, store_backend
+from helpers.store_backends import StoreBackend
 
 
 @pytest.fixture(params=[pytest.param("sqlite-wal", id="sqlite-wal"),
                         pytest.param("postgres", id="postgres", marks=pytest.mark.postgres)])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreBackend]:
-    name = str(request.param)
-    require_backend(name)
-    try:
-        with store_backend(name, tmp_path) as b:
-            yield b
-    except BackendUnreachable as error:
-        pytest.fail(str(error), pytrace=False)
+    with selected_backend(str(request.param), tmp_path) as b:
+        yield b
 
 
 def _worker(store: Store, backend: StoreBackend, work_dir: Path, worker_id: str) -> Worker:

@@ -55,18 +55,19 @@ def test_a_worker_claims_only_its_kinds_and_delivers_each_batch_in_one_transacti
     assert delivered_at["c0"] == delivered_at["c1"]
 
 
+def _a_backlog_and_ten_of_another(tx: UnitOfWork) -> None:
+    """1,000 commands of ``KIND`` and 10 of ``OTHER``."""
+    for i in range(1000):
+        tx.outbox.insert(command_id=f"a{i:04d}", kind=KIND, payload={})
+    for i in range(10):
+        tx.outbox.insert(command_id=f"b{i}", kind=OTHER, payload={})
+
+
 def test_a_small_kind_is_not_starved_by_a_backlog_of_another(store: Store, backend: StoreBackend) -> None:
     # Issue 10's proof: 1,000 commands of kind A and 10 of kind B, one worker with batch and concurrency
     # 10: every B is handled within the first two claim cycles.
     seen: list[str] = []
-
-    def unit(tx: UnitOfWork) -> None:
-        for i in range(1000):
-            tx.outbox.insert(command_id=f"a{i:04d}", kind=KIND, payload={})
-        for i in range(10):
-            tx.outbox.insert(command_id=f"b{i}", kind=OTHER, payload={})
-
-    store.transact(unit)
+    store.transact(_a_backlog_and_ten_of_another)
     w = worker(store, backend, lambda ctx: seen.append(ctx.command.kind), worker_id="w-fair", batch_size=10,
                lease=backend.long_lease, kinds=(KIND, OTHER))
     assert [w.run_once(), w.run_once()] == [10, 10]
@@ -83,14 +84,7 @@ EMPTY_KINDS = ("a.empty", "contract.empty", "host.invoke:fencepost.deliver@1", "
 def test_kinds_with_work_share_claims_evenly_whatever_empty_kinds_the_worker_also_serves(
         store: Store, backend: StoreBackend, batch: int) -> None:
     seen: list[str] = []
-
-    def unit(tx: UnitOfWork) -> None:
-        for i in range(1000):
-            tx.outbox.insert(command_id=f"a{i:04d}", kind=KIND, payload={})
-        for i in range(10):
-            tx.outbox.insert(command_id=f"b{i}", kind=OTHER, payload={})
-
-    store.transact(unit)
+    store.transact(_a_backlog_and_ten_of_another)
     w = worker(store, backend, lambda ctx: seen.append(ctx.command.kind), worker_id="w-fair", batch_size=batch,
                lease=backend.long_lease, kinds=(KIND, OTHER, *EMPTY_KINDS))
     if batch == 10:
