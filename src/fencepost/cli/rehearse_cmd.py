@@ -87,7 +87,8 @@ def _watch(service: RehearsalService, attempt_id: str, timeout: float, stop: thr
                     render.console.print(f"        {failure}")
         while abandoned is not None and told < len(abandoned.reasons):
             render.console.print(f"  [yellow]not run[/yellow]: {escape(render.printable(abandoned.reasons[told]))}; "
-                                 "nothing was recorded, and a worker retries it once its lease expires")
+                                 "nothing was recorded, and a worker retries it once its lease expires (each "
+                                 "such delivery counts against the delivery budget)")
             told += 1
         if attempt.status.terminal:
             explained = any(((r.get("evidence") or {}).get("error") or {}).get("message") for r in view["receipts"])
