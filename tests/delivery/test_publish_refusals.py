@@ -9,6 +9,7 @@ import pytest
 
 from delivery.kit import THREE, drain, write_package
 from fencepost.catalog.lifecycle import CatalogService
+from fencepost.core.clock import ManualClock
 from fencepost.core.errors import NotAllowed
 from fencepost.core.statuses import AttemptStatus
 from fencepost.rehearsal.service import RehearsalService, release_gate
@@ -24,6 +25,8 @@ def test_a_newer_empty_rehearsal_blocks_publish_and_the_refusal_names_it(control
         drain(control, tmp_path / "work")
         assert service.attempt(attempt.id).status is AttemptStatus.SUCCEEDED
     assert service.gate(passed.id).passed
+    if isinstance(control.clock, ManualClock):  # SQLite's test clock stands still: "newest" needs a later instant
+        control.clock.advance(1)
     newest = service.create_run(package)  # `fencepost rehearsal create` of the same content, no Attempt yet
     with pytest.raises(NotAllowed) as refused:
         CatalogService(control, release_gate=release_gate).publish(package)
