@@ -193,6 +193,10 @@ def test_a_cancel_reason_with_escape_codes_is_refused_and_stored_text_is_shown_n
     assert refused.exit_code == 2, refused.output
     assert "a cancel reason is one line of plain text: '\\x1b' at position 0" in refused.output, refused.output
     assert "\x1b" not in refused.output
+    # a right-to-left override shows the rest of the line reversed: refused too (a re-check trial)
+    reversed_ = CliRunner().invoke(fencepost_app, ["workflow", "cancel", run_id, "--reason",
+                                                   "stop \u202edeggol ton", "-d", site.url])
+    assert reversed_.exit_code == 2 and "'\\u202e' at position 5" in reversed_.output, reversed_.output
     assert site.inline_json("workflow", "status", run_id)["cancel"] is None  # nothing was stored
     site.inline("workflow", "cancel", run_id, "--reason", "operator stop")
     # Text stored before ADR 0111 (or by an older fencepost) is still shown escaped: the cancel reason and a

@@ -34,12 +34,18 @@ class CancelResult:
     reason: str | None
 
 
+#: The bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069): they reorder how a
+#: terminal shows the rest of the line, so a reason could display as other text than it is (a re-check trial).
+_BIDI_CONTROLS = frozenset(chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
+
+
 def _line_break_or_control(text: str) -> int | None:
-    """The position of the first C0 or C1 control character (an escape, a newline, a tab, DEL) or line or
-    paragraph separator in ``text``, or None. A reason printed as given redrew an operator's terminal and forged
-    a line of ``workflow status`` (a trial), so such text is refused at input (ADR 0111)."""
+    """The position of the first C0 or C1 control character (an escape, a newline, a tab, DEL), line or
+    paragraph separator, or bidirectional override in ``text``, or None. A reason printed as given redrew an
+    operator's terminal and forged a line of ``workflow status`` (a trial), so such text is refused at input
+    (ADR 0111)."""
     for i, ch in enumerate(text):
-        if unicodedata.category(ch) in ("Cc", "Zl", "Zp"):
+        if unicodedata.category(ch) in ("Cc", "Zl", "Zp") or ch in _BIDI_CONTROLS:
             return i
     return None
 
@@ -49,8 +55,8 @@ def request_cancel(store: Store, run_id: str, *, reason: str, actor: str) -> Can
 
     Args:
         reason: 1..1000 characters, kept on the Run and in the ledger. actor: 1..200 characters. Each is one
-            line of text: no lone surrogate, no control character (NUL, escape, newline, tab, DEL, C1) and no
-            line or paragraph separator (ADR 0111).
+            line of text: no lone surrogate, no control character (NUL, escape, newline, tab, DEL, C1), no
+            line or paragraph separator and no bidirectional override (ADR 0111).
     Raises:
         InvalidInput: a bad reason or actor. NotFound: no such Run.
     """
@@ -64,7 +70,8 @@ def request_cancel(store: Store, run_id: str, *, reason: str, actor: str) -> Can
     for name, text in (("a cancel reason", reason), ("an actor", actor)):
         if (at := _line_break_or_control(text)) is not None:
             raise InvalidInput(f"{name} is one line of plain text: {text[at]!r} at position {at} is a control "
-                               "character or line break (terminal escape codes, newlines and tabs are refused)")
+                               "character, line break or direction override (terminal escape codes, newlines, tabs "
+                               "and bidirectional overrides are refused)")
 
     def unit(tx: UnitOfWork) -> CancelResult:
         tx.progress.lock_run(run_id)
