@@ -105,6 +105,18 @@ def _interrupted_after_the_intent(workers: Workers, service: DeliveryService, in
     assert service.host.get(invocation_id).status is InvocationStatus.RECONCILIATION_REQUIRED
 
 
+def _succeeded_with_ledger(service: DeliveryService, invocation_id: str, path: Path,
+                           ledger: list[tuple[str, str]]) -> None:
+    """The delivery succeeded and the target's ledger holds exactly ``ledger`` (migration, state)."""
+    import sqlite3
+
+    view = service.host.get(invocation_id)
+    assert view.status is InvocationStatus.SUCCEEDED, (view.status, view.error)
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT migration, state FROM fencepost_delivery ORDER BY migration").fetchall()
+    assert rows == ledger, rows
+
+
 def _finished_by_hand_and_resolved_succeeded(service: DeliveryService, invocation_id: str, path: Path) -> None:
     """The operator runs 0002_own_tx by hand, as it was meant to run, and resolves the delivery ``succeeded``."""
     import sqlite3
@@ -169,11 +181,9 @@ def test_a_migration_resolved_applied_is_marked_applied_by_the_next_delivery(tmp
             wait_until(lambda: service.host.get(upgrade.id).status.terminal, 60, what="the upgrade to settle")
         finally:
             workers.kill_all()
-        view = service.host.get(upgrade.id)
-        assert view.status is InvocationStatus.SUCCEEDED, (view.status, view.error)
+        _succeeded_with_ledger(service, upgrade.id, path,
+                               [("0001_base", "applied"), ("0002_own_tx", "applied"), ("0003_more", "applied")])
         with sqlite3.connect(path) as conn:
-            rows = conn.execute("SELECT migration, state FROM fencepost_delivery ORDER BY migration").fetchall()
-            assert rows == [("0001_base", "applied"), ("0002_own_tx", "applied"), ("0003_more", "applied")]
             tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
                                                   "AND name NOT LIKE 'fencepost%' ORDER BY name")]
             assert tables == ["books", "ledger_entries", "more_entries"]
@@ -185,7 +195,6 @@ def test_a_delivery_resolved_succeeded_is_finished_by_a_redelivery(tmp_path: Pat
     break-it trial: no way to finish the delivery). ``--redeliver`` now starts the delivery that runs them; the
     resolved ``started`` row is marked applied without running its script again (ADR 0103)."""
     require_backend("sqlite-wal")
-    import sqlite3
 
     three = {**UNFENCED, "0003_after": "CREATE TABLE after_entries (id INTEGER);\n"}
     with crash_db("sqlite-wal", tmp_path) as db:
@@ -202,8 +211,5 @@ def test_a_delivery_resolved_succeeded_is_finished_by_a_redelivery(tmp_path: Pat
             wait_until(lambda: service.host.get(again.id).status.terminal, 60, what="the redelivery to settle")
         finally:
             workers.kill_all()
-        view = service.host.get(again.id)
-        assert view.status is InvocationStatus.SUCCEEDED, (view.status, view.error)
-        with sqlite3.connect(path) as conn:
-            rows = conn.execute("SELECT migration, state FROM fencepost_delivery ORDER BY migration").fetchall()
-            assert rows == [("0001_base", "applied"), ("0002_own_tx", "applied"), ("0003_after", "applied")]
+        _succeeded_with_ledger(service, again.id, path,
+                               [("0001_base", "applied"), ("0002_own_tx", "applied"), ("0003_after", "applied")])
